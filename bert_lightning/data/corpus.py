@@ -1,0 +1,117 @@
+"""Reading C4-style JSON-lines documents (`.json`, `.jsonl`, optionally `.gz`), with bad input
+either named precisely in an error or skipped and counted."""
+
+from __future__ import annotations
+
+import glob
+import gzip
+import json
+import logging
+import zlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+SUFFIXES = (".json", ".jsonl", ".json.gz", ".jsonl.gz")
+ON_BAD_RECORD = ("error", "skip")
+
+
+class BadRecordError(ValueError):
+    """A record or file that cannot be read; the message names file and line."""
+
+
+def resolve_files(spec: str | Sequence[str]) -> list[str]:
+    """A file, a folder (its JSON-lines files) or a glob, or a list of those -> sorted paths."""
+    specs = [spec] if isinstance(spec, str | Path) else list(spec)
+    files: list[str] = []
+    for s in map(str, specs):
+        p = Path(s)
+        if p.is_file():
+            files.append(s)
+        elif p.is_dir():
+            found = sorted(str(f) for f in p.iterdir() if f.name.endswith(SUFFIXES))
+            if not found:
+                raise FileNotFoundError(f"{s}: folder holds no {'/'.join(SUFFIXES)} files")
+            files += found
+        elif glob.has_magic(s):
+            found = sorted(glob.glob(s))
+            if not found:
+                raise FileNotFoundError(f"{s}: no file matches this pattern")
+            files += found
+        else:
+            raise FileNotFoundError(f"{s}: no such file or folder")
+    if not files:
+        raise FileNotFoundError(f"no input files given ({spec!r})")
+    return files
+
+
+@dataclass
+class BadRecords:
+    """What `skip` mode passed over: a count and where the first few were."""
+
+    count: int = 0
+    first: list[str] = field(default_factory=list)
+
+    def add(self, where: str) -> None:
+        self.count += 1
+        if len(self.first) < 5:
+            self.first.append(where)
+            log.warning("skipping bad record: %s", where)
+
+    def summary(self) -> str:
+        return f"skipped {self.count} bad record(s); first: {'; '.join(self.first)}"
+
+
+def _open(path: str):
+    return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
+
+
+def _parse(raw: bytes) -> str:
+    """One JSON line -> its non-empty `text`, or a ValueError saying what is wrong."""
+    try:
+        record = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise ValueError(f"invalid UTF-8 ({e.reason} at byte {e.start})") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"not JSON ({e.msg})") from None
+    if not isinstance(record, dict) or "text" not in record:
+        raise ValueError("no 'text' field")
+    text = record["text"]
+    if not isinstance(text, str):
+        raise ValueError(f"'text' is {type(text).__name__}, expected a string")
+    if not text.strip():
+        raise ValueError("empty document")
+    return text
+
+
+def iter_documents(
+    files: Sequence[str], on_bad_record: str = "error", bad: BadRecords | None = None
+) -> Iterator[str]:
+    """Yield the `text` of every good record; other fields are ignored. Blank lines are not
+    records. A corrupt or truncated `.gz` ends that file (skip) or raises (error)."""
+    if on_bad_record not in ON_BAD_RECORD:
+        raise ValueError(f"on_bad_record={on_bad_record!r}; expected one of {ON_BAD_RECORD}")
+    bad = bad if bad is not None else BadRecords()
+
+    def reject(where: str) -> None:
+        if on_bad_record == "error":
+            raise BadRecordError(f"{where} (set data.on_bad_record=skip to skip such records)")
+        bad.add(where)
+
+    for path in files:
+        lineno = 0
+        try:
+            with _open(path) as f:
+                for lineno, raw in enumerate(f, start=1):  # noqa: B007 (read in except)
+                    if not raw.strip():
+                        continue
+                    try:
+                        yield _parse(raw)
+                    except ValueError as e:
+                        reject(f"{path}:{lineno}: {e}")
+        except (OSError, EOFError, zlib.error) as e:
+            reject(f"{path}: unreadable after line {lineno}: {e}")
+    if bad.count:
+        log.warning(bad.summary())

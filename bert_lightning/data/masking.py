@@ -1,0 +1,110 @@
+"""MLM masking and batch collation.
+
+Masks are drawn in the collator, so every epoch sees a fresh mask of the same text (dynamic
+masking, as RoBERTa and MosaicBERT do), at the cost of a few vectorised torch ops per batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class MaskingConfig:
+    mlm_probability: float = 0.15  # share of real tokens picked for prediction
+    p_mask: float = 0.8  # of the picked: replaced by [MASK]
+    p_random: float = 0.1  # of the picked: replaced by a random non-special token (rest kept)
+
+    def __post_init__(self):
+        for name in ("mlm_probability", "p_mask", "p_random"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"masking.{name}={getattr(self, name)}; expected 0..1")
+        if self.p_mask + self.p_random > 1.0:
+            raise ValueError(f"masking.p_mask + p_random = {self.p_mask + self.p_random} > 1")
+
+
+def mask_tokens(
+    input_ids: torch.Tensor,
+    maskable: torch.Tensor,
+    mask_id: int,
+    random_ids: torch.Tensor,
+    cfg: MaskingConfig,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, T) ids and a (B, T) bool of pickable positions -> masked ids and labels (-100 where
+    not picked). `random_ids` lists the ids a random replacement is drawn from."""
+    u = torch.rand(input_ids.shape, generator=generator)  # (B, T) picks
+    picked = (u < cfg.mlm_probability) & maskable
+    labels = torch.where(picked, input_ids, -100)
+    v = torch.rand(input_ids.shape, generator=generator)  # (B, T) what a pick becomes
+    to_mask = picked & (v < cfg.p_mask)
+    to_random = picked & (v >= cfg.p_mask) & (v < cfg.p_mask + cfg.p_random)
+    draws = torch.randint(len(random_ids), input_ids.shape, generator=generator)  # (B, T)
+    out = torch.where(to_mask, mask_id, input_ids)
+    out = torch.where(to_random, random_ids[draws], out)
+    return out, labels
+
+
+class MLMCollator:
+    """Pads a list of examples to the longest and masks them.
+
+    Examples are dicts with `input_ids` (framed with [CLS]/[SEP]) and optionally
+    `token_type_ids`; an example that already has `labels` (a validation set masked once, so
+    its loss is comparable across evaluations) is padded, not masked again.
+    `attention_mask` is only returned when a batch has padding: packed batches need none.
+    """
+
+    def __init__(
+        self,
+        pad_id: int,
+        mask_id: int,
+        special_ids: Sequence[int],
+        vocab_size: int,
+        masking: MaskingConfig | None = None,
+    ):
+        self.pad_id, self.mask_id = pad_id, mask_id
+        self.special_ids = torch.tensor(sorted(set(special_ids)))
+        keep = torch.ones(vocab_size, dtype=torch.bool)
+        keep[self.special_ids] = False
+        self.random_ids = keep.nonzero().squeeze(1)  # (V - n_special,)
+        self.masking = masking or MaskingConfig()
+
+    def maskable(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """Real, non-special tokens (padding is [PAD], a special token)."""
+        return ~torch.isin(input_ids, self.special_ids)
+
+    def mask(self, input_ids: torch.Tensor, generator: torch.Generator | None = None):
+        return mask_tokens(
+            input_ids,
+            self.maskable(input_ids),
+            self.mask_id,
+            self.random_ids,
+            self.masking,
+            generator,
+        )
+
+    def __call__(self, examples: list[dict]) -> dict[str, torch.Tensor]:
+        lengths = [len(e["input_ids"]) for e in examples]
+        T = max(lengths)
+        batch = {"input_ids": _pad([e["input_ids"] for e in examples], T, self.pad_id)}  # (B, T)
+        if "token_type_ids" in examples[0]:
+            batch["token_type_ids"] = _pad([e["token_type_ids"] for e in examples], T, 0)
+        if "labels" in examples[0]:
+            batch["labels"] = _pad([e["labels"] for e in examples], T, -100)
+        else:
+            batch["input_ids"], batch["labels"] = self.mask(batch["input_ids"])
+        if min(lengths) < T:
+            batch["attention_mask"] = (
+                torch.arange(T)[None, :] < torch.tensor(lengths)[:, None]
+            ).long()  # (B, T)
+        return batch
+
+
+def _pad(rows: list, length: int, value: int) -> torch.Tensor:
+    out = torch.full((len(rows), length), value, dtype=torch.long)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = torch.as_tensor(row)
+    return out

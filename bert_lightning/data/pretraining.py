@@ -1,0 +1,236 @@
+"""The MLM pretraining LightningDataModule: C4 documents -> token ids -> framed examples.
+
+Documents are read once into an Arrow dataset (`datasets`, memory-mapped and cached on disk),
+tokenized with a batched `map`, then framed either *packed* (documents concatenated and cut
+into full blocks, no padding) or *per document* (truncated, padded per batch).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from pathlib import Path
+
+import datasets
+import lightning as L
+import torch
+from tokenizers import Tokenizer
+from torchdata.stateful_dataloader import StatefulDataLoader
+
+from bert_lightning.data.corpus import iter_documents, resolve_files
+from bert_lightning.data.masking import MaskingConfig, MLMCollator
+from bert_lightning.tokenizer import (
+    batch_encode,
+    load_tokenizer,
+    save_tokenizer,
+    special_ids,
+    train_wordpiece,
+)
+
+log = logging.getLogger(__name__)
+
+PACKINGS = ("packed", "document")
+BUNDLED_SAMPLE = str(Path(__file__).parents[1] / "assets" / "c4_sample.jsonl")
+
+
+def _documents(files: list[str], on_bad_record: str, stamp: list):
+    """Generator for `Dataset.from_generator`; `stamp` (sizes and mtimes) only feeds the
+    cache fingerprint, so that an edited file is read again."""
+    for text in iter_documents(files, on_bad_record):
+        yield {"text": text}
+
+
+def _fingerprint(*parts) -> str:
+    """A `datasets` cache key for a step: every input that changes its output."""
+    return hashlib.sha256(repr(parts).encode()).hexdigest()[:32]
+
+
+def _tokenize(batch, tokenizer: Tokenizer):
+    return {"input_ids": batch_encode(tokenizer, batch["text"])}
+
+
+def _frame(batch, cls_id: int, sep_id: int, block: int, packing: str):
+    """Token ids of documents -> `[CLS] ... [SEP]` examples of at most `block + 2` tokens."""
+    if packing == "document":
+        return {"input_ids": [[cls_id, *ids[:block], sep_id] for ids in batch["input_ids"]]}
+    flat = [t for ids in batch["input_ids"] for t in ids]
+    n = len(flat) // block  # the tail of a map batch (< one block per 1,000 docs) is dropped
+    return {"input_ids": [[cls_id, *flat[i * block : (i + 1) * block], sep_id] for i in range(n)]}
+
+
+def _mask_once(batch, indices, collator: MLMCollator, seed: int):
+    """Fixed validation masks: seeded by the position of the batch, not by run or epoch."""
+    g = torch.Generator().manual_seed(seed + indices[0])
+    ids, labels = [], []
+    for row in batch["input_ids"]:
+        m, lab = collator.mask(torch.tensor([row]), g)
+        ids.append(m[0].tolist())
+        labels.append(lab[0].tolist())
+    return {"input_ids": ids, "labels": labels}
+
+
+class PretrainDataModule(L.LightningDataModule):
+    def __init__(
+        self,
+        train_files: str | list[str] = BUNDLED_SAMPLE,
+        val_files: str | list[str] | None = None,
+        val_docs: int = 50,
+        max_seq_length: int = 128,
+        packing: str = "packed",
+        batch_size: int = 32,
+        num_workers: int = 0,
+        masking: dict | None = None,
+        tokenizer: dict | None = None,
+        on_bad_record: str = "error",
+        num_proc: int | None = None,
+        cache_dir: str | None = None,
+        seed: int = 1234,
+    ):
+        super().__init__()
+        if packing not in PACKINGS:
+            raise ValueError(f"data.packing={packing!r}; expected one of {PACKINGS}")
+        if max_seq_length < 3:
+            raise ValueError(f"data.max_seq_length={max_seq_length}; expected at least 3")
+        self.train_files = resolve_files(train_files)
+        self.val_files = resolve_files(val_files) if val_files else None
+        self.val_docs = val_docs
+        self.max_seq_length, self.packing = max_seq_length, packing
+        self.batch_size, self.num_workers = batch_size, num_workers
+        self.masking = MaskingConfig(**(masking or {}))
+        self.tokenizer_cfg = dict(tokenizer or {})
+        self.on_bad_record, self.num_proc = on_bad_record, num_proc
+        self.cache_dir, self.seed = cache_dir, seed
+        self.tokenizer: Tokenizer | None = None
+        self.train_set = self.val_set = None
+
+    # -- tokenizer -------------------------------------------------------------------------
+    def build_tokenizer(
+        self, out_dir: str | os.PathLike, tokenizer_json: str | None = None
+    ) -> Tokenizer:
+        """In order: `tokenizer_json` (a resumed checkpoint's), `tokenizer.path`, the run's own
+        `tokenizer.json` if it exists (DDP ranks reuse rank 0's), else train one on the training
+        files. The tokenizer in use is always saved as `out_dir/tokenizer.json`."""
+        saved = Path(out_dir) / "tokenizer.json"
+        if tokenizer_json:
+            self.tokenizer = Tokenizer.from_str(tokenizer_json)
+        elif self.tokenizer_cfg.get("path"):
+            self.tokenizer = load_tokenizer(self.tokenizer_cfg["path"])
+        elif saved.is_file():
+            self.tokenizer = load_tokenizer(saved)
+            return self.tokenizer
+        else:
+            self.tokenizer = train_wordpiece(
+                lambda: iter_documents(self.train_files, self.on_bad_record),
+                vocab_size=self.tokenizer_cfg.get("vocab_size", 8192),
+                min_frequency=self.tokenizer_cfg.get("min_frequency", 2),
+                max_docs=self.tokenizer_cfg.get("max_docs"),
+            )
+        save_tokenizer(self.tokenizer, saved)
+        return self.tokenizer
+
+    def collator(self) -> MLMCollator:
+        ids = special_ids(self.tokenizer)
+        return MLMCollator(
+            pad_id=ids["[PAD]"],
+            mask_id=ids["[MASK]"],
+            special_ids=list(ids.values()),
+            vocab_size=self.tokenizer.get_vocab_size(),
+            masking=self.masking,
+        )
+
+    # -- datasets --------------------------------------------------------------------------
+    def _read(self, files: list[str]) -> datasets.Dataset:
+        stamp = [(f, os.path.getsize(f), os.path.getmtime(f)) for f in files]
+        ds = datasets.Dataset.from_generator(
+            _documents,
+            gen_kwargs={"files": files, "on_bad_record": self.on_bad_record, "stamp": stamp},
+            cache_dir=self.cache_dir,
+        )
+        if len(ds) == 0:
+            raise ValueError(f"no documents with text in {files}")
+        return ds
+
+    def _examples(self, docs: datasets.Dataset) -> datasets.Dataset:
+        ids = special_ids(self.tokenizer)
+        num_proc = self.num_proc if self.num_proc and len(docs) >= 10_000 else None
+        tokens = docs.map(
+            _tokenize,
+            batched=True,
+            fn_kwargs={"tokenizer": self.tokenizer},
+            remove_columns=docs.column_names,
+            num_proc=num_proc,
+            new_fingerprint=_fingerprint(docs._fingerprint, self.tokenizer.to_str()),
+            desc="tokenizing",
+        )
+        return tokens.map(
+            _frame,
+            batched=True,
+            batch_size=1000,
+            fn_kwargs={
+                "cls_id": ids["[CLS]"],
+                "sep_id": ids["[SEP]"],
+                "block": self.max_seq_length - 2,
+                "packing": self.packing,
+            },
+            num_proc=num_proc,
+            new_fingerprint=_fingerprint(tokens._fingerprint, self.packing, self.max_seq_length),
+            desc=f"framing ({self.packing})",
+        )
+
+    def _build(self) -> tuple[datasets.Dataset, datasets.Dataset]:
+        if self.tokenizer is None:
+            raise RuntimeError("call build_tokenizer(out_dir) before preparing the data")
+        docs = self._read(self.train_files)
+        if self.val_files:
+            train_docs, val_docs = docs, self._read(self.val_files)
+        else:
+            if len(docs) <= self.val_docs:
+                raise ValueError(
+                    f"{len(docs)} documents in {self.train_files}: too few to hold out "
+                    f"data.val_docs={self.val_docs} for validation"
+                )
+            split = docs.train_test_split(test_size=self.val_docs, seed=self.seed)
+            train_docs, val_docs = split["train"], split["test"]
+        train_set = self._examples(train_docs)
+        val_examples = self._examples(val_docs)
+        val_set = val_examples.map(
+            _mask_once,
+            batched=True,
+            with_indices=True,
+            fn_kwargs={"collator": self.collator(), "seed": self.seed},
+            new_fingerprint=_fingerprint(val_examples._fingerprint, self.masking, self.seed),
+            desc="masking validation",
+        )
+        if len(train_set) == 0:
+            raise ValueError(f"no training examples from {self.train_files}")
+        return train_set, val_set
+
+    def prepare_data(self):
+        self._build()  # rank 0 fills the cache; the other ranks then read it in setup()
+
+    def setup(self, stage: str | None = None):
+        if self.train_set is None:
+            self.train_set, self.val_set = self._build()
+            log.info(
+                "%d training and %d validation examples (%s)",
+                len(self.train_set),
+                len(self.val_set),
+                self.packing,
+            )
+
+    def _loader(self, ds: datasets.Dataset, shuffle: bool) -> StatefulDataLoader:
+        return StatefulDataLoader(
+            ds,
+            batch_size=self.batch_size,
+            shuffle=shuffle,
+            collate_fn=self.collator(),
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+        )
+
+    def train_dataloader(self):
+        return self._loader(self.train_set, shuffle=True)
+
+    def val_dataloader(self):
+        return self._loader(self.val_set, shuffle=False)

@@ -1,0 +1,94 @@
+"""The LightningModule that pretrains `BertForPreTraining` with MLM."""
+
+from __future__ import annotations
+
+import lightning as L
+import torch
+from torchmetrics.classification import MulticlassAccuracy
+from torchmetrics.text import Perplexity
+
+from bert_lightning.model import BertConfig, BertForPreTraining
+
+
+def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+    """BERT's rule: decay matrices (linear and embedding weights), not biases or LayerNorm."""
+    decay = [p for p in model.parameters() if p.requires_grad and p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.requires_grad and p.ndim < 2]
+    return [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+
+
+def warmup_linear_decay(warmup_steps: int, total_steps: int):
+    """LambdaLR factor: linear warmup from 0 to 1, then linear decay to 0 at `total_steps`."""
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
+
+    return factor
+
+
+class BertPretrainModule(L.LightningModule):
+    """`config`: BertConfig fields; `optim`: lr, weight_decay, betas, eps, warmup_steps.
+    `tokenizer_json` travels inside every checkpoint, so a checkpoint is self-contained."""
+
+    def __init__(self, config: dict, optim: dict, tokenizer_json: str | None = None):
+        super().__init__()
+        self.save_hyperparameters(ignore=["tokenizer_json"])
+        self.model = BertForPreTraining(BertConfig(**config))
+        self.tokenizer_json = tokenizer_json
+        V = self.model.config.vocab_size
+        self.train_acc = MulticlassAccuracy(num_classes=V, average="micro")
+        self.val_acc = MulticlassAccuracy(num_classes=V, average="micro")
+        self.val_ppl = Perplexity()
+
+    def forward(self, batch: dict):
+        return self.model(
+            batch["input_ids"],
+            batch.get("token_type_ids"),
+            batch.get("attention_mask"),
+            batch.get("labels"),
+            batch.get("next_sentence_label"),
+        )
+
+    def training_step(self, batch, batch_idx):
+        out = self(batch)
+        B = batch["input_ids"].size(0)
+        self.log("train/loss", out.loss, prog_bar=True, batch_size=B)
+        if out.mlm_labels.numel():
+            self.train_acc(out.mlm_logits.detach(), out.mlm_labels)
+            self.log("train/mlm_acc", self.train_acc, batch_size=B)
+        return out.loss
+
+    def validation_step(self, batch, batch_idx):
+        out = self(batch)
+        B = batch["input_ids"].size(0)
+        self.log("val/loss", out.loss, prog_bar=True, batch_size=B, sync_dist=True)
+        if out.mlm_labels.numel():
+            self.val_acc(out.mlm_logits, out.mlm_labels)
+            self.val_ppl(out.mlm_logits[None].float(), out.mlm_labels[None])
+            self.log("val/mlm_acc", self.val_acc, batch_size=B)
+            self.log("val/ppl", self.val_ppl, batch_size=B)
+
+    def configure_optimizers(self):
+        o = self.hparams.optim
+        opt = torch.optim.AdamW(
+            param_groups(self.model, o.get("weight_decay", 0.01)),
+            lr=o["lr"],
+            betas=tuple(o.get("betas", (0.9, 0.999))),
+            eps=o.get("eps", 1e-6),
+        )
+        total = int(self.trainer.estimated_stepping_batches)
+        sched = torch.optim.lr_scheduler.LambdaLR(
+            opt, warmup_linear_decay(int(o.get("warmup_steps", 0)), total)
+        )
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["tokenizer"] = self.tokenizer_json
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        self.tokenizer_json = checkpoint.get("tokenizer", self.tokenizer_json)

@@ -1,0 +1,74 @@
+"""`train(cfg)`: one pretraining run from a composed Hydra config (train.py and tests call it)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict
+from pathlib import Path
+
+import lightning as L
+import torch
+from hydra.utils import instantiate
+from lightning.pytorch.utilities import rank_zero_only
+from omegaconf import DictConfig, OmegaConf
+
+from bert_lightning.pretrain_module import BertPretrainModule
+from bert_lightning.tokenizer import special_ids
+
+log = logging.getLogger(__name__)
+
+
+def checkpoint_tokenizer(ckpt_path: str) -> str:
+    """The tokenizer a checkpoint was trained with (resumed runs must keep it)."""
+    if not Path(ckpt_path).is_file():
+        raise FileNotFoundError(f"ckpt_path={ckpt_path}: no such checkpoint")
+    ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=True, mmap=True)
+    if not ckpt.get("tokenizer"):
+        raise ValueError(f"{ckpt_path}: checkpoint carries no tokenizer")
+    return ckpt["tokenizer"]
+
+
+@rank_zero_only
+def save_resolved_config(cfg: DictConfig, out_dir: Path) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "config_resolved.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+
+
+def build(cfg: DictConfig):
+    """Data module, Lightning module and trainer of a run, before any training."""
+    out_dir = Path(cfg.paths.output_dir)
+    dm = instantiate(cfg.data)
+    tokenizer_json = checkpoint_tokenizer(cfg.ckpt_path) if cfg.ckpt_path else None
+    tok = dm.build_tokenizer(out_dir / "checkpoints", tokenizer_json)
+    config = instantiate(
+        cfg.model, vocab_size=tok.get_vocab_size(), pad_token_id=special_ids(tok)["[PAD]"]
+    )
+    if config.max_position_embeddings < cfg.data.max_seq_length:
+        raise ValueError(
+            f"data.max_seq_length={cfg.data.max_seq_length} exceeds "
+            f"model.max_position_embeddings={config.max_position_embeddings}"
+        )
+    module = BertPretrainModule(
+        config=asdict(config),
+        optim=OmegaConf.to_container(cfg.optim, resolve=True),
+        tokenizer_json=tok.to_str(),
+    )
+    loggers = [instantiate(c) for c in (cfg.get("logger") or {}).values()]
+    callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
+    trainer = instantiate(
+        cfg.trainer, logger=loggers, callbacks=callbacks, default_root_dir=str(out_dir)
+    )
+    return dm, module, trainer
+
+
+def train(cfg: DictConfig) -> float | None:
+    """Returns the last validation loss (what a sweep minimises)."""
+    L.seed_everything(cfg.seed, workers=True)
+    dm, module, trainer = build(cfg)
+    save_resolved_config(cfg, Path(cfg.paths.output_dir))
+    if cfg.validate_before_fit and not cfg.ckpt_path:
+        trainer.validate(module, datamodule=dm)  # the starting point of the loss curve
+    trainer.fit(module, datamodule=dm, ckpt_path=cfg.ckpt_path)
+    val_loss = trainer.callback_metrics.get("val/loss")
+    log.info("outputs in %s", cfg.paths.output_dir)
+    return float(val_loss) if val_loss is not None else None

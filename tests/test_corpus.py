@@ -1,0 +1,81 @@
+import gzip
+import json
+
+import pytest
+
+from bert_lightning.data.corpus import (
+    BadRecordError,
+    BadRecords,
+    iter_documents,
+    resolve_files,
+)
+
+
+def jsonl(path, records, gz=False):
+    data = "".join(r if isinstance(r, str) else json.dumps(r) + "\n" for r in records).encode()
+    path.write_bytes(gzip.compress(data) if gz else data)
+    return str(path)
+
+
+def test_reads_files_folders_and_globs(tmp_path):
+    a = jsonl(tmp_path / "c4-train.00000-of-01024.json.gz", [{"text": "one", "url": "u"}], gz=True)
+    b = jsonl(tmp_path / "c4-train.00001-of-01024.json", [{"text": "two"}, {"text": "three"}])
+    (tmp_path / "notes.txt").write_text("ignored")
+    assert resolve_files(str(tmp_path)) == [a, b]
+    assert resolve_files(str(tmp_path / "c4-train.*")) == [a, b]
+    assert list(iter_documents(resolve_files([a, b]))) == ["one", "two", "three"]
+
+
+def test_missing_path_is_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match="missing.json.gz"):
+        resolve_files(str(tmp_path / "missing.json.gz"))
+    with pytest.raises(FileNotFoundError, match="no file matches"):
+        resolve_files(str(tmp_path / "c4-*.json.gz"))
+
+
+BAD_CASES = {
+    "not_json": ('{"text": "ok"}\n{"text": oops}\n', "2: not JSON"),
+    "no_text": ('{"text": "ok"}\n{"url": "x"}\n', "2: no 'text' field"),
+    "empty": ('{"text": "ok"}\n{"text": "   "}\n', "2: empty document"),
+    "not_str": ('{"text": "ok"}\n{"text": 5}\n', "2: 'text' is int"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CASES))
+def test_bad_record_error_names_file_and_line(tmp_path, case):
+    content, message = BAD_CASES[case]
+    path = tmp_path / "shard.jsonl"
+    path.write_text(content)
+    with pytest.raises(BadRecordError, match=rf"shard\.jsonl:{message}"):
+        list(iter_documents([str(path)]))
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CASES))
+def test_bad_record_skip_counts(tmp_path, case):
+    content, _ = BAD_CASES[case]
+    path = tmp_path / "shard.jsonl"
+    path.write_text(content + '{"text": "after"}\n')
+    bad = BadRecords()
+    assert list(iter_documents([str(path)], "skip", bad)) == ["ok", "after"]
+    assert bad.count == 1 and "shard.jsonl:2" in bad.first[0]
+
+
+def test_invalid_utf8_is_a_bad_record(tmp_path):
+    path = tmp_path / "shard.jsonl"
+    path.write_bytes(b'{"text": "ok"}\n{"text": "\xff\xfe"}\n')
+    with pytest.raises(BadRecordError, match="shard.jsonl:2: invalid UTF-8"):
+        list(iter_documents([str(path)]))
+
+
+def test_corrupt_gzip(tmp_path):
+    good = gzip.compress(b"".join(b'{"text": "doc %d"}\n' % i for i in range(2000)))
+    path = tmp_path / "c4.json.gz"
+    path.write_bytes(good[: len(good) // 2])  # truncated
+    with pytest.raises(BadRecordError, match=r"c4\.json\.gz: unreadable after line \d+"):
+        list(iter_documents([str(path)]))
+    bad = BadRecords()
+    docs = list(iter_documents([str(path)], "skip", bad))
+    assert 0 < len(docs) < 2000 and bad.count == 1
+    path.write_bytes(b"this is not gzip at all")
+    with pytest.raises(BadRecordError, match=r"c4\.json\.gz: unreadable after line 0"):
+        list(iter_documents([str(path)]))

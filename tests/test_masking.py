@@ -1,0 +1,92 @@
+import torch
+
+from bert_lightning.data.masking import MaskingConfig, MLMCollator
+
+PAD, UNK, CLS, SEP, MASK = range(5)
+V = 1000
+
+
+def collator(**kw) -> MLMCollator:
+    return MLMCollator(PAD, MASK, [PAD, UNK, CLS, SEP, MASK], V, MaskingConfig(**kw))
+
+
+def random_examples(n: int, g: torch.Generator) -> list[dict]:
+    """Examples of varied length framed by [CLS] ... [SEP], so batches carry padding."""
+    out = []
+    for _ in range(n):
+        length = int(torch.randint(4, 30, (1,), generator=g))
+        ids = torch.randint(5, V, (length,), generator=g).tolist()
+        out.append({"input_ids": [CLS, *ids, SEP]})
+    return out
+
+
+def test_masking_statistics_over_10k_sequences():
+    g = torch.Generator().manual_seed(0)
+    col = collator()
+    picked = masked = randomised = kept = real = 0
+    for _ in range(100):  # 100 batches x 100 sequences
+        examples = random_examples(100, g)
+        batch = col(examples)
+        original = col([dict(e, labels=e["input_ids"]) for e in examples])
+        ids, labels = batch["input_ids"], batch["labels"]
+        orig = original["input_ids"]
+        is_real = ~torch.isin(orig, torch.tensor([PAD, CLS, SEP]))
+        sel = labels != -100
+        # specials and padding are never picked; labels hold the original id exactly there
+        assert not (sel & ~is_real).any()
+        assert torch.equal(labels[sel], orig[sel])
+        real += int(is_real.sum())
+        picked += int(sel.sum())
+        masked += int((sel & (ids == MASK)).sum())
+        kept += int((sel & (ids == orig)).sum())
+        randomised += int((sel & (ids != MASK) & (ids != orig)).sum())
+        assert not (~sel & (ids != orig)).any()  # nothing changes off the picked positions
+    assert real > 150_000
+    assert abs(picked / real - 0.15) < 0.005
+    assert abs(masked / real - 0.12) < 0.005
+    # a random draw equals the original 1 time in 995: counted with "kept", within tolerance
+    assert abs(randomised / real - 0.015) < 0.003
+    assert abs(kept / real - 0.015) < 0.003
+
+
+def test_rates_are_config_values():
+    g = torch.Generator().manual_seed(1)
+    col = collator(mlm_probability=0.3, p_mask=1.0, p_random=0.0)
+    batch = col(random_examples(2000, g))
+    sel = batch["labels"] != -100
+    real = int((batch["input_ids"] > SEP).sum())  # [MASK] (id 4) included
+    assert abs(sel.sum().item() / real - 0.3) < 0.01
+    assert torch.all(batch["input_ids"][sel] == MASK)
+
+
+def test_random_replacements_are_never_special():
+    g = torch.Generator().manual_seed(2)
+    col = collator(p_mask=0.0, p_random=1.0)
+    batch = col(random_examples(500, g))
+    sel = batch["labels"] != -100
+    assert (batch["input_ids"][sel] >= 5).all()
+
+
+def test_padding_and_attention_mask():
+    col = collator(mlm_probability=0.0)
+    batch = col([{"input_ids": [CLS, 7, 8, SEP]}, {"input_ids": [CLS, 9, SEP]}])
+    assert batch["input_ids"].tolist() == [[CLS, 7, 8, SEP], [CLS, 9, SEP, PAD]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1, 1], [1, 1, 1, 0]]
+    assert (batch["labels"] == -100).all()
+    packed = col([{"input_ids": [CLS, 7, SEP]}, {"input_ids": [CLS, 9, SEP]}])
+    assert "attention_mask" not in packed  # no padding, no mask: the fast attention path
+
+
+def test_fresh_mask_every_batch():
+    col = collator()
+    examples = [{"input_ids": [CLS, *range(5, 105), SEP]}] * 4
+    a, b = col(examples)["labels"], col(examples)["labels"]
+    assert not torch.equal(a, b)
+
+
+def test_premasked_examples_are_only_padded():
+    col = collator()
+    ex = [{"input_ids": [CLS, MASK, 9, SEP], "labels": [-100, 8, -100, -100]}]
+    batch = col(ex + [{"input_ids": [CLS, SEP], "labels": [-100, -100]}])
+    assert batch["input_ids"][0].tolist() == [CLS, MASK, 9, SEP]
+    assert batch["labels"].tolist() == [[-100, 8, -100, -100], [-100, -100, -100, -100]]

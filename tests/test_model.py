@@ -1,0 +1,127 @@
+import pytest
+import torch
+import torch.nn.functional as F
+
+from bert_lightning.config import compose
+from bert_lightning.model import (
+    BertConfig,
+    BertForPreTraining,
+    BertModel,
+    encoder_parameter_formula,
+    num_parameters,
+)
+
+SIZES = ["bert_tiny", "bert_mini", "bert_small", "bert_medium", "bert_base", "bert_large"]
+TINY = dict(
+    vocab_size=97,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=64,
+    max_position_embeddings=64,
+)
+
+
+def size_config(name: str, **kw) -> BertConfig:
+    from hydra.utils import instantiate
+
+    cfg = compose(overrides=[f"model={name}", "paths.output_dir=unused"])
+    return instantiate(cfg.model, vocab_size=30522, **kw)
+
+
+def test_bert_base_parameter_count_matches_bert_paper_model():
+    # transformers.BertModel(BertConfig()) has exactly this many parameters
+    assert num_parameters(BertModel(size_config("bert_base"))) == 109_482_240
+
+
+@pytest.mark.parametrize("name", SIZES)
+@pytest.mark.parametrize("pre_ln", [False, True])
+def test_parameter_count_formula(name, pre_ln):
+    c = size_config(name, pre_layer_norm=pre_ln)
+    with torch.device("meta"):
+        model = BertModel(c)
+    assert num_parameters(model) == encoder_parameter_formula(c)
+    assert c.intermediate_size == 4 * c.hidden_size
+
+
+@pytest.mark.parametrize("pre_ln", [False, True])
+def test_padding_does_not_change_real_token_outputs(pre_ln):
+    model = BertModel(BertConfig(**TINY, pre_layer_norm=pre_ln)).eval()
+    ids = torch.randint(5, 97, (3, 10))
+    plain = model(ids, attention_mask=torch.ones_like(ids)).last_hidden_state
+    padded_ids = torch.cat([ids, torch.zeros(3, 7, dtype=torch.long)], dim=1)
+    mask = torch.cat([torch.ones(3, 10), torch.zeros(3, 7)], dim=1).long()
+    padded = model(padded_ids, attention_mask=mask).last_hidden_state
+    torch.testing.assert_close(padded[:, :10], plain, atol=1e-5, rtol=1e-5)
+    # and the mask matters: without it the padding leaks into the real tokens
+    leaked = model(padded_ids).last_hidden_state
+    assert (leaked[:, :10] - plain).abs().max() > 1e-3
+
+
+def test_sparse_mlm_head_equals_dense_head():
+    model = BertForPreTraining(BertConfig(**TINY)).eval()
+    ids = torch.randint(5, 97, (4, 16))
+    labels = torch.where(torch.rand(4, 16) < 0.3, ids, -100)
+    out = model(ids, labels=labels)
+    hidden = model.bert(ids).last_hidden_state
+    dense_logits = model.cls.predictions(hidden)  # (B, T, V) on every position
+    dense_loss = F.cross_entropy(dense_logits.reshape(-1, 97), labels.reshape(-1))
+    assert abs(out.mlm_loss.item() - dense_loss.item()) < 1e-5
+    assert out.mlm_logits.shape == ((labels != -100).sum().item(), 97)
+
+
+def test_decoder_is_tied_to_word_embeddings():
+    model = BertForPreTraining(BertConfig(**TINY))
+    assert model.cls.predictions.decoder.weight is model.bert.embeddings.word_embeddings.weight
+    assert torch.all(model.bert.embeddings.word_embeddings.weight[0] == 0)  # [PAD] row
+
+
+def test_same_outputs_as_transformers_bert():
+    transformers = pytest.importorskip("transformers")
+    hf_cfg = transformers.BertConfig(**TINY, attn_implementation="eager")
+    hf = transformers.BertForPreTraining(hf_cfg).eval()
+    ours = BertForPreTraining(BertConfig(**TINY)).eval()
+    state = {k: v for k, v in hf.state_dict().items() if k in ours.state_dict()}
+    missing, unexpected = ours.load_state_dict(state, strict=False)
+    assert not missing and not unexpected
+    ids = torch.randint(5, 97, (2, 12))
+    mask = torch.ones_like(ids)
+    mask[1, 8:] = 0
+    types = torch.zeros_like(ids)
+    types[:, 6:] = 1
+    labels = torch.where(torch.rand(2, 12) < 0.5, ids, -100) * mask + (mask - 1) * 100
+    nsp = torch.tensor([0, 1])
+    with torch.no_grad():
+        theirs = hf(ids, attention_mask=mask, token_type_ids=types)
+        out = ours(ids, types, mask, labels=labels, next_sentence_label=nsp)
+    picked = labels != -100
+    torch.testing.assert_close(out.mlm_logits, theirs.prediction_logits[picked], atol=1e-5, rtol=0)
+    torch.testing.assert_close(out.nsp_logits, theirs.seq_relationship_logits, atol=1e-5, rtol=0)
+
+
+def test_model_learns_a_fixed_batch():
+    model = BertForPreTraining(BertConfig(**TINY, hidden_dropout_prob=0.0))
+    ids = torch.randint(5, 97, (8, 16))
+    labels = torch.where(torch.rand(8, 16) < 0.15, ids, -100)
+    inputs = torch.where(labels != -100, 4, ids)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    first = None
+    for _ in range(60):
+        loss = model(inputs, labels=labels).loss
+        first = first if first is not None else loss.item()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert loss.item() < 0.5 * first
+
+
+def test_nothing_picked_gives_zero_loss():
+    model = BertForPreTraining(BertConfig(**TINY))
+    out = model(torch.randint(5, 97, (2, 8)), labels=torch.full((2, 8), -100))
+    assert out.loss.item() == 0.0
+    out.loss.backward()  # still part of the graph
+
+
+def test_bad_config_is_named():
+    with pytest.raises(ValueError, match="num_attention_heads"):
+        BertConfig(hidden_size=30, num_attention_heads=4)

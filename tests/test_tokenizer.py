@@ -1,0 +1,61 @@
+import pytest
+from conftest import SAMPLE
+
+from bert_lightning.data.corpus import iter_documents
+from bert_lightning.tokenizer import (
+    SPECIAL_TOKENS,
+    load_tokenizer,
+    save_tokenizer,
+    special_ids,
+    train_wordpiece,
+)
+
+
+def test_training_is_reproducible(tiny_tokenizer):
+    docs = list(iter_documents([SAMPLE]))[:200]
+    again = train_wordpiece(lambda: iter(docs), vocab_size=800)
+    assert again.get_vocab() == tiny_tokenizer.get_vocab()
+    assert tiny_tokenizer.get_vocab_size() == 800
+
+
+def test_specials_and_templates(tiny_tokenizer):
+    ids = special_ids(tiny_tokenizer)
+    assert [ids[t] for t in SPECIAL_TOKENS] == [0, 1, 2, 3, 4]
+    pair = tiny_tokenizer.encode("Hello there.", "Café déjà vu!")
+    assert pair.tokens[0] == "[CLS]" and pair.tokens.count("[SEP]") == 2
+    first_sep = pair.tokens.index("[SEP]")
+    assert pair.type_ids == [0] * (first_sep + 1) + [1] * (len(pair.tokens) - first_sep - 1)
+    # NFD + lowercase + accents stripped
+    assert "cafe" in "".join(tiny_tokenizer.encode("CAFÉ").tokens).replace("##", "")
+
+
+def test_save_and_load_roundtrip(tiny_tokenizer, tmp_path):
+    path = tmp_path / "sub" / "tokenizer.json"
+    save_tokenizer(tiny_tokenizer, path)
+    assert [p.name for p in path.parent.iterdir()] == ["tokenizer.json"]  # no temporary left
+    loaded = load_tokenizer(path)
+    text = "Beginners BBQ Class Taking Place in Missoula!"
+    assert loaded.encode(text).ids == tiny_tokenizer.encode(text).ids
+
+
+def test_bert_vocab_txt_gives_bert_ids(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    words = ["[PAD]"] + [f"[unused{i}]" for i in range(3)] + ["[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    words += ["the", "cafe", "##s", "run", "##ning", "!", ",", "a", "b", "c", "##a", "##b", "x"]
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(words) + "\n")
+    ours = load_tokenizer(vocab)
+    from transformers.models.bert.tokenization_bert import load_vocab
+
+    theirs = transformers.BertTokenizer(vocab=load_vocab(str(vocab)), do_lower_case=True)
+    for text in ["The CAFÉS, running!", "abab xyz", "", "ab" * 60]:
+        assert ours.encode(text).ids == theirs(text)["input_ids"], text
+
+
+def test_bad_vocab_is_named(tmp_path):
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("[PAD]\n[UNK]\nhello\n")
+    with pytest.raises(ValueError, match=r"vocab\.txt.*\[CLS\]"):
+        load_tokenizer(vocab)
+    with pytest.raises(FileNotFoundError, match="nope.json"):
+        load_tokenizer(tmp_path / "nope.json")
