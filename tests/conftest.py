@@ -1,4 +1,5 @@
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -56,3 +57,7 @@ def tiny_tokenizer():
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach a hub
+os.environ.setdefault("WANDB_SILENT", "true")

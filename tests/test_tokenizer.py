@@ -1,5 +1,4 @@
 import pytest
-from conftest import SAMPLE
 
 from bert_lightning.data.corpus import iter_documents
 from bert_lightning.tokenizer import (
@@ -9,6 +8,7 @@ from bert_lightning.tokenizer import (
     special_ids,
     train_wordpiece,
 )
+from conftest import SAMPLE
 
 
 def test_training_is_reproducible(tiny_tokenizer):

@@ -18,7 +18,7 @@ import torch
 from tokenizers import Tokenizer
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from bert_lightning.data.corpus import iter_documents, resolve_files
+from bert_lightning.data.corpus import BadRecordError, iter_documents, resolve_files
 from bert_lightning.data.masking import MaskingConfig, MLMCollator
 from bert_lightning.tokenizer import (
     batch_encode,
@@ -141,14 +141,20 @@ class PretrainDataModule(L.LightningDataModule):
 
     # -- datasets --------------------------------------------------------------------------
     def _read(self, files: list[str]) -> datasets.Dataset:
-        stamp = [(f, os.path.getsize(f), os.path.getmtime(f)) for f in files]
-        ds = datasets.Dataset.from_generator(
-            _documents,
-            gen_kwargs={"files": files, "on_bad_record": self.on_bad_record, "stamp": stamp},
-            cache_dir=self.cache_dir,
-        )
-        if len(ds) == 0:
+        if next(iter_documents(files, self.on_bad_record), None) is None:
             raise ValueError(f"no documents with text in {files}")
+        stamp = [(f, os.path.getsize(f), os.path.getmtime(f)) for f in files]
+        try:
+            ds = datasets.Dataset.from_generator(
+                _documents,
+                features=datasets.Features({"text": datasets.Value("string")}),
+                gen_kwargs={"files": files, "on_bad_record": self.on_bad_record, "stamp": stamp},
+                cache_dir=self.cache_dir,
+            )
+        except datasets.exceptions.DatasetGenerationError as e:
+            if isinstance(e.__cause__, BadRecordError):  # datasets wraps it; show it plainly
+                raise e.__cause__ from None
+            raise
         return ds
 
     def _examples(self, docs: datasets.Dataset) -> datasets.Dataset:

@@ -1,0 +1,49 @@
+from pathlib import Path
+
+import pytest
+from hydra.utils import instantiate
+from lightning.pytorch.strategies import DDPStrategy
+
+from bert_lightning.config import CONFIG_DIR, compose
+from bert_lightning.model import BertConfig
+
+GROUP_OPTIONS = [
+    (group.name, option.stem)
+    for group in sorted(p for p in CONFIG_DIR.iterdir() if p.is_dir())
+    for option in sorted(group.glob("*.yaml"))
+]
+
+
+@pytest.mark.parametrize(("group", "option"), GROUP_OPTIONS)
+def test_every_config_composes(group, option, tmp_path):
+    cfg = compose(overrides=[f"{group}={option}", f"paths.output_dir={tmp_path}"])
+    assert cfg.model.hidden_size > 0
+    if group == "model":
+        assert isinstance(instantiate(cfg.model, vocab_size=100), BertConfig)
+    if group == "data":
+        assert Path(instantiate(cfg.data).train_files[0]).is_file()
+
+
+def test_eight_devices_mean_ddp(tmp_path):
+    """`python train.py model=bert_base trainer.devices=8` on 8 GPUs runs DDP; the same
+    choice is made on the CPU, where the strategy can be checked without GPUs."""
+    cfg = compose(
+        overrides=[
+            "model=bert_base",
+            "trainer.devices=8",
+            "trainer.accelerator=cpu",
+            f"paths.output_dir={tmp_path}",
+        ]
+    )
+    trainer = instantiate(cfg.trainer, logger=False, enable_checkpointing=False)
+    assert isinstance(trainer.strategy, DDPStrategy)
+    assert trainer.num_devices == 8
+    assert cfg.model.num_hidden_layers == 12
+
+
+def test_precision_and_seed_come_from_the_config(tmp_path):
+    cfg = compose(
+        overrides=["trainer.precision=bf16-mixed", "seed=7", f"paths.output_dir={tmp_path}"]
+    )
+    trainer = instantiate(cfg.trainer, accelerator="cpu", logger=False, enable_checkpointing=False)
+    assert trainer.precision == "bf16-mixed" and cfg.data.seed == 7

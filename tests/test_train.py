@@ -1,0 +1,69 @@
+import csv
+import os
+
+import pytest
+import torch
+from hydra.errors import InstantiationException
+
+from bert_lightning.config import compose
+from bert_lightning.data.corpus import BadRecordError
+from bert_lightning.train import train
+from conftest import tiny_overrides, write_corpus
+
+
+def run(out_dir, *extra):
+    write_corpus(out_dir / "corpus.jsonl")
+    return train(compose(overrides=tiny_overrides(out_dir, *extra)))
+
+
+def metric_rows(out_dir):
+    with open(out_dir / "metrics.csv") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.mark.slow
+def test_smoke_run_writes_outputs_and_resumes(tmp_path):
+    out = tmp_path / "run"
+    val_loss = run(out, "logger=wandb")
+    assert val_loss is not None and val_loss > 0
+    ckpt = out / "checkpoints" / "last.ckpt"
+    for name in [
+        "checkpoints/tokenizer.json",
+        "metrics.csv",
+        "loss_curve.png",
+        "config_resolved.yaml",
+    ]:
+        assert (out / name).is_file(), name
+    assert list((out / "checkpoints").glob("best-step*.ckpt"))
+    assert list((out / "wandb").glob("offline-run-*"))  # wandb ran offline
+    state = torch.load(ckpt, map_location="cpu", weights_only=True)
+    assert state["global_step"] == 6 and state["tokenizer"]
+    rows = metric_rows(out)
+    assert [r["step"] for r in rows if r["val/loss"]] == ["0", "2", "5"]
+
+    resumed = tmp_path / "resumed"
+    write_corpus(resumed / "corpus.jsonl")
+    train(compose(overrides=tiny_overrides(resumed, f"ckpt_path={ckpt}", "trainer.max_steps=9")))
+    state = torch.load(resumed / "checkpoints" / "last.ckpt", weights_only=True)
+    assert state["global_step"] == 9
+    steps = [int(r["step"]) for r in metric_rows(resumed) if r["train/loss"]]
+    assert min(steps) == 6 and max(steps) == 8  # the step count continues
+    tok_a = (out / "checkpoints" / "tokenizer.json").read_text()
+    assert (resumed / "checkpoints" / "tokenizer.json").read_text() == tok_a
+
+
+def test_bad_corpus_fails_cleanly(tmp_path):
+    out = tmp_path / "run"
+    corpus = write_corpus(out / "corpus.jsonl", 20)
+    with open(corpus, "a") as f:
+        f.write('{"url": "no text here"}\n')
+    with pytest.raises(BadRecordError, match=r"corpus\.jsonl:21: no 'text' field"):
+        train(compose(overrides=tiny_overrides(out)))
+    assert sorted(os.listdir(out)) == ["corpus.jsonl"]  # nothing half-written
+
+
+def test_missing_data_path_is_named(tmp_path):
+    cfg = compose(overrides=tiny_overrides(tmp_path, f"data.train_files={tmp_path}/nope/*.json.gz"))
+    # Hydra wraps errors raised while instantiating; the message keeps ours
+    with pytest.raises(InstantiationException, match="nope/\\*.json.gz: no file matches"):
+        train(cfg)
