@@ -1,0 +1,67 @@
+import pytest
+import torch
+
+from bert_lightning.interop import hf_to_ours, load_hf_folder, load_into, ours_to_hf
+from bert_lightning.model import BertConfig, BertForPreTraining
+from bert_lightning.tokenizer import SPECIAL_TOKENS
+
+transformers = pytest.importorskip("transformers")
+
+TINY = dict(
+    vocab_size=40,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=64,
+    max_position_embeddings=64,
+)
+
+
+def hf_folder(tmp_path, legacy=False):
+    hf = transformers.BertForPreTraining(transformers.BertConfig(**TINY)).eval()
+    hf.save_pretrained(tmp_path)
+    words = SPECIAL_TOKENS + [chr(ord("a") + i) for i in range(26)] + [f"##{i}" for i in range(9)]
+    (tmp_path / "vocab.txt").write_text("\n".join(words) + "\n")
+    if legacy:  # an old TF-converted checkpoint: gamma/beta, .bin
+        from safetensors.torch import load_file
+
+        state = load_file(tmp_path / "model.safetensors")
+        state = {k.replace("LayerNorm.weight", "LayerNorm.gamma"): v for k, v in state.items()}
+        state = {k.replace("LayerNorm.bias", "LayerNorm.beta"): v for k, v in state.items()}
+        (tmp_path / "model.safetensors").unlink()
+        torch.save(state, tmp_path / "pytorch_model.bin")
+    return hf
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_import_hf_folder_gives_same_logits(tmp_path, legacy):
+    hf = hf_folder(tmp_path, legacy)
+    ckpt = load_hf_folder(tmp_path)
+    ours = BertForPreTraining(ckpt.config).eval()
+    load_into(ours, ckpt.state_dict)
+    ids = torch.randint(5, 40, (2, 9))
+    mask = torch.ones_like(ids)
+    mask[0, 6:] = 0
+    labels = torch.where(mask.bool(), ids, -100)
+    with torch.no_grad():
+        theirs = hf(ids, attention_mask=mask)
+        out = ours(ids, attention_mask=mask, labels=labels)
+    torch.testing.assert_close(
+        out.mlm_logits, theirs.prediction_logits[mask.bool()], atol=1e-5, rtol=0
+    )
+    assert ckpt.tokenizer.token_to_id("a") == 5
+
+
+def test_key_map_round_trip():
+    state = BertForPreTraining(BertConfig(**TINY)).state_dict()
+    hf_keys = set(transformers.BertForPreTraining(transformers.BertConfig(**TINY)).state_dict())
+    assert set(ours_to_hf(state)) == hf_keys
+    assert set(hf_to_ours(ours_to_hf(state))) == set(state) - {"cls.predictions.decoder.weight"}
+
+
+def test_load_into_refuses_misfits():
+    model = BertForPreTraining(BertConfig(**TINY))
+    with pytest.raises(KeyError, match="classifier.weight"):
+        load_into(model, {"classifier.weight": torch.zeros(2, 32)})
+    with pytest.raises(ValueError, match="cls.predictions.bias"):
+        load_into(model, {"cls.predictions.bias": torch.zeros(7)})
