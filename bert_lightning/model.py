@@ -31,6 +31,9 @@ class BertConfig:
     # Not in transformers.BertConfig: pre-LN blocks (LayerNorm before each sublayer plus a final
     # one) train more stably at depth but cannot be expressed by HF BERT.
     pre_layer_norm: bool = False
+    # transformers' name for a left-to-right model; here it only adds a causal attention mask,
+    # an ablation that shows what MLM gains from seeing the right context
+    is_decoder: bool = False
 
     def __post_init__(self):
         if self.hidden_size % self.num_attention_heads:
@@ -234,9 +237,12 @@ class BertModel(nn.Module):
         self, input_ids, token_type_ids=None, attention_mask=None, output_hidden_states=False
     ) -> EncoderOutput:
         x = self.embeddings(input_ids, token_type_ids)  # (B, T, H)
-        x, hidden_states = self.encoder(
-            x, extended_attention_mask(attention_mask), output_hidden_states
-        )
+        mask = extended_attention_mask(attention_mask)  # (B, 1, 1, T) or None
+        if self.config.is_decoder:
+            T = x.size(1)
+            left = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()  # (T, T)
+            mask = left if mask is None else mask & left  # (B, 1, T, T)
+        x, hidden_states = self.encoder(x, mask, output_hidden_states)
         pooled = self.pooler(x) if self.pooler is not None else None
         return EncoderOutput(x, pooled, hidden_states)
 

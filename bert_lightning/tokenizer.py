@@ -16,25 +16,42 @@ log = logging.getLogger(__name__)
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 
-def _bert_tokenizer(vocab: dict[str, int]) -> Tokenizer:
-    """BERT uncased pipeline: NFD + lowercase + strip accents, BERT pre-tokenization, WordPiece,
-    `[CLS] A [SEP]` / `[CLS] A [SEP] B [SEP]` with segment ids 0/1."""
+def _check_specials(vocab: dict[str, int]) -> None:
     missing = [t for t in SPECIAL_TOKENS if t not in vocab]
     if missing:
         raise ValueError(f"vocabulary lacks the special tokens {missing}")
-    tok = Tokenizer(models.WordPiece(vocab=vocab, unk_token="[UNK]", max_input_chars_per_word=100))
-    tok.normalizer = normalizers.BertNormalizer(
-        clean_text=True, handle_chinese_chars=True, strip_accents=True, lowercase=True
-    )
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+
+
+def _add_bert_framing(tok: Tokenizer, vocab: dict[str, int]) -> Tokenizer:
+    """`[CLS] A [SEP]` / `[CLS] A [SEP] B [SEP]` with segment ids 0/1; specials never split."""
     tok.post_processor = processors.TemplateProcessing(
         single="[CLS] $A:0 [SEP]:0",
         pair="[CLS] $A:0 [SEP]:0 $B:1 [SEP]:1",
         special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])],
     )
-    tok.decoder = decoders.WordPiece(prefix="##")
     tok.add_special_tokens(SPECIAL_TOKENS)
     return tok
+
+
+def _bert_tokenizer(vocab: dict[str, int]) -> Tokenizer:
+    """BERT uncased pipeline: NFD + lowercase + strip accents, BERT pre-tokenization, WordPiece."""
+    _check_specials(vocab)
+    tok = Tokenizer(models.WordPiece(vocab=vocab, unk_token="[UNK]", max_input_chars_per_word=100))
+    tok.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=True, strip_accents=True, lowercase=True
+    )
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece(prefix="##")
+    return _add_bert_framing(tok, vocab)
+
+
+def symbol_tokenizer(symbols: list[str]) -> Tokenizer:
+    """Whitespace-separated symbols, case kept, ids after the specials: for synthetic corpora
+    (the brackets toy) whose vocabulary is known up front."""
+    vocab = {t: i for i, t in enumerate(SPECIAL_TOKENS + list(symbols))}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return _add_bert_framing(tok, vocab)
 
 
 def load_vocab_txt(path: str | os.PathLike) -> Tokenizer:

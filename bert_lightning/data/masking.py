@@ -10,6 +10,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+from tokenizers import Tokenizer
+
+from bert_lightning.tokenizer import special_ids
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,17 @@ class MLMCollator:
         keep[self.special_ids] = False
         self.random_ids = keep.nonzero().squeeze(1)  # (V - n_special,)
         self.masking = masking or MaskingConfig()
+
+    @classmethod
+    def for_tokenizer(cls, tokenizer: Tokenizer, masking: MaskingConfig | None = None):
+        ids = special_ids(tokenizer)
+        return cls(
+            pad_id=ids["[PAD]"],
+            mask_id=ids["[MASK]"],
+            special_ids=list(ids.values()),
+            vocab_size=tokenizer.get_vocab_size(),
+            masking=masking,
+        )
 
     def maskable(self, input_ids: torch.Tensor) -> torch.Tensor:
         """Real, non-special tokens (padding is [PAD], a special token)."""

@@ -130,14 +130,7 @@ class PretrainDataModule(L.LightningDataModule):
         return self.tokenizer
 
     def collator(self) -> MLMCollator:
-        ids = special_ids(self.tokenizer)
-        return MLMCollator(
-            pad_id=ids["[PAD]"],
-            mask_id=ids["[MASK]"],
-            special_ids=list(ids.values()),
-            vocab_size=self.tokenizer.get_vocab_size(),
-            masking=self.masking,
-        )
+        return MLMCollator.for_tokenizer(self.tokenizer, self.masking)
 
     # -- datasets --------------------------------------------------------------------------
     def _read(self, files: list[str]) -> datasets.Dataset:

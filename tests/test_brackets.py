@@ -1,0 +1,69 @@
+import pytest
+import torch
+
+from bert_lightning.data.brackets import (
+    CLOSERS,
+    OPENERS,
+    brackets_tokenizer,
+    sentences,
+    to_input_ids,
+    ungrammatical,
+)
+from bert_lightning.data.masking import MaskingConfig
+from bert_lightning.experiments.brackets import evaluate, masking_stats, run_all
+from bert_lightning.model import PreTrainingOutput
+
+TOK = brackets_tokenizer()
+
+
+def test_sentences_are_bracket_pairs():
+    ids = to_input_ids(sentences(100, 8, torch.Generator().manual_seed(0)), TOK)
+    assert ids.shape == (100, 17) and torch.all(ids[:, 0] == TOK.token_to_id("[CLS]"))
+    tokens = [[TOK.id_to_token(i) for i in row] for row in ids[:, 1:].tolist()]
+    for row in tokens:
+        pairs = zip(row[::2], row[1::2], strict=True)
+        assert all(o in OPENERS and c == o.upper() for o, c in pairs)
+
+
+def test_ungrammatical_swaps_exactly_one_closer():
+    g = torch.Generator().manual_seed(1)
+    good = sentences(500, 8, g)
+    bad = ungrammatical(good, g)
+    diff = good != bad
+    assert torch.all(diff.sum(1) == 1) and not diff[:, ::2].any()  # one closer, no opener
+    assert torch.all(bad[:, 1::2] >= len(OPENERS)) and torch.all(bad < len(OPENERS) + len(CLOSERS))
+
+
+def test_masking_statistics_match_the_tutorial():
+    s = masking_stats()
+    assert s["real tokens"] == 160_000
+    assert abs(s["picked"] - 15.0) < 0.5 and abs(s["[MASK]"] - 12.0) < 0.5
+    assert abs(s["random"] - 1.5) < 0.3 and abs(s["kept"] - 1.5) < 0.3
+
+
+class Oracle(torch.nn.Module):
+    """Right on closers (the label), wrong on openers: checks evaluate's bookkeeping."""
+
+    def forward(self, input_ids, labels):
+        picked = labels != -100
+        target = labels[picked]
+        closer = target >= TOK.token_to_id(CLOSERS[0])
+        pred = torch.where(closer, target, TOK.token_to_id("[UNK]"))
+        logits = torch.nn.functional.one_hot(pred, TOK.get_vocab_size()).float()
+        return PreTrainingOutput(None, None, None, logits, target, None)
+
+
+def test_evaluate_splits_by_role_and_kind():
+    r = evaluate(Oracle(), TOK, MaskingConfig(), n=2000)
+    assert r["closers"] == 100.0 and r["openers"] == 0.0
+    assert 40 < r["overall"] < 60 and 40 < r["[MASK]"] < 60
+
+
+@pytest.mark.slow
+def test_textbook_claims_hold(tmp_path):
+    """600-step runs through train(cfg): the gaps the BERT paper's argument rests on."""
+    quiet = ["trainer.enable_progress_bar=false", "trainer.enable_model_summary=false"]
+    r = run_all(tmp_path, quiet, variants=["bidirectional", "causal", "always_mask"])
+    assert r["bidirectional"]["overall"] >= 85
+    assert r["causal"]["openers"] <= 30 and r["causal"]["closers"] >= 85
+    assert r["always_mask"]["kept"] <= r["bidirectional"]["kept"] - 25
