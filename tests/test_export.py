@@ -230,3 +230,47 @@ def test_minilm_tokenizer_gives_hf_ids(minilm):
         expected = hf(text)["input_ids"]
         assert ours_json.encode(text).ids == expected, text
         assert ours_vocab.encode(text).ids == expected, text
+
+
+def test_cli_reads_a_fine_tuning_checkpoint(tmp_path, tiny_tokenizer):
+    """A `.ckpt` as the fine-tuning module writes it (`model.bert.*`, `model.classifier.*`,
+    hyper_parameters with `config` and `task`): the task's labels reach config.json."""
+    from bert_lightning.cli import main
+
+    config = BertConfig(vocab_size=tiny_tokenizer.get_vocab_size(), **TINY)
+    encoder = BertModel(config)
+    state = {f"model.bert.{k}": v for k, v in encoder.state_dict().items()}
+    state |= {
+        "model.classifier.weight": torch.zeros(3, 32),
+        "model.classifier.bias": torch.zeros(3),
+    }
+    task = {"kind": "seq_classification", "labels": ["contradiction", "entailment", "neutral"]}
+    torch.save(
+        {
+            "state_dict": state,
+            "hyper_parameters": {"config": config.to_dict(), "task": task},
+            "tokenizer": tiny_tokenizer.to_str(),
+        },
+        tmp_path / "ft.ckpt",
+    )
+    main(["export-hf", str(tmp_path / "ft.ckpt"), str(tmp_path / "hf")])
+    cfg = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert cfg["architectures"] == ["BertForSequenceClassification"]
+    assert cfg["label2id"] == {"contradiction": 0, "entailment": 1, "neutral": 2}
+    assert cfg["problem_type"] == "single_label_classification"
+    hf = transformers.BertForSequenceClassification.from_pretrained(tmp_path / "hf")
+    assert hf.config.num_labels == 3
+
+
+def test_bad_inputs_are_named(tmp_path, tiny_tokenizer, pretrained):
+    from bert_lightning.interop import hf_config
+
+    with pytest.raises(ValueError, match="2 label names for a head of 3 outputs"):
+        hf_config(
+            pretrained.config, "BertForSequenceClassification", labels=["a", "b"], num_labels=3
+        )
+    torch.save({"state_dict": {}}, tmp_path / "other.ckpt")
+    with pytest.raises(ValueError, match=r"other\.ckpt: no 'state_dict'.*not a bert_lightning"):
+        read_checkpoint(tmp_path / "other.ckpt")
+    with pytest.raises(FileNotFoundError, match="missing.ckpt"):
+        read_checkpoint(tmp_path / "missing.ckpt")
