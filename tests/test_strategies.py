@@ -49,3 +49,15 @@ def test_bf16_true_run_exports_bf16_weights(tmp_path):
     assert json.loads((out / "config.json").read_text())["dtype"] == "bfloat16"
     hf = transformers.BertForPreTraining.from_pretrained(out, dtype="auto")
     assert hf.dtype == torch.bfloat16
+
+
+def test_several_devices_by_default_get_ddp_that_allows_unused_heads(tmp_path):
+    """`trainer.devices=8` alone: Lightning's plain DDP would stop at the first MLM-only step
+    (pooler and NSP head get no gradient); build() asks for find_unused_parameters."""
+    from bert_lightning.train import build
+    from conftest import tiny_overrides, write_corpus
+
+    write_corpus(tmp_path / "corpus.jsonl")
+    _, _, trainer = build(compose(overrides=tiny_overrides(tmp_path, "trainer.devices=2")))
+    assert trainer.num_devices == 2
+    assert trainer.strategy._ddp_kwargs["find_unused_parameters"] is True
