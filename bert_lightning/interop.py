@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, fields
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import torch
@@ -44,13 +47,10 @@ def hf_to_ours(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 def ours_to_hf(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Our state dict -> HF `BertForPreTraining` / `BertFor*` keys (decoder written out, as HF
-    files carry it)."""
-    out = dict(state)
-    if "cls.predictions.bias" in out:
-        out["cls.predictions.decoder.weight"] = out["bert.embeddings.word_embeddings.weight"]
-        out["cls.predictions.decoder.bias"] = out["cls.predictions.bias"]
-    return out
+    """Our state dict -> the keys HF's `save_pretrained` writes for `BertForPreTraining` /
+    `BertFor*`: the tied decoder is left out (HF re-ties it on load), so no tensor is stored
+    twice and safetensors accepts the dict."""
+    return {k: v for k, v in state.items() if k not in _DROPPED}
 
 
 def config_from_hf(path: str | Path) -> BertConfig:
@@ -93,6 +93,9 @@ def load_hf_folder(folder: str | Path) -> HFCheckpoint:
             break
     else:
         raise FileNotFoundError(f"{folder}: neither tokenizer.json nor vocab.txt")
+    # HF files often fix padding/truncation (e.g. pad to 128): framing is our pipeline's job
+    tokenizer.no_padding()
+    tokenizer.no_truncation()
     return HFCheckpoint(
         config_from_hf(folder / "config.json"), hf_to_ours(read_hf_weights(folder)), tokenizer
     )
@@ -114,3 +117,182 @@ def load_into(model: torch.nn.Module, state: dict[str, torch.Tensor], prefix: st
     if missing:
         log.info("not in the checkpoint, left at initial values: %s", missing)
     model.load_state_dict(state, strict=False)
+
+
+# --- export: our weights -> a Hugging Face folder -------------------------------------------
+
+# HF class of a state dict, told apart by its heads (our names are HF's): a task head is
+# `classifier.*`; HF's token-classification model has no pooler, its sequence one has
+HF_ARCHITECTURES = (
+    "BertForPreTraining",
+    "BertForMaskedLM",
+    "BertModel",
+    "BertForSequenceClassification",
+    "BertForTokenClassification",
+)
+
+
+def hf_architecture(state: dict[str, torch.Tensor], task_kind: str | None = None) -> str:
+    """The `transformers` class a state dict (our key space) loads into without missing keys.
+    `task_kind` (a fine-tuning checkpoint's `task.kind`) settles a classifier head's kind."""
+    keys = set(state)
+    if "classifier.weight" in keys:
+        if task_kind == "token_classification" or (
+            task_kind is None and "bert.pooler.dense.weight" not in keys
+        ):
+            return "BertForTokenClassification"
+        return "BertForSequenceClassification"
+    if "cls.predictions.bias" in keys:
+        has_nsp = "cls.seq_relationship.weight" in keys and "bert.pooler.dense.weight" in keys
+        return "BertForPreTraining" if has_nsp else "BertForMaskedLM"
+    return "BertModel"
+
+
+def hf_config(
+    config: BertConfig,
+    architecture: str,
+    dtype: torch.dtype = torch.float32,
+    labels: list[str] | None = None,
+    problem_type: str | None = None,
+    num_labels: int | None = None,
+) -> dict:
+    """`config.json` with `transformers.BertConfig` fields. Pre-LN blocks have no HF BERT
+    equivalent: refused rather than exported into a model that would compute something else."""
+    if config.pre_layer_norm:
+        raise ValueError(
+            "model.pre_layer_norm=true: Hugging Face BERT has post-LN blocks only, so a pre-LN "
+            "model cannot be exported to it (its weights would load but compute another function)"
+        )
+    if architecture not in HF_ARCHITECTURES:
+        raise ValueError(f"architecture={architecture!r}; expected one of {HF_ARCHITECTURES}")
+    out = {k: v for k, v in asdict(config).items() if k != "pre_layer_norm"}
+    out.update(
+        architectures=[architecture],
+        model_type="bert",
+        position_embedding_type="absolute",
+        classifier_dropout=None,
+        tie_word_embeddings=True,
+        use_cache=True,
+        dtype=str(dtype).removeprefix("torch."),
+    )
+    if num_labels is not None:
+        names = labels or [f"LABEL_{i}" for i in range(num_labels)]
+        if len(names) != num_labels:
+            raise ValueError(f"{len(names)} label names for a head of {num_labels} outputs")
+        out["id2label"] = {str(i): str(n) for i, n in enumerate(names)}
+        out["label2id"] = {str(n): i for i, n in enumerate(names)}
+        if problem_type:
+            out["problem_type"] = problem_type
+    return out
+
+
+def hf_tokenizer_files(tok: Tokenizer, model_max_length: int) -> dict[str, str]:
+    """`tokenizer.json` (ours, as is), `vocab.txt`, `tokenizer_config.json` and
+    `special_tokens_map.json` for `transformers`' BERT tokenizer."""
+    vocab = tok.get_vocab(with_added_tokens=True)
+    by_id = sorted(vocab, key=vocab.get)
+    if [vocab[t] for t in by_id] != list(range(len(by_id))):
+        raise ValueError("tokenizer ids are not 0..N-1 without gaps: no vocab.txt can hold them")
+    raw = json.loads(tok.to_str())
+    norm = raw.get("normalizer") or {}
+    if norm.get("type") != "BertNormalizer":
+        raise ValueError(f"normalizer {norm.get('type')!r}: only BERT's can be exported")
+    lower = bool(norm.get("lowercase", True))
+    specials = {
+        "unk_token": "[UNK]",
+        "sep_token": "[SEP]",
+        "pad_token": "[PAD]",
+        "cls_token": "[CLS]",
+        "mask_token": "[MASK]",
+    }
+    tokenizer_config = {
+        "tokenizer_class": "BertTokenizer",
+        "do_lower_case": lower,
+        "tokenize_chinese_chars": bool(norm.get("handle_chinese_chars", True)),
+        "strip_accents": norm.get("strip_accents"),
+        "model_max_length": model_max_length,
+        "clean_up_tokenization_spaces": False,
+        **specials,
+    }
+    return {
+        "tokenizer.json": tok.to_str(),
+        "vocab.txt": "\n".join(by_id) + "\n",
+        "tokenizer_config.json": json.dumps(tokenizer_config, indent=2) + "\n",
+        "special_tokens_map.json": json.dumps(specials, indent=2) + "\n",
+    }
+
+
+def export_hf_folder(
+    state: dict[str, torch.Tensor],
+    config: BertConfig,
+    tokenizer: Tokenizer,
+    out_dir: str | Path,
+    task: dict | None = None,
+    overwrite: bool = False,
+) -> Path:
+    """Write a folder that `transformers`' `from_pretrained` reads: config.json,
+    model.safetensors and the tokenizer files. `state` is in our key space; `task` (a
+    fine-tuning checkpoint's task config: `kind`, `labels`) names a classifier's labels.
+    Written into a temporary sibling folder, then renamed: never a half-written folder."""
+    from safetensors.torch import save_file
+
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not overwrite:
+        raise FileExistsError(f"{out_dir} exists; choose a new folder (or overwrite=True)")
+    task = task or {}
+    arch = hf_architecture(state, task.get("kind"))
+    weights = {k: v.detach().contiguous() for k, v in ours_to_hf(state).items()}
+    dtype = weights["bert.embeddings.word_embeddings.weight"].dtype
+    head = {}
+    if "classifier.weight" in weights:
+        head = dict(num_labels=weights["classifier.weight"].shape[0], labels=task.get("labels"))
+        kind = task.get("kind")
+        if kind == "regression":
+            head["problem_type"] = "regression"
+        elif kind in ("seq_classification", "token_classification"):
+            head["problem_type"] = "single_label_classification"
+    files = {"config.json": json.dumps(hf_config(config, arch, dtype, **head), indent=2) + "\n"}
+    files.update(hf_tokenizer_files(tokenizer, config.max_position_embeddings))
+
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        save_file(weights, tmp / "model.safetensors", metadata={"format": "pt"})
+        for name, text in files.items():
+            (tmp / name).write_text(text, encoding="utf-8")
+        if out_dir.exists():  # overwrite: the old folder goes only once the new one is whole
+            old = out_dir.with_name(f".{out_dir.name}.old{os.getpid()}")
+            os.replace(out_dir, old)
+            os.replace(tmp, out_dir)
+            shutil.rmtree(old)
+        else:
+            os.replace(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    log.info("wrote %s (%s, %d tensors)", out_dir, arch, len(weights))
+    return out_dir
+
+
+@dataclass
+class OurCheckpoint:
+    config: BertConfig
+    state_dict: dict[str, torch.Tensor]  # our key space, without Lightning's `model.` prefix
+    tokenizer: Tokenizer
+    hparams: dict
+
+
+def read_checkpoint(path: str | Path) -> OurCheckpoint:
+    """A `.ckpt` of ours (pretraining or fine-tuning), read weights-only."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such checkpoint file")
+    ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    hparams = dict(ckpt.get("hyper_parameters") or {})
+    for key, what in [("state_dict", ckpt), ("config", hparams), ("tokenizer", ckpt)]:
+        if not what.get(key):
+            raise ValueError(f"{path}: no {key!r} in the checkpoint: not a bert_lightning .ckpt")
+    state = {k[len("model.") :]: v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}
+    return OurCheckpoint(
+        BertConfig(**hparams["config"]), state, Tokenizer.from_str(ckpt["tokenizer"]), hparams
+    )

@@ -35,7 +35,9 @@ class BertPretrainModule(L.LightningModule):
     """`config`: BertConfig fields; `optim`: lr, weight_decay, betas, eps, warmup_steps.
     `tokenizer_json` travels inside every checkpoint, so a checkpoint is self-contained."""
 
-    def __init__(self, config: dict, optim: dict, tokenizer_json: str | None = None):
+    def __init__(
+        self, config: dict, optim: dict, tokenizer_json: str | None = None, compile: bool = False
+    ):
         super().__init__()
         self.save_hyperparameters(ignore=["tokenizer_json"])
         self.model = BertForPreTraining(BertConfig(**config))
@@ -44,6 +46,24 @@ class BertPretrainModule(L.LightningModule):
         self.train_acc = MulticlassAccuracy(num_classes=V, average="micro")
         self.val_acc = MulticlassAccuracy(num_classes=V, average="micro")
         self.val_ppl = Perplexity()
+
+    def configure_model(self) -> None:
+        """Under FSDP2 (`trainer=fsdp`: Lightning's ModelParallelStrategy) shard each encoder
+        layer as its own unit, then the rest (embeddings, tied MLM head) at the root; then
+        `compile=true` compiles in place (state-dict keys unchanged). Lightning calls this
+        before each of validate/fit: it acts once."""
+        if getattr(self, "_model_configured", False):
+            return
+        self._model_configured = True
+        if self.device_mesh is not None:
+            from torch.distributed.fsdp import fully_shard
+
+            mesh = self.device_mesh["data_parallel"]
+            for layer in self.model.bert.encoder.layer:
+                fully_shard(layer, mesh=mesh)
+            fully_shard(self.model, mesh=mesh)
+        if self.hparams.compile:
+            self.model.compile()
 
     def forward(self, batch: dict):
         return self.model(

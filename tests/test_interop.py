@@ -52,10 +52,13 @@ def test_import_hf_folder_gives_same_logits(tmp_path, legacy):
     assert ckpt.tokenizer.token_to_id("a") == 5
 
 
-def test_key_map_round_trip():
+def test_key_map_round_trip(tmp_path):
+    from safetensors.torch import load_file
+
     state = BertForPreTraining(BertConfig(**TINY)).state_dict()
-    hf_keys = set(transformers.BertForPreTraining(transformers.BertConfig(**TINY)).state_dict())
-    assert set(ours_to_hf(state)) == hf_keys
+    hf = transformers.BertForPreTraining(transformers.BertConfig(**TINY))
+    hf.save_pretrained(tmp_path)
+    assert set(ours_to_hf(state)) == set(load_file(tmp_path / "model.safetensors"))
     assert set(hf_to_ours(ours_to_hf(state))) == set(state) - {"cls.predictions.decoder.weight"}
 
 

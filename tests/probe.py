@@ -1,0 +1,36 @@
+"""A callback the distributed tests add to train.py runs (`+callbacks.probe._target_=
+probe.LossProbe`, with tests/ on PYTHONPATH): every rank writes its own training losses and
+which modules were FSDP-sharded, since Lightning's CSV log holds rank 0's values only."""
+
+import json
+from pathlib import Path
+
+import lightning as L
+
+
+class LossProbe(L.Callback):
+    def __init__(self):
+        self.losses: dict[int, float] = {}
+        self.sharded: list[str] = []
+
+    def on_train_start(self, trainer, pl_module):
+        from torch.distributed.fsdp import FSDPModule
+
+        self.sharded = [n for n, m in pl_module.named_modules() if isinstance(m, FSDPModule)]
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.losses[trainer.global_step - 1] = float(outputs["loss"])
+
+    def on_train_end(self, trainer, pl_module):
+        out = Path(trainer.default_root_dir) / f"probe-rank{trainer.global_rank}.json"
+        out.write_text(json.dumps({"losses": self.losses, "sharded": self.sharded}))
+
+
+def read_probes(run_dir: Path) -> list[dict]:
+    """One dict per rank, rank order; loss keys back to ints."""
+    probes = []
+    for path in sorted(run_dir.glob("probe-rank*.json")):
+        p = json.loads(path.read_text())
+        p["losses"] = {int(k): v for k, v in p["losses"].items()}
+        probes.append(p)
+    return probes

@@ -1,0 +1,63 @@
+"""The scale-out options of the `trainer` group and `model_compile`, checked without GPUs."""
+
+import json
+
+import pytest
+import torch
+from hydra.utils import instantiate
+from lightning.pytorch.strategies import StrategyRegistry
+
+from bert_lightning.config import compose
+from bert_lightning.interop import export_hf_folder, read_checkpoint
+from bert_lightning.pretrain_module import BertPretrainModule
+from bert_lightning.strategies import FSDP2Strategy
+
+
+def test_fsdp_config_is_fsdp2_with_full_state_checkpoints(tmp_path):
+    cfg = compose(overrides=["trainer=fsdp", "trainer.num_nodes=2", f"paths.output_dir={tmp_path}"])
+    trainer = instantiate(cfg.trainer, accelerator="cpu", devices=2, logger=False)
+    assert isinstance(trainer.strategy, FSDP2Strategy)
+    assert trainer.strategy._save_distributed_checkpoint is False  # one portable file
+    assert trainer.num_nodes == 2 and trainer.num_devices == 2
+
+
+def test_deepspeed_config_is_zero_stage_2(tmp_path):
+    cfg = compose(overrides=["trainer=deepspeed", f"paths.output_dir={tmp_path}"])
+    assert StrategyRegistry[cfg.trainer.strategy]["init_params"]["stage"] == 2
+    assert cfg.trainer.accelerator == "gpu"  # Lightning's DeepSpeed strategy needs CUDA
+
+
+def test_model_compile_keeps_checkpoint_keys(tmp_path):
+    config = dict(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=2)
+    module = BertPretrainModule(config, {"lr": 1e-3}, compile=True)
+    keys = list(module.state_dict())
+    module.configure_model()
+    module.configure_model()  # Lightning calls it before validate and again before fit
+    assert module.model._compiled_call_impl is not None
+    assert list(module.state_dict()) == keys  # no `_orig_mod.`: checkpoints stay portable
+
+
+@pytest.mark.slow
+def test_bf16_true_run_exports_bf16_weights(tmp_path):
+    from test_train import run
+
+    transformers = pytest.importorskip("transformers")
+    run(tmp_path / "run", "trainer.precision=bf16-true", "trainer.max_steps=2")
+    ckpt = read_checkpoint(tmp_path / "run" / "checkpoints" / "last.ckpt")
+    assert ckpt.state_dict["bert.embeddings.word_embeddings.weight"].dtype == torch.bfloat16
+    out = export_hf_folder(ckpt.state_dict, ckpt.config, ckpt.tokenizer, tmp_path / "hf")
+    assert json.loads((out / "config.json").read_text())["dtype"] == "bfloat16"
+    hf = transformers.BertForPreTraining.from_pretrained(out, dtype="auto")
+    assert hf.dtype == torch.bfloat16
+
+
+def test_several_devices_by_default_get_ddp_that_allows_unused_heads(tmp_path):
+    """`trainer.devices=8` alone: Lightning's plain DDP would stop at the first MLM-only step
+    (pooler and NSP head get no gradient); build() asks for find_unused_parameters."""
+    from bert_lightning.train import build
+    from conftest import tiny_overrides, write_corpus
+
+    write_corpus(tmp_path / "corpus.jsonl")
+    _, _, trainer = build(compose(overrides=tiny_overrides(tmp_path, "trainer.devices=2")))
+    assert trainer.num_devices == 2
+    assert trainer.strategy._ddp_kwargs["find_unused_parameters"] is True
