@@ -1,10 +1,11 @@
-"""The LightningModule that pretrains `BertForPreTraining` with MLM."""
+"""The LightningModule that pretrains `BertForPreTraining` with MLM, plus NSP when
+the data are sentence pairs."""
 
 from __future__ import annotations
 
 import lightning as L
 import torch
-from torchmetrics.classification import MulticlassAccuracy
+from torchmetrics.classification import BinaryAccuracy, MulticlassAccuracy
 from torchmetrics.text import Perplexity
 
 from bert_lightning.model import BertConfig, BertForPreTraining
@@ -44,6 +45,8 @@ class BertPretrainModule(L.LightningModule):
         self.train_acc = MulticlassAccuracy(num_classes=V, average="micro")
         self.val_acc = MulticlassAccuracy(num_classes=V, average="micro")
         self.val_ppl = Perplexity()
+        # NSP (when batches carry `next_sentence_label`, i.e. data=c4_nsp): the loss is the sum
+        self.train_nsp_acc, self.val_nsp_acc = BinaryAccuracy(), BinaryAccuracy()
 
     def forward(self, batch: dict):
         return self.model(
@@ -61,6 +64,7 @@ class BertPretrainModule(L.LightningModule):
         if out.mlm_labels.numel():
             self.train_acc(out.mlm_logits.detach(), out.mlm_labels)
             self.log("train/mlm_acc", self.train_acc, batch_size=B)
+        self._log_nsp("train", out, batch, self.train_nsp_acc)
         return out.loss
 
     def validation_step(self, batch, batch_idx):
@@ -72,6 +76,16 @@ class BertPretrainModule(L.LightningModule):
             self.val_ppl(out.mlm_logits[None].float(), out.mlm_labels[None])
             self.log("val/mlm_acc", self.val_acc, batch_size=B)
             self.log("val/ppl", self.val_ppl, batch_size=B)
+        self._log_nsp("val", out, batch, self.val_nsp_acc)
+
+    def _log_nsp(self, stage: str, out, batch: dict, acc: BinaryAccuracy) -> None:
+        if out.nsp_loss is None:
+            return
+        B = batch["input_ids"].size(0)
+        self.log(f"{stage}/mlm_loss", out.mlm_loss, batch_size=B, sync_dist=stage == "val")
+        self.log(f"{stage}/nsp_loss", out.nsp_loss, batch_size=B, sync_dist=stage == "val")
+        acc(out.nsp_logits.detach().argmax(-1), batch["next_sentence_label"])  # (B,) vs (B,)
+        self.log(f"{stage}/nsp_acc", acc, batch_size=B)
 
     def configure_optimizers(self):
         o = self.hparams.optim

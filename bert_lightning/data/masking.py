@@ -52,8 +52,9 @@ class MLMCollator:
     """Pads a list of examples to the longest and masks them.
 
     Examples are dicts with `input_ids` (framed with [CLS]/[SEP]) and optionally
-    `token_type_ids`; an example that already has `labels` (a validation set masked once, so
-    its loss is comparable across evaluations) is padded, not masked again.
+    `token_type_ids` and `next_sentence_label` (NSP pairs); an example that already has
+    `labels` (a validation set masked once, so its loss is comparable across evaluations) is
+    padded, not masked again.
     `attention_mask` is only returned when a batch has padding: packed batches need none.
     """
 
@@ -92,6 +93,10 @@ class MLMCollator:
         batch = {"input_ids": _pad([e["input_ids"] for e in examples], T, self.pad_id)}  # (B, T)
         if "token_type_ids" in examples[0]:
             batch["token_type_ids"] = _pad([e["token_type_ids"] for e in examples], T, 0)
+        if "next_sentence_label" in examples[0]:
+            batch["next_sentence_label"] = torch.tensor(
+                [e["next_sentence_label"] for e in examples]
+            )  # (B,)
         if "labels" in examples[0]:
             batch["labels"] = _pad([e["labels"] for e in examples], T, -100)
         else:
