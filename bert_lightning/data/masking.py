@@ -99,8 +99,10 @@ class MLMCollator:
             )  # (B,)
         if "labels" in examples[0]:
             batch["labels"] = _pad([e["labels"] for e in examples], T, -100)
-        else:
-            batch["input_ids"], batch["labels"] = self.mask(batch["input_ids"])
+        else:  # a batch's own seed (see data/sampling.py) makes its mask reproducible
+            seed = examples[0].get("mask_seed")
+            g = torch.Generator().manual_seed(seed) if seed is not None else None
+            batch["input_ids"], batch["labels"] = self.mask(batch["input_ids"], g)
         if min(lengths) < T:
             batch["attention_mask"] = (
                 torch.arange(T)[None, :] < torch.tensor(lengths)[:, None]

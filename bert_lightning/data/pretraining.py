@@ -20,6 +20,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 
 from bert_lightning.data.corpus import BadRecordError, iter_documents, resolve_files
 from bert_lightning.data.masking import MaskingConfig, MLMCollator
+from bert_lightning.data.sampling import EpochSampler, SeededExamples
 from bert_lightning.tokenizer import (
     batch_encode,
     load_tokenizer,
@@ -225,18 +226,23 @@ class PretrainDataModule(L.LightningDataModule):
                 self.packing,
             )
 
-    def _loader(self, ds: datasets.Dataset, shuffle: bool) -> StatefulDataLoader:
+    def _loader(self, ds, sampler=None) -> StatefulDataLoader:
         return StatefulDataLoader(
             ds,
             batch_size=self.batch_size,
-            shuffle=shuffle,
+            sampler=sampler,
             collate_fn=self.collator(),
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
         )
 
     def train_dataloader(self):
-        return self._loader(self.train_set, shuffle=True)
+        """Shuffled per epoch from the seed, this rank's share only (see data/sampling.py)."""
+        world, rank = (
+            (self.trainer.world_size, self.trainer.global_rank) if self.trainer else (1, 0)
+        )
+        sampler = EpochSampler(self.train_set, num_replicas=world, rank=rank, seed=self.seed)
+        return self._loader(SeededExamples(self.train_set, self.seed), sampler)
 
     def val_dataloader(self):
-        return self._loader(self.val_set, shuffle=False)
+        return self._loader(self.val_set)
