@@ -10,6 +10,8 @@ from torchmetrics.text import Perplexity
 
 from bert_lightning.model import BertConfig, BertForPreTraining
 
+OBJECTIVES = ("mlm", "mlm_nsp")
+
 
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     """BERT's rule: decay matrices (linear and embedding weights), not biases or LayerNorm."""
@@ -34,12 +36,23 @@ def warmup_linear_decay(warmup_steps: int, total_steps: int):
 
 class BertPretrainModule(L.LightningModule):
     """`config`: BertConfig fields; `optim`: lr, weight_decay, betas, eps, warmup_steps.
-    `tokenizer_json` travels inside every checkpoint, so a checkpoint is self-contained."""
+    `tokenizer_json` travels inside every checkpoint, so a checkpoint is self-contained.
+    `objective`: `mlm`, or `mlm_nsp` (loss = MLM + NSP; the data module decides). Under `mlm`
+    the pooler and NSP head get no gradient and are frozen, so that DDP finds no unused
+    parameters."""
 
-    def __init__(self, config: dict, optim: dict, tokenizer_json: str | None = None):
+    def __init__(
+        self, config: dict, optim: dict, tokenizer_json: str | None = None, objective: str = "mlm"
+    ):
         super().__init__()
+        if objective not in OBJECTIVES:
+            raise ValueError(f"objective={objective!r}; expected one of {OBJECTIVES}")
         self.save_hyperparameters(ignore=["tokenizer_json"])
         self.model = BertForPreTraining(BertConfig(**config))
+        self.nsp = objective == "mlm_nsp"
+        if not self.nsp:
+            for head in (self.model.bert.pooler, self.model.cls.seq_relationship):
+                head.requires_grad_(False)
         self.tokenizer_json = tokenizer_json
         V = self.model.config.vocab_size
         self.train_acc = MulticlassAccuracy(num_classes=V, average="micro")
@@ -54,7 +67,7 @@ class BertPretrainModule(L.LightningModule):
             batch.get("token_type_ids"),
             batch.get("attention_mask"),
             batch.get("labels"),
-            batch.get("next_sentence_label"),
+            batch.get("next_sentence_label") if self.nsp else None,
         )
 
     def training_step(self, batch, batch_idx):

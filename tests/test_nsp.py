@@ -123,3 +123,30 @@ def test_train_with_nsp_logs_nsp_metrics(tmp_path):
     last = val[-1]  # loss = MLM + NSP
     total = float(last["val/mlm_loss"]) + float(last["val/nsp_loss"])
     assert val_loss == pytest.approx(total, rel=1e-4)
+
+
+def test_objective_selects_the_nsp_loss():
+    from bert_lightning.pretrain_module import BertPretrainModule
+
+    config = dict(
+        vocab_size=50,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+    )
+    batch = {
+        "input_ids": torch.randint(5, 50, (4, 10)),
+        "token_type_ids": torch.zeros(4, 10, dtype=torch.long),
+        "labels": torch.randint(5, 50, (4, 10)),
+        "next_sentence_label": torch.tensor([0, 1, 0, 1]),
+    }
+    both = BertPretrainModule(config, {"lr": 1e-3}, objective="mlm_nsp")
+    out = both(batch)
+    assert out.nsp_loss is not None and torch.allclose(out.loss, out.mlm_loss + out.nsp_loss)
+    mlm = BertPretrainModule(config, {"lr": 1e-3}, objective="mlm")
+    assert mlm(batch).nsp_loss is None
+    frozen = {n for n, p in mlm.named_parameters() if not p.requires_grad}
+    assert frozen and all(".pooler." in n or "seq_relationship" in n for n in frozen)
+    with pytest.raises(ValueError, match="objective='nsp'"):
+        BertPretrainModule(config, {"lr": 1e-3}, objective="nsp")

@@ -17,6 +17,7 @@ import datasets
 from tokenizers import Tokenizer
 
 from bert_lightning.data.pretraining import PretrainDataModule, _fingerprint
+from bert_lightning.pretrain_module import OBJECTIVES
 from bert_lightning.tokenizer import batch_encode, special_ids
 
 Document = Sequence[Sequence[int]]  # token ids of each sentence
@@ -135,9 +136,17 @@ def _pairs(batch, indices, documents, cls_id, sep_id, max_seq_length, short_seq_
 
 class NSPDataModule(PretrainDataModule):
     """MLM + NSP: examples are sentence pairs with `next_sentence_label`, instead of blocks.
-    `dupe_factor`: passes over the corpus with different pairings (BERT used 10)."""
+    `dupe_factor`: passes over the corpus with different pairings (BERT used 10).
+    `objective`: `mlm_nsp` (BERT), or `mlm` (pairs trained without the NSP loss)."""
 
-    def __init__(self, *args, short_seq_prob: float = 0.1, dupe_factor: int = 1, **kwargs):
+    def __init__(
+        self,
+        *args,
+        short_seq_prob: float = 0.1,
+        dupe_factor: int = 1,
+        objective: str = "mlm_nsp",
+        **kwargs,
+    ):
         kwargs.setdefault("packing", "document")
         super().__init__(*args, **kwargs)
         if not 0.0 <= short_seq_prob <= 1.0:
@@ -146,7 +155,10 @@ class NSPDataModule(PretrainDataModule):
             raise ValueError(f"data.dupe_factor={dupe_factor}; expected at least 1")
         if self.max_seq_length < 5:
             raise ValueError(f"data.max_seq_length={self.max_seq_length}; NSP needs at least 5")
+        if objective not in OBJECTIVES:
+            raise ValueError(f"data.objective={objective!r}; expected one of {OBJECTIVES}")
         self.short_seq_prob, self.dupe_factor = short_seq_prob, dupe_factor
+        self.objective = objective
 
     def _examples(self, docs: datasets.Dataset) -> datasets.Dataset:
         ids = special_ids(self.tokenizer)

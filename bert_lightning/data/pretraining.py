@@ -72,6 +72,8 @@ def _mask_once(batch, indices, collator: MLMCollator, seed: int):
 
 
 class PretrainDataModule(L.LightningDataModule):
+    objective = "mlm"  # what the examples train (NSPDataModule: mlm_nsp)
+
     def __init__(
         self,
         train_files: str | list[str] = BUNDLED_SAMPLE,
