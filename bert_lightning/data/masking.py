@@ -17,6 +17,10 @@ class MaskingConfig:
     mlm_probability: float = 0.15  # share of real tokens picked for prediction
     p_mask: float = 0.8  # of the picked: replaced by [MASK]
     p_random: float = 0.1  # of the picked: replaced by a random non-special token (rest kept)
+    # pick whole words: each word (a piece and its `##` continuations) is picked with
+    # probability mlm_probability, all its pieces together; the rate applies to words, so the
+    # share of picked tokens comes out a little higher (long words have more pieces)
+    whole_word: bool = False
 
     def __post_init__(self):
         for name in ("mlm_probability", "p_mask", "p_random"):
@@ -33,10 +37,16 @@ def mask_tokens(
     random_ids: torch.Tensor,
     cfg: MaskingConfig,
     generator: torch.Generator | None = None,
+    word_starts: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(B, T) ids and a (B, T) bool of pickable positions -> masked ids and labels (-100 where
-    not picked). `random_ids` lists the ids a random replacement is drawn from."""
+    not picked). `random_ids` lists the ids a random replacement is drawn from. With
+    `word_starts` (B, T) bool, words are picked whole; what a picked token becomes ([MASK],
+    random, kept) is still drawn per token, as in BERT's reference whole-word masking."""
     u = torch.rand(input_ids.shape, generator=generator)  # (B, T) picks
+    if word_starts is not None:
+        word = torch.cumsum(word_starts, dim=1)  # (B, T) word number of each token, from 1
+        u = torch.cat([u[:, :1], u], dim=1).gather(1, word)  # (B, T) each word's one draw
     picked = (u < cfg.mlm_probability) & maskable
     labels = torch.where(picked, input_ids, -100)
     v = torch.rand(input_ids.shape, generator=generator)  # (B, T) what a pick becomes
@@ -65,6 +75,7 @@ class MLMCollator:
         special_ids: Sequence[int],
         vocab_size: int,
         masking: MaskingConfig | None = None,
+        continuation_ids: Sequence[int] = (),
     ):
         self.pad_id, self.mask_id = pad_id, mask_id
         self.special_ids = torch.tensor(sorted(set(special_ids)))
@@ -72,19 +83,25 @@ class MLMCollator:
         keep[self.special_ids] = False
         self.random_ids = keep.nonzero().squeeze(1)  # (V - n_special,)
         self.masking = masking or MaskingConfig()
+        if self.masking.whole_word and not len(continuation_ids):
+            raise ValueError("masking.whole_word needs the ids of the `##` continuation pieces")
+        self.continuation = torch.zeros(vocab_size, dtype=torch.bool)  # (V,) `##` pieces
+        self.continuation[list(continuation_ids)] = True
 
     def maskable(self, input_ids: torch.Tensor) -> torch.Tensor:
         """Real, non-special tokens (padding is [PAD], a special token)."""
         return ~torch.isin(input_ids, self.special_ids)
 
     def mask(self, input_ids: torch.Tensor, generator: torch.Generator | None = None):
+        maskable = self.maskable(input_ids)
+        starts = None
+        if self.masking.whole_word:  # a word starts at a real token that is not a `##` piece,
+            # or at a `##` piece cut from its word (first after [CLS]/[SEP])
+            after_special = torch.ones_like(maskable)  # (B, T)
+            after_special[:, 1:] = ~maskable[:, :-1]
+            starts = maskable & (~self.continuation[input_ids] | after_special)  # (B, T)
         return mask_tokens(
-            input_ids,
-            self.maskable(input_ids),
-            self.mask_id,
-            self.random_ids,
-            self.masking,
-            generator,
+            input_ids, maskable, self.mask_id, self.random_ids, self.masking, generator, starts
         )
 
     def __call__(self, examples: list[dict]) -> dict[str, torch.Tensor]:

@@ -140,6 +140,7 @@ class PretrainDataModule(L.LightningDataModule):
             special_ids=list(ids.values()),
             vocab_size=self.tokenizer.get_vocab_size(),
             masking=self.masking,
+            continuation_ids=[i for t, i in self.tokenizer.get_vocab().items() if t[:2] == "##"],
         )
 
     # -- datasets --------------------------------------------------------------------------
