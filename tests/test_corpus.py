@@ -79,3 +79,34 @@ def test_corrupt_gzip(tmp_path):
     path.write_bytes(b"this is not gzip at all")
     with pytest.raises(BadRecordError, match=r"c4\.json\.gz: unreadable after line 0"):
         list(iter_documents([str(path)]))
+
+
+def test_every_kind_of_bad_input_skipped_with_one_summary(tmp_path, caplog):
+    big = "word " * 2_100_000  # a 10 MB document
+    shard = tmp_path / "shard.jsonl"
+    lines = [
+        '{"text": "first"}',
+        "{broken",
+        '{"url": "no text"}',
+        '{"text": ""}',
+        '{"text": " \\n\\t "}',
+        json.dumps({"text": big}),
+        '{"text": "last"}',
+    ]
+    shard.write_bytes(("\n".join(lines) + "\n").encode() + b'{"text": "\xff"}\n')
+    data = gzip.compress(b"".join(b'{"text": "gz %d"}\n' % i for i in range(3000)))
+    truncated = tmp_path / "cut.json.gz"
+    truncated.write_bytes(data[: len(data) // 2])
+    files = [str(shard), str(truncated)]
+    huge = tmp_path / "huge.jsonl"
+    huge.write_text('{"text": "ok"}\n' + json.dumps({"text": big}) + "\n")
+    with pytest.raises(BadRecordError, match=r"huge\.jsonl:2: document of 10,500,000 characters"):
+        list(iter_documents([str(huge)], max_chars=1_000_000))
+    bad = BadRecords()
+    with caplog.at_level("WARNING"):
+        docs = list(iter_documents(files, "skip", bad, max_chars=1_000_000))
+    assert docs[:2] == ["first", "last"] and 0 < len(docs) - 2 < 3000
+    assert bad.count == 7  # 6 bad records in the shard + the truncated gzip
+    summary = [r.message for r in caplog.records if r.message.startswith("read ")]
+    assert len(summary) == 1 and summary[0].startswith(f"read {len(docs)} documents, skipped 7")
+    assert "shard.jsonl:2: not JSON" in summary[0]

@@ -60,15 +60,18 @@ class BadRecords:
             self.first.append(where)
             log.warning("skipping bad record: %s", where)
 
-    def summary(self) -> str:
-        return f"skipped {self.count} bad record(s); first: {'; '.join(self.first)}"
+    def summary(self, read: int) -> str:
+        return (
+            f"read {read} documents, skipped {self.count} bad record(s); "
+            f"first: {'; '.join(self.first)}"
+        )
 
 
 def _open(path: str):
     return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
 
 
-def _parse(raw: bytes) -> str:
+def _parse(raw: bytes, max_chars: int | None = None) -> str:
     """One JSON line -> its non-empty `text`, or a ValueError saying what is wrong."""
     try:
         record = json.loads(raw.decode("utf-8"))
@@ -83,14 +86,21 @@ def _parse(raw: bytes) -> str:
         raise ValueError(f"'text' is {type(text).__name__}, expected a string")
     if not text.strip():
         raise ValueError("empty document")
+    if max_chars is not None and len(text) > max_chars:
+        raise ValueError(f"document of {len(text):,} characters, over max_doc_chars={max_chars:,}")
     return text
 
 
 def iter_documents(
-    files: Sequence[str], on_bad_record: str = "error", bad: BadRecords | None = None
+    files: Sequence[str],
+    on_bad_record: str = "error",
+    bad: BadRecords | None = None,
+    max_chars: int | None = None,
 ) -> Iterator[str]:
     """Yield the `text` of every good record; other fields are ignored. Blank lines are not
-    records. A corrupt or truncated `.gz` ends that file (skip) or raises (error)."""
+    records. A corrupt or truncated `.gz` ends that file (skip) or raises (error). A document
+    over `max_chars` is a bad record (a stray multi-MB page would stall the sentence splitter
+    and hold a worker's memory; C4 documents are rarely over 100,000 characters)."""
     if on_bad_record not in ON_BAD_RECORD:
         raise ValueError(f"on_bad_record={on_bad_record!r}; expected one of {ON_BAD_RECORD}")
     bad = bad if bad is not None else BadRecords()
@@ -100,6 +110,7 @@ def iter_documents(
             raise BadRecordError(f"{where} (set data.on_bad_record=skip to skip such records)")
         bad.add(where)
 
+    read = 0
     for path in files:
         lineno = 0
         try:
@@ -108,10 +119,13 @@ def iter_documents(
                     if not raw.strip():
                         continue
                     try:
-                        yield _parse(raw)
+                        text = _parse(raw, max_chars)
                     except ValueError as e:
                         reject(f"{path}:{lineno}: {e}")
+                        continue
+                    read += 1
+                    yield text
         except (OSError, EOFError, zlib.error) as e:
             reject(f"{path}: unreadable after line {lineno}: {e}")
     if bad.count:
-        log.warning(bad.summary())
+        log.warning(bad.summary(read))

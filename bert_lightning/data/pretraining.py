@@ -35,10 +35,10 @@ PACKINGS = ("packed", "document")
 BUNDLED_SAMPLE = str(Path(__file__).parents[1] / "assets" / "c4_sample.jsonl")
 
 
-def _documents(files: list[str], on_bad_record: str, stamp: list):
+def _documents(files: list[str], on_bad_record: str, max_chars: int | None, stamp: list):
     """Generator for `Dataset.from_generator`; `stamp` (sizes and mtimes) only feeds the
     cache fingerprint, so that an edited file is read again."""
-    for text in iter_documents(files, on_bad_record):
+    for text in iter_documents(files, on_bad_record, max_chars=max_chars):
         yield {"text": text}
 
 
@@ -86,6 +86,7 @@ class PretrainDataModule(L.LightningDataModule):
         masking: dict | None = None,
         tokenizer: dict | None = None,
         on_bad_record: str = "error",
+        max_doc_chars: int | None = 1_000_000,
         num_proc: int | None = None,
         cache_dir: str | None = None,
         seed: int = 1234,
@@ -103,6 +104,7 @@ class PretrainDataModule(L.LightningDataModule):
         self.masking = MaskingConfig(**(masking or {}))
         self.tokenizer_cfg = dict(tokenizer or {})
         self.on_bad_record, self.num_proc = on_bad_record, num_proc
+        self.max_doc_chars = max_doc_chars
         self.cache_dir, self.seed = cache_dir, seed
         self.tokenizer: Tokenizer | None = None
         self.train_set = self.val_set = None
@@ -124,13 +126,16 @@ class PretrainDataModule(L.LightningDataModule):
             return self.tokenizer
         else:
             self.tokenizer = train_wordpiece(
-                lambda: iter_documents(self.train_files, self.on_bad_record),
+                lambda: self.documents(self.train_files),
                 vocab_size=self.tokenizer_cfg.get("vocab_size", 8192),
                 min_frequency=self.tokenizer_cfg.get("min_frequency", 2),
                 max_docs=self.tokenizer_cfg.get("max_docs"),
             )
         save_tokenizer(self.tokenizer, saved)
         return self.tokenizer
+
+    def documents(self, files: list[str]):
+        return iter_documents(files, self.on_bad_record, max_chars=self.max_doc_chars)
 
     def collator(self) -> MLMCollator:
         ids = special_ids(self.tokenizer)
@@ -145,14 +150,19 @@ class PretrainDataModule(L.LightningDataModule):
 
     # -- datasets --------------------------------------------------------------------------
     def _read(self, files: list[str]) -> datasets.Dataset:
-        if next(iter_documents(files, self.on_bad_record), None) is None:
+        if next(self.documents(files), None) is None:
             raise ValueError(f"no documents with text in {files}")
         stamp = [(f, os.path.getsize(f), os.path.getmtime(f)) for f in files]
         try:
             ds = datasets.Dataset.from_generator(
                 _documents,
                 features=datasets.Features({"text": datasets.Value("string")}),
-                gen_kwargs={"files": files, "on_bad_record": self.on_bad_record, "stamp": stamp},
+                gen_kwargs={
+                    "files": files,
+                    "on_bad_record": self.on_bad_record,
+                    "max_chars": self.max_doc_chars,
+                    "stamp": stamp,
+                },
                 cache_dir=self.cache_dir,
             )
         except datasets.exceptions.DatasetGenerationError as e:
