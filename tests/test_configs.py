@@ -3,8 +3,9 @@ from pathlib import Path
 import pytest
 from hydra.utils import instantiate
 from lightning.pytorch.strategies import DDPStrategy
+from omegaconf import OmegaConf
 
-from bert_lightning.config import CONFIG_DIR, compose
+from bert_lightning.config import CONFIG_DIR, bundled, compose
 from bert_lightning.model import BertConfig
 
 GROUP_OPTIONS = [
@@ -21,6 +22,9 @@ def test_every_config_composes(group, option, tmp_path):
     if group == "model":
         assert isinstance(instantiate(cfg.model, vocab_size=100), BertConfig)
     if group == "data":
+        for key in ("train_files", "val_files"):  # options whose files the user must name
+            if OmegaConf.is_missing(cfg.data, key):
+                cfg.data[key] = bundled("c4_sample.jsonl")
         assert Path(instantiate(cfg.data).train_files[0]).is_file()
 
 

@@ -20,7 +20,7 @@ def jsonl(path, records, gz=False):
 def test_reads_files_folders_and_globs(tmp_path):
     a = jsonl(tmp_path / "c4-train.00000-of-01024.json.gz", [{"text": "one", "url": "u"}], gz=True)
     b = jsonl(tmp_path / "c4-train.00001-of-01024.json", [{"text": "two"}, {"text": "three"}])
-    (tmp_path / "notes.txt").write_text("ignored")
+    (tmp_path / "notes.md").write_text("ignored")
     assert resolve_files(str(tmp_path)) == [a, b]
     assert resolve_files(str(tmp_path / "c4-train.*")) == [a, b]
     assert list(iter_documents(resolve_files([a, b]))) == ["one", "two", "three"]
@@ -110,3 +110,28 @@ def test_every_kind_of_bad_input_skipped_with_one_summary(tmp_path, caplog):
     summary = [r.message for r in caplog.records if r.message.startswith("read ")]
     assert len(summary) == 1 and summary[0].startswith(f"read {len(docs)} documents, skipped 7")
     assert "shard.jsonl:2: not JSON" in summary[0]
+
+
+def test_plain_text_blocks_or_lines(tmp_path):
+    path = tmp_path / "books.txt"
+    path.write_text("First para line one.\nline two.\n\n\nSecond doc.\n  \nThird doc.\n")
+    assert resolve_files(str(tmp_path)) == [str(path)]
+    assert list(iter_documents([str(path)])) == [
+        "First para line one.\nline two.",
+        "Second doc.",
+        "Third doc.",
+    ]
+    assert list(iter_documents([str(path)], text_unit="line")) == [
+        "First para line one.",
+        "line two.",
+        "Second doc.",
+        "Third doc.",
+    ]
+    gz = tmp_path / "more.txt.gz"
+    gz.write_bytes(gzip.compress(b"a\nb\n\n\xff\xfe\n\nc\n"))
+    with pytest.raises(BadRecordError, match=r"more\.txt\.gz:4: invalid UTF-8"):
+        list(iter_documents([str(gz)]))
+    bad = BadRecords()
+    assert list(iter_documents([str(gz)], "skip", bad)) == ["a\nb", "c"] and bad.count == 1
+    with pytest.raises(ValueError, match="text_unit='page'"):
+        list(iter_documents([str(path)], text_unit="page"))

@@ -35,10 +35,10 @@ PACKINGS = ("packed", "document")
 BUNDLED_SAMPLE = str(Path(__file__).parents[1] / "assets" / "c4_sample.jsonl")
 
 
-def _documents(files: list[str], on_bad_record: str, max_chars: int | None, stamp: list):
+def _documents(files: list[str], stamp: list, **read):
     """Generator for `Dataset.from_generator`; `stamp` (sizes and mtimes) only feeds the
     cache fingerprint, so that an edited file is read again."""
-    for text in iter_documents(files, on_bad_record, max_chars=max_chars):
+    for text in iter_documents(files, **read):
         yield {"text": text}
 
 
@@ -87,6 +87,7 @@ class PretrainDataModule(L.LightningDataModule):
         tokenizer: dict | None = None,
         on_bad_record: str = "error",
         max_doc_chars: int | None = 1_000_000,
+        text_unit: str = "block",
         num_proc: int | None = None,
         cache_dir: str | None = None,
         seed: int = 1234,
@@ -104,7 +105,7 @@ class PretrainDataModule(L.LightningDataModule):
         self.masking = MaskingConfig(**(masking or {}))
         self.tokenizer_cfg = dict(tokenizer or {})
         self.on_bad_record, self.num_proc = on_bad_record, num_proc
-        self.max_doc_chars = max_doc_chars
+        self.max_doc_chars, self.text_unit = max_doc_chars, text_unit
         self.cache_dir, self.seed = cache_dir, seed
         self.tokenizer: Tokenizer | None = None
         self.train_set = self.val_set = None
@@ -134,8 +135,15 @@ class PretrainDataModule(L.LightningDataModule):
         save_tokenizer(self.tokenizer, saved)
         return self.tokenizer
 
+    def read_options(self) -> dict:
+        return {
+            "on_bad_record": self.on_bad_record,
+            "max_chars": self.max_doc_chars,
+            "text_unit": self.text_unit,
+        }
+
     def documents(self, files: list[str]):
-        return iter_documents(files, self.on_bad_record, max_chars=self.max_doc_chars)
+        return iter_documents(files, **self.read_options())
 
     def collator(self) -> MLMCollator:
         ids = special_ids(self.tokenizer)
@@ -157,12 +165,7 @@ class PretrainDataModule(L.LightningDataModule):
             ds = datasets.Dataset.from_generator(
                 _documents,
                 features=datasets.Features({"text": datasets.Value("string")}),
-                gen_kwargs={
-                    "files": files,
-                    "on_bad_record": self.on_bad_record,
-                    "max_chars": self.max_doc_chars,
-                    "stamp": stamp,
-                },
+                gen_kwargs={"files": files, "stamp": stamp, **self.read_options()},
                 cache_dir=self.cache_dir,
             )
         except datasets.exceptions.DatasetGenerationError as e:
