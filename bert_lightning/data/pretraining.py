@@ -76,7 +76,7 @@ class PretrainDataModule(L.LightningDataModule):
 
     def __init__(
         self,
-        train_files: str | list[str] = BUNDLED_SAMPLE,
+        train_files: str | list[str] | None = BUNDLED_SAMPLE,
         val_files: str | list[str] | None = None,
         val_docs: int = 50,
         max_seq_length: int = 128,
@@ -97,7 +97,8 @@ class PretrainDataModule(L.LightningDataModule):
             raise ValueError(f"data.packing={packing!r}; expected one of {PACKINGS}")
         if max_seq_length < 3:
             raise ValueError(f"data.max_seq_length={max_seq_length}; expected at least 3")
-        self.train_files = resolve_files(train_files)
+        # None: a subclass brings its own documents (data/streaming.py)
+        self.train_files = resolve_files(train_files) if train_files is not None else None
         self.val_files = resolve_files(val_files) if val_files else None
         self.val_docs = val_docs
         self.max_seq_length, self.packing = max_seq_length, packing
@@ -127,7 +128,7 @@ class PretrainDataModule(L.LightningDataModule):
             return self.tokenizer
         else:
             self.tokenizer = train_wordpiece(
-                lambda: self.documents(self.train_files),
+                self.tokenizer_documents,
                 vocab_size=self.tokenizer_cfg.get("vocab_size", 8192),
                 min_frequency=self.tokenizer_cfg.get("min_frequency", 2),
                 max_docs=self.tokenizer_cfg.get("max_docs"),
@@ -144,6 +145,10 @@ class PretrainDataModule(L.LightningDataModule):
 
     def documents(self, files: list[str]):
         return iter_documents(files, **self.read_options())
+
+    def tokenizer_documents(self):
+        """The stream a tokenizer is trained on (its first `tokenizer.max_docs` documents)."""
+        return self.documents(self.train_files)
 
     def collator(self) -> MLMCollator:
         ids = special_ids(self.tokenizer)
@@ -216,8 +221,14 @@ class PretrainDataModule(L.LightningDataModule):
             split = docs.train_test_split(test_size=self.val_docs, seed=self.seed)
             train_docs, val_docs = split["train"], split["test"]
         train_set = self._examples(train_docs)
+        if len(train_set) == 0:
+            raise ValueError(f"no training examples from {self.train_files}")
+        return train_set, self._validation(val_docs)
+
+    def _validation(self, val_docs: datasets.Dataset) -> datasets.Dataset:
+        """Held-out documents -> examples masked once, with a fixed seed."""
         val_examples = self._examples(val_docs)
-        val_set = val_examples.map(
+        return val_examples.map(
             _mask_once,
             batched=True,
             with_indices=True,
@@ -225,9 +236,6 @@ class PretrainDataModule(L.LightningDataModule):
             new_fingerprint=_fingerprint(val_examples._fingerprint, self.masking, self.seed),
             desc="masking validation",
         )
-        if len(train_set) == 0:
-            raise ValueError(f"no training examples from {self.train_files}")
-        return train_set, val_set
 
     def prepare_data(self):
         self._build()  # rank 0 fills the cache; the other ranks then read it in setup()
