@@ -155,6 +155,8 @@ class NSPDataModule(PretrainDataModule):
             raise ValueError(f"data.dupe_factor={dupe_factor}; expected at least 1")
         if self.max_seq_length < 5:
             raise ValueError(f"data.max_seq_length={self.max_seq_length}; NSP needs at least 5")
+        if self.cache_format != "arrow":
+            raise ValueError("NSP pairs use the Arrow cache: data.cache_format must be arrow")
         if objective not in OBJECTIVES:
             raise ValueError(f"data.objective={objective!r}; expected one of {OBJECTIVES}")
         self.short_seq_prob, self.dupe_factor = short_seq_prob, dupe_factor

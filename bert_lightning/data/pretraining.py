@@ -20,6 +20,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 
 from bert_lightning.data.corpus import BadRecordError, iter_documents, resolve_files
 from bert_lightning.data.masking import MaskingConfig, MLMCollator
+from bert_lightning.data.prepare import TokenBlocks, cache_folder, prepare
 from bert_lightning.data.sampling import EpochSampler, SeededExamples
 from bert_lightning.tokenizer import (
     batch_encode,
@@ -32,6 +33,7 @@ from bert_lightning.tokenizer import (
 log = logging.getLogger(__name__)
 
 PACKINGS = ("packed", "document")
+CACHE_FORMATS = ("arrow", "tokens")  # tokens: flat token arrays (data/prepare.py)
 BUNDLED_SAMPLE = str(Path(__file__).parents[1] / "assets" / "c4_sample.jsonl")
 
 
@@ -88,6 +90,7 @@ class PretrainDataModule(L.LightningDataModule):
         on_bad_record: str = "error",
         max_doc_chars: int | None = 1_000_000,
         text_unit: str = "block",
+        cache_format: str = "arrow",
         num_proc: int | None = None,
         cache_dir: str | None = None,
         seed: int = 1234,
@@ -107,6 +110,11 @@ class PretrainDataModule(L.LightningDataModule):
         self.tokenizer_cfg = dict(tokenizer or {})
         self.on_bad_record, self.num_proc = on_bad_record, num_proc
         self.max_doc_chars, self.text_unit = max_doc_chars, text_unit
+        if cache_format not in CACHE_FORMATS:
+            raise ValueError(f"data.cache_format={cache_format!r}; expected one of {CACHE_FORMATS}")
+        if cache_format == "tokens" and not val_files:
+            raise ValueError("data.cache_format=tokens needs data.val_files (no held-out split)")
+        self.cache_format = cache_format
         self.cache_dir, self.seed = cache_dir, seed
         self.tokenizer: Tokenizer | None = None
         self.train_set = self.val_set = None
@@ -209,6 +217,8 @@ class PretrainDataModule(L.LightningDataModule):
     def _build(self) -> tuple[datasets.Dataset, datasets.Dataset]:
         if self.tokenizer is None:
             raise RuntimeError("call build_tokenizer(out_dir) before preparing the data")
+        if self.cache_format == "tokens":
+            return self._token_blocks(), self._validation(self._read(self.val_files))
         docs = self._read(self.train_files)
         if self.val_files:
             train_docs, val_docs = docs, self._read(self.val_files)
@@ -224,6 +234,20 @@ class PretrainDataModule(L.LightningDataModule):
         if len(train_set) == 0:
             raise ValueError(f"no training examples from {self.train_files}")
         return train_set, self._validation(val_docs)
+
+    def _token_blocks(self) -> TokenBlocks:
+        """Training examples memory-mapped from flat token arrays, prepared once."""
+        out = cache_folder(self.cache_dir or datasets.config.HF_DATASETS_CACHE, self.tokenizer)
+        prepare(self.train_files, out, self.tokenizer, self.num_proc or 1, self.read_options())
+        ids = special_ids(self.tokenizer)
+        return TokenBlocks(
+            self.train_files,
+            out,
+            self.max_seq_length - 2,
+            ids["[CLS]"],
+            ids["[SEP]"],
+            self.packing,
+        )
 
     def _validation(self, val_docs: datasets.Dataset) -> datasets.Dataset:
         """Held-out documents -> examples masked once, with a fixed seed."""
