@@ -4,12 +4,12 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from bert_lightning.data.sampling import EpochSampler, SeededExamples
 
 
-def indices_seen(n, world, workers, epoch, seed=7, batch_size=4):
+def indices_seen(n, world, workers, epoch, seed=7, batch_size=4, chunk=1 << 20):
     """Every rank's loader, as DDP builds them: the example indices each rank gets."""
     examples = [{"i": i} for i in range(n)]
     seen = []
     for rank in range(world):
-        sampler = EpochSampler(examples, num_replicas=world, rank=rank, seed=seed)
+        sampler = EpochSampler(examples, num_replicas=world, rank=rank, seed=seed, chunk=chunk)
         sampler.set_epoch(epoch)
         loader = StatefulDataLoader(
             SeededExamples(examples, seed),
@@ -22,9 +22,13 @@ def indices_seen(n, world, workers, epoch, seed=7, batch_size=4):
     return seen
 
 
-@pytest.mark.parametrize(("n", "world", "workers"), [(101, 2, 2), (64, 2, 0), (50, 3, 2)])
-def test_each_example_once_per_epoch_across_ranks_and_workers(n, world, workers):
-    seen = indices_seen(n, world, workers, epoch=0)
+@pytest.mark.parametrize(
+    ("n", "world", "workers", "chunk"),
+    [(101, 2, 2, 1 << 20), (64, 2, 0, 1 << 20), (50, 3, 2, 1 << 20), (101, 3, 2, 8), (97, 4, 0, 1)],
+)
+def test_each_example_once_per_epoch_across_ranks_and_workers(n, world, workers, chunk):
+    """`chunk` < n: the two-level permutation (runs of `chunk` indices) keeps the rule."""
+    seen = indices_seen(n, world, workers, epoch=0, chunk=chunk)
     flat = [i for rank in seen for i, _ in rank]
     assert len(flat) == len(set(flat)) == n - n % world  # no duplicates; the tail rule
     assert {len(rank) for rank in seen} == {n // world}  # equal shares: ranks never wait
@@ -45,3 +49,11 @@ def test_shuffle_is_reproducible_and_differs_per_epoch():
     s0 = dict(x for r in first for x in r)
     s1 = dict(x for r in second for x in r)
     assert all(s0[i] != s1[i] for i in s0.keys() & s1.keys())
+
+
+def test_two_level_shuffle_mixes_runs():
+    order = [i for i, _ in indices_seen(1000, 1, 0, epoch=0, chunk=100)[0]]
+    assert sorted(order) == list(range(1000)) and order != sorted(order)
+    runs = [i // 100 for i in order]
+    assert runs[:100] == [runs[0]] * 100  # a run is served whole, its inside shuffled
+    assert runs[::100] != sorted(runs[::100])  # the runs come in shuffled order

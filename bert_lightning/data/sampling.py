@@ -16,22 +16,37 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import torch
 from torch.utils.data import Dataset, DistributedSampler
 
 
 class EpochSampler(DistributedSampler):
-    """`DistributedSampler` (shuffled per epoch from the seed, tail dropped) yielding
-    `(index, epoch)`, so that examples know the epoch their mask belongs to. Lightning calls
-    `set_epoch` each epoch (also when resuming) and keeps this sampler under DDP."""
+    """`DistributedSampler` semantics (shuffled per epoch from `seed + epoch`, tail dropped)
+    yielding `(index, epoch)`, so that examples know the epoch their mask belongs to. Lightning
+    calls `set_epoch` each epoch (also when resuming) and keeps this sampler under DDP.
 
-    def __init__(self, dataset, num_replicas: int = 1, rank: int = 0, seed: int = 0):
+    The permutation is two-level, so that memory does not grow with the corpus (a full
+    `randperm` of C4's 1.2 billion 128-token blocks would hold 10 GB per rank): the order of
+    `chunk`-sized runs of indices is shuffled, then the indices within each run."""
+
+    def __init__(self, dataset, num_replicas=1, rank=0, seed: int = 0, chunk: int = 1 << 20):
         super().__init__(
             dataset, num_replicas=num_replicas, rank=rank, shuffle=True, seed=seed, drop_last=True
         )
+        self.chunk = chunk
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
-        epoch = self.epoch
-        return ((int(i), epoch) for i in super().__iter__())
+        epoch, n, N, chunk = self.epoch, len(self.dataset), self.num_replicas, self.chunk
+        g = torch.Generator().manual_seed(self.seed + epoch)
+        pos = 0  # position in the epoch's global order
+        for c in torch.randperm(-(-n // chunk), generator=g).tolist():
+            lo = c * chunk
+            run = torch.randperm(min(chunk, n - lo), generator=g) + lo
+            first = (self.rank - pos) % N  # this rank's positions: rank, rank + N, ...
+            mine = run[first::N][: max(0, -(-(self.total_size - pos - first) // N))]
+            pos += len(run)
+            for i in mine.tolist():
+                yield i, epoch
 
 
 class SeededExamples(Dataset):
