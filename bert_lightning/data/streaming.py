@@ -34,7 +34,12 @@ class StreamingDataModule(PretrainDataModule):
     ):
         kwargs["train_files"] = None
         super().__init__(**kwargs)
-        self.path, self.name, self.data_files = path, name, data_files
+        self.path, self.name = path, name
+        # plain dict/list/str (Hydra passes its own containers, which `datasets` cannot read)
+        self.data_files = {
+            split: files if isinstance(files, str) else list(files)
+            for split, files in (data_files or {}).items()
+        }
         self.train_split, self.val_split = train_split, val_split
         self.shuffle_buffer = shuffle_buffer
 
@@ -44,7 +49,7 @@ class StreamingDataModule(PretrainDataModule):
             self.path,
             self.name,
             split=split,
-            data_files=dict(self.data_files) if self.data_files else None,
+            data_files=self.data_files or None,
             streaming=True,
         )
         return ds.select_columns(["text"]).filter(lambda row: bool(row["text"].strip()))
