@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from bert_lightning.data.corpus import iter_documents
+from bert_lightning.data.corpus import BadRecordError, iter_documents
 from bert_lightning.data.pretraining import _frame
 from bert_lightning.data.streaming import StreamingDataModule
 from conftest import SAMPLE
@@ -101,3 +101,22 @@ def test_train_py_streams_c4_shaped_shards(tmp_path):
     )
     assert train(compose(overrides=overrides)) > 0
     assert torch.load(tmp_path / "checkpoints/last.ckpt", weights_only=True)["global_step"] == 6
+
+
+def test_streaming_own_reader_applies_bad_record_rules(tmp_path, tiny_tokenizer):
+    """`path=files`: our reader streams the files, so bad records are named or skipped."""
+    docs = list(iter_documents([SAMPLE]))
+    shard = tmp_path / "c4-train.00000.jsonl"
+    shard.write_text("".join(json.dumps({"text": t}) + "\n" for t in docs[:30]) + "{broken\n")
+    val = c4_shard(tmp_path / "c4-validation.00000.json.gz", docs[100:110])
+    kw = dict(path="files", data_files={"train": str(shard), "validation": val}, val_docs=5)
+    kw.update(max_seq_length=32, batch_size=4)
+    dm = StreamingDataModule(**kw)
+    dm.tokenizer = tiny_tokenizer
+    dm.setup()
+    with pytest.raises(BadRecordError, match=r"c4-train\.00000\.jsonl:31: not JSON"):
+        list(dm.train_dataloader())
+    dm = StreamingDataModule(on_bad_record="skip", **kw)
+    dm.tokenizer = tiny_tokenizer
+    dm.setup()
+    assert len(list(dm.train_dataloader())) > 10

@@ -14,13 +14,22 @@ from itertools import islice
 import datasets
 from datasets.distributed import split_dataset_by_node
 
+from bert_lightning.data.corpus import iter_documents, resolve_files
 from bert_lightning.data.pretraining import PretrainDataModule, _frame, _tokenize
 from bert_lightning.tokenizer import special_ids
 
 
+def _stream_documents(files: list[str], **read):
+    for text in iter_documents(files, **read):
+        yield {"text": text}
+
+
 class StreamingDataModule(PretrainDataModule):
     """`path`, `name`, `data_files`: the arguments of `datasets.load_dataset` (`json` and
-    `data_files` for local shards). `shuffle_buffer`: blocks held for shuffling."""
+    `data_files` for local shards). `path=files` reads `data_files` (files, folders, globs per
+    split) with our own reader instead: `.txt` sources and `on_bad_record`/`max_doc_chars`
+    apply, and a bad record is named by file and line. `shuffle_buffer`: blocks held for
+    shuffling."""
 
     def __init__(
         self,
@@ -45,6 +54,13 @@ class StreamingDataModule(PretrainDataModule):
 
     def stream(self, split: str) -> datasets.IterableDataset:
         """The `text` of a split, streamed; the hub is only reached here."""
+        if self.path == "files":  # the file list is sharded over ranks and workers
+            if split not in self.data_files:
+                raise ValueError(f"data.data_files has no {split!r} files")
+            return datasets.IterableDataset.from_generator(
+                _stream_documents,
+                gen_kwargs={"files": resolve_files(self.data_files[split]), **self.read_options()},
+            )
         ds = datasets.load_dataset(
             self.path,
             self.name,
