@@ -1,13 +1,16 @@
-"""The LightningModule that pretrains `BertForPreTraining` with MLM."""
+"""The LightningModule that pretrains `BertForPreTraining` with MLM, plus NSP when
+the data are sentence pairs."""
 
 from __future__ import annotations
 
 import lightning as L
 import torch
-from torchmetrics.classification import MulticlassAccuracy
+from torchmetrics.classification import BinaryAccuracy, MulticlassAccuracy
 from torchmetrics.text import Perplexity
 
 from bert_lightning.model import BertConfig, BertForPreTraining
+
+OBJECTIVES = ("mlm", "mlm_nsp")
 
 
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
@@ -33,19 +36,35 @@ def warmup_linear_decay(warmup_steps: int, total_steps: int):
 
 class BertPretrainModule(L.LightningModule):
     """`config`: BertConfig fields; `optim`: lr, weight_decay, betas, eps, warmup_steps.
-    `tokenizer_json` travels inside every checkpoint, so a checkpoint is self-contained."""
+    `tokenizer_json` travels inside every checkpoint, so a checkpoint is self-contained.
+    `objective`: `mlm`, or `mlm_nsp` (loss = MLM + NSP; the data module decides). Under `mlm`
+    the pooler and NSP head get no gradient and are frozen, so that DDP finds no unused
+    parameters."""
 
     def __init__(
-        self, config: dict, optim: dict, tokenizer_json: str | None = None, compile: bool = False
+        self,
+        config: dict,
+        optim: dict,
+        tokenizer_json: str | None = None,
+        objective: str = "mlm",
+        compile: bool = False,
     ):
         super().__init__()
+        if objective not in OBJECTIVES:
+            raise ValueError(f"objective={objective!r}; expected one of {OBJECTIVES}")
         self.save_hyperparameters(ignore=["tokenizer_json"])
         self.model = BertForPreTraining(BertConfig(**config))
+        self.nsp = objective == "mlm_nsp"
+        if not self.nsp:
+            for head in (self.model.bert.pooler, self.model.cls.seq_relationship):
+                head.requires_grad_(False)
         self.tokenizer_json = tokenizer_json
         V = self.model.config.vocab_size
         self.train_acc = MulticlassAccuracy(num_classes=V, average="micro")
         self.val_acc = MulticlassAccuracy(num_classes=V, average="micro")
         self.val_ppl = Perplexity()
+        # NSP accuracy, with objective=mlm_nsp (data=c4_nsp); the loss is then MLM + NSP
+        self.train_nsp_acc, self.val_nsp_acc = BinaryAccuracy(), BinaryAccuracy()
 
     def configure_model(self) -> None:
         """Under FSDP2 (`trainer=fsdp`: Lightning's ModelParallelStrategy) shard each encoder
@@ -71,7 +90,7 @@ class BertPretrainModule(L.LightningModule):
             batch.get("token_type_ids"),
             batch.get("attention_mask"),
             batch.get("labels"),
-            batch.get("next_sentence_label"),
+            batch.get("next_sentence_label") if self.nsp else None,
         )
 
     def training_step(self, batch, batch_idx):
@@ -81,6 +100,7 @@ class BertPretrainModule(L.LightningModule):
         if out.mlm_labels.numel():
             self.train_acc(out.mlm_logits.detach(), out.mlm_labels)
             self.log("train/mlm_acc", self.train_acc, batch_size=B)
+        self._log_nsp("train", out, batch, self.train_nsp_acc)
         return out.loss
 
     def validation_step(self, batch, batch_idx):
@@ -92,6 +112,16 @@ class BertPretrainModule(L.LightningModule):
             self.val_ppl(out.mlm_logits[None].float(), out.mlm_labels[None])
             self.log("val/mlm_acc", self.val_acc, batch_size=B)
             self.log("val/ppl", self.val_ppl, batch_size=B)
+        self._log_nsp("val", out, batch, self.val_nsp_acc)
+
+    def _log_nsp(self, stage: str, out, batch: dict, acc: BinaryAccuracy) -> None:
+        if out.nsp_loss is None:
+            return
+        B = batch["input_ids"].size(0)
+        self.log(f"{stage}/mlm_loss", out.mlm_loss, batch_size=B, sync_dist=stage == "val")
+        self.log(f"{stage}/nsp_loss", out.nsp_loss, batch_size=B, sync_dist=stage == "val")
+        acc(out.nsp_logits.detach().argmax(-1), batch["next_sentence_label"])  # (B,) vs (B,)
+        self.log(f"{stage}/nsp_acc", acc, batch_size=B)
 
     def configure_optimizers(self):
         o = self.hparams.optim

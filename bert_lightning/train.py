@@ -9,7 +9,6 @@ from pathlib import Path
 import lightning as L
 import torch
 from hydra.utils import instantiate
-from lightning.pytorch.strategies import DDPStrategy
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
@@ -54,15 +53,13 @@ def build(cfg: DictConfig):
         optim=OmegaConf.to_container(cfg.optim, resolve=True),
         tokenizer_json=tok.to_str(),
         compile=cfg.get("model_compile", False),
+        objective=dm.objective,
     )
     loggers = [instantiate(c) for c in (cfg.get("logger") or {}).values()]
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
-    kwargs = dict(logger=loggers, callbacks=callbacks, default_root_dir=str(out_dir))
-    trainer = instantiate(cfg.trainer, **kwargs)
-    if cfg.trainer.strategy == "auto" and type(trainer.strategy) is DDPStrategy:
-        # Lightning picks plain DDP for several devices (`trainer.devices=8`); an MLM-only
-        # run leaves the pooler and NSP head without gradients, which plain DDP refuses
-        trainer = instantiate(cfg.trainer, strategy="ddp_find_unused_parameters_true", **kwargs)
+    trainer = instantiate(
+        cfg.trainer, logger=loggers, callbacks=callbacks, default_root_dir=str(out_dir)
+    )
     return dm, module, trainer
 
 

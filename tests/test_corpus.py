@@ -20,7 +20,7 @@ def jsonl(path, records, gz=False):
 def test_reads_files_folders_and_globs(tmp_path):
     a = jsonl(tmp_path / "c4-train.00000-of-01024.json.gz", [{"text": "one", "url": "u"}], gz=True)
     b = jsonl(tmp_path / "c4-train.00001-of-01024.json", [{"text": "two"}, {"text": "three"}])
-    (tmp_path / "notes.txt").write_text("ignored")
+    (tmp_path / "notes.md").write_text("ignored")
     assert resolve_files(str(tmp_path)) == [a, b]
     assert resolve_files(str(tmp_path / "c4-train.*")) == [a, b]
     assert list(iter_documents(resolve_files([a, b]))) == ["one", "two", "three"]
@@ -79,3 +79,59 @@ def test_corrupt_gzip(tmp_path):
     path.write_bytes(b"this is not gzip at all")
     with pytest.raises(BadRecordError, match=r"c4\.json\.gz: unreadable after line 0"):
         list(iter_documents([str(path)]))
+
+
+def test_every_kind_of_bad_input_skipped_with_one_summary(tmp_path, caplog):
+    big = "word " * 2_100_000  # a 10 MB document
+    shard = tmp_path / "shard.jsonl"
+    lines = [
+        '{"text": "first"}',
+        "{broken",
+        '{"url": "no text"}',
+        '{"text": ""}',
+        '{"text": " \\n\\t "}',
+        json.dumps({"text": big}),
+        '{"text": "last"}',
+    ]
+    shard.write_bytes(("\n".join(lines) + "\n").encode() + b'{"text": "\xff"}\n')
+    data = gzip.compress(b"".join(b'{"text": "gz %d"}\n' % i for i in range(3000)))
+    truncated = tmp_path / "cut.json.gz"
+    truncated.write_bytes(data[: len(data) // 2])
+    files = [str(shard), str(truncated)]
+    huge = tmp_path / "huge.jsonl"
+    huge.write_text('{"text": "ok"}\n' + json.dumps({"text": big}) + "\n")
+    with pytest.raises(BadRecordError, match=r"huge\.jsonl:2: document of 10,500,000 characters"):
+        list(iter_documents([str(huge)], max_chars=1_000_000))
+    bad = BadRecords()
+    with caplog.at_level("WARNING"):
+        docs = list(iter_documents(files, "skip", bad, max_chars=1_000_000))
+    assert docs[:2] == ["first", "last"] and 0 < len(docs) - 2 < 3000
+    assert bad.count == 7  # 6 bad records in the shard + the truncated gzip
+    summary = [r.message for r in caplog.records if r.message.startswith("read ")]
+    assert len(summary) == 1 and summary[0].startswith(f"read {len(docs)} documents, skipped 7")
+    assert "shard.jsonl:2: not JSON" in summary[0]
+
+
+def test_plain_text_blocks_or_lines(tmp_path):
+    path = tmp_path / "books.txt"
+    path.write_text("First para line one.\nline two.\n\n\nSecond doc.\n  \nThird doc.\n")
+    assert resolve_files(str(tmp_path)) == [str(path)]
+    assert list(iter_documents([str(path)])) == [
+        "First para line one.\nline two.",
+        "Second doc.",
+        "Third doc.",
+    ]
+    assert list(iter_documents([str(path)], text_unit="line")) == [
+        "First para line one.",
+        "line two.",
+        "Second doc.",
+        "Third doc.",
+    ]
+    gz = tmp_path / "more.txt.gz"
+    gz.write_bytes(gzip.compress(b"a\nb\n\n\xff\xfe\n\nc\n"))
+    with pytest.raises(BadRecordError, match=r"more\.txt\.gz:4: invalid UTF-8"):
+        list(iter_documents([str(gz)]))
+    bad = BadRecords()
+    assert list(iter_documents([str(gz)], "skip", bad)) == ["a\nb", "c"] and bad.count == 1
+    with pytest.raises(ValueError, match="text_unit='page'"):
+        list(iter_documents([str(path)], text_unit="page"))

@@ -24,7 +24,7 @@ from probe import read_probes
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = 3
-DDP = "trainer.strategy=ddp_find_unused_parameters_true"  # as trainer=ddp has it
+DDP = "trainer.strategy=ddp"  # as trainer=ddp has it
 COMPARABLE = [
     "model.hidden_dropout_prob=0",
     "model.attention_probs_dropout_prob=0",

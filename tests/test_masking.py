@@ -1,3 +1,4 @@
+import pytest
 import torch
 
 from bert_lightning.data.masking import MaskingConfig, MLMCollator
@@ -90,3 +91,39 @@ def test_premasked_examples_are_only_padded():
     batch = col(ex + [{"input_ids": [CLS, SEP], "labels": [-100, -100]}])
     assert batch["input_ids"][0].tolist() == [CLS, MASK, 9, SEP]
     assert batch["labels"].tolist() == [[-100, 8, -100, -100], [-100, -100, -100, -100]]
+
+
+def test_whole_word_masking_picks_words_whole():
+    """Ids 500+ are `##` pieces: each word is a piece < 500 and its following pieces >= 500.
+    Every word is picked with all its pieces or none, and 15% of the words are picked."""
+    g = torch.Generator().manual_seed(2)
+    col = MLMCollator(
+        PAD, MASK, [PAD, UNK, CLS, SEP, MASK], V, MaskingConfig(whole_word=True), range(500, V)
+    )
+    words = picked_words = 0
+    for _ in range(20):
+        examples = random_examples(200, g)
+        batch = col(examples)
+        for e, labels in zip(examples, batch["labels"].tolist(), strict=True):
+            ids, sel = (
+                e["input_ids"][1:-1],
+                [lab != -100 for lab in labels[1 : len(e["input_ids"]) - 1]],
+            )
+            groups, cur = [], []
+            for k, t in enumerate(ids):
+                if t < 500 and cur or k == 0:
+                    if cur:
+                        groups.append(cur)
+                    cur = []
+                cur.append(sel[k])
+            groups.append(cur)
+            for grp in groups:
+                assert all(grp) or not any(grp)  # never part of a word
+                words += 1
+                picked_words += grp[0]
+    assert words > 20_000 and abs(picked_words / words - 0.15) < 0.01
+
+
+def test_whole_word_masking_needs_continuation_ids():
+    with pytest.raises(ValueError, match="whole_word"):
+        collator(whole_word=True)

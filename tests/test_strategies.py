@@ -51,13 +51,15 @@ def test_bf16_true_run_exports_bf16_weights(tmp_path):
     assert hf.dtype == torch.bfloat16
 
 
-def test_several_devices_by_default_get_ddp_that_allows_unused_heads(tmp_path):
-    """`trainer.devices=8` alone: Lightning's plain DDP would stop at the first MLM-only step
-    (pooler and NSP head get no gradient); build() asks for find_unused_parameters."""
+def test_several_devices_by_default_get_plain_ddp_with_frozen_unused_heads(tmp_path):
+    """`trainer.devices=8` alone: Lightning's plain DDP; an MLM-only run freezes the pooler and
+    NSP head (no gradient there), so DDP finds no unused parameters."""
     from bert_lightning.train import build
     from conftest import tiny_overrides, write_corpus
 
     write_corpus(tmp_path / "corpus.jsonl")
-    _, _, trainer = build(compose(overrides=tiny_overrides(tmp_path, "trainer.devices=2")))
+    _, module, trainer = build(compose(overrides=tiny_overrides(tmp_path, "trainer.devices=2")))
     assert trainer.num_devices == 2
-    assert trainer.strategy._ddp_kwargs["find_unused_parameters"] is True
+    assert not trainer.strategy._ddp_kwargs.get("find_unused_parameters", False)
+    frozen = [n for n, p in module.named_parameters() if not p.requires_grad]
+    assert frozen and all("pooler" in n or "seq_relationship" in n for n in frozen)

@@ -53,6 +53,8 @@ def to_input_ids(symbols: torch.Tensor, tokenizer: Tokenizer) -> torch.Tensor:
 class BracketsDataModule(L.LightningDataModule):
     """Fresh random sentences for training; a validation set masked once with a fixed seed."""
 
+    objective = "mlm"
+
     def __init__(
         self,
         n_train: int = 100_000,

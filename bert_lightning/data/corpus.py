@@ -1,5 +1,6 @@
-"""Reading C4-style JSON-lines documents (`.json`, `.jsonl`, optionally `.gz`), with bad input
-either named precisely in an error or skipped and counted."""
+"""Reading documents: C4-style JSON lines (`.json`, `.jsonl`) or plain text (`.txt`: one document
+per blank-line-separated block, or per line), optionally `.gz`; bad input is either named
+precisely in an error or skipped and counted."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-SUFFIXES = (".json", ".jsonl", ".json.gz", ".jsonl.gz")
+TEXT_SUFFIXES = (".txt", ".txt.gz")
+SUFFIXES = (".json", ".jsonl", ".json.gz", ".jsonl.gz", *TEXT_SUFFIXES)
 ON_BAD_RECORD = ("error", "skip")
+TEXT_UNITS = ("block", "line")  # plain text: a document per blank-line-separated block or line
 
 
 class BadRecordError(ValueError):
@@ -60,20 +63,36 @@ class BadRecords:
             self.first.append(where)
             log.warning("skipping bad record: %s", where)
 
-    def summary(self) -> str:
-        return f"skipped {self.count} bad record(s); first: {'; '.join(self.first)}"
+    def summary(self, read: int) -> str:
+        return (
+            f"read {read} documents, skipped {self.count} bad record(s); "
+            f"first: {'; '.join(self.first)}"
+        )
 
 
 def _open(path: str):
     return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
 
 
-def _parse(raw: bytes) -> str:
-    """One JSON line -> its non-empty `text`, or a ValueError saying what is wrong."""
+def _decode(raw: bytes) -> str:
     try:
-        record = json.loads(raw.decode("utf-8"))
+        return raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ValueError(f"invalid UTF-8 ({e.reason} at byte {e.start})") from None
+
+
+def _check(text: str, max_chars: int | None) -> str:
+    if not text.strip():
+        raise ValueError("empty document")
+    if max_chars is not None and len(text) > max_chars:
+        raise ValueError(f"document of {len(text):,} characters, over max_doc_chars={max_chars:,}")
+    return text
+
+
+def _parse(raw: bytes, max_chars: int | None = None) -> str:
+    """One JSON line -> its non-empty `text`, or a ValueError saying what is wrong."""
+    try:
+        record = json.loads(_decode(raw))
     except json.JSONDecodeError as e:
         raise ValueError(f"not JSON ({e.msg})") from None
     if not isinstance(record, dict) or "text" not in record:
@@ -81,18 +100,48 @@ def _parse(raw: bytes) -> str:
     text = record["text"]
     if not isinstance(text, str):
         raise ValueError(f"'text' is {type(text).__name__}, expected a string")
-    if not text.strip():
-        raise ValueError("empty document")
-    return text
+    return _check(text, max_chars)
+
+
+def _parse_text(raw: bytes, max_chars: int | None = None) -> str:
+    return _check(_decode(raw).strip(), max_chars)
+
+
+def _records(f, path: str, text_unit: str) -> Iterator[tuple[int, bytes]]:
+    """(line number, bytes) of each record of an open file; blank lines are not records."""
+    if text_unit == "line" or not path.endswith(TEXT_SUFFIXES):
+        for lineno, raw in enumerate(f, start=1):
+            if raw.strip():
+                yield lineno, raw
+        return
+    block: list[bytes] = []
+    first = 0
+    for lineno, raw in enumerate(f, start=1):
+        if raw.strip():
+            first = first if block else lineno
+            block.append(raw)
+        elif block:
+            yield first, b"".join(block)
+            block = []
+    if block:
+        yield first, b"".join(block)
 
 
 def iter_documents(
-    files: Sequence[str], on_bad_record: str = "error", bad: BadRecords | None = None
+    files: Sequence[str],
+    on_bad_record: str = "error",
+    bad: BadRecords | None = None,
+    max_chars: int | None = None,
+    text_unit: str = "block",
 ) -> Iterator[str]:
     """Yield the `text` of every good record; other fields are ignored. Blank lines are not
-    records. A corrupt or truncated `.gz` ends that file (skip) or raises (error)."""
+    records. A corrupt or truncated `.gz` ends that file (skip) or raises (error). A document
+    over `max_chars` is a bad record (a stray multi-MB page would stall the sentence splitter
+    and hold a worker's memory; C4 documents are rarely over 100,000 characters)."""
     if on_bad_record not in ON_BAD_RECORD:
         raise ValueError(f"on_bad_record={on_bad_record!r}; expected one of {ON_BAD_RECORD}")
+    if text_unit not in TEXT_UNITS:
+        raise ValueError(f"text_unit={text_unit!r}; expected one of {TEXT_UNITS}")
     bad = bad if bad is not None else BadRecords()
 
     def reject(where: str) -> None:
@@ -100,18 +149,21 @@ def iter_documents(
             raise BadRecordError(f"{where} (set data.on_bad_record=skip to skip such records)")
         bad.add(where)
 
+    read = 0
     for path in files:
         lineno = 0
+        parse = _parse_text if path.endswith(TEXT_SUFFIXES) else _parse
         try:
             with _open(path) as f:
-                for lineno, raw in enumerate(f, start=1):  # noqa: B007 (read in except)
-                    if not raw.strip():
-                        continue
+                for lineno, raw in _records(f, path, text_unit):  # noqa: B007 (read in except)
                     try:
-                        yield _parse(raw)
+                        text = parse(raw, max_chars)
                     except ValueError as e:
                         reject(f"{path}:{lineno}: {e}")
+                        continue
+                    read += 1
+                    yield text
         except (OSError, EOFError, zlib.error) as e:
             reject(f"{path}: unreadable after line {lineno}: {e}")
     if bad.count:
-        log.warning(bad.summary())
+        log.warning(bad.summary(read))

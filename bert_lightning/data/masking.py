@@ -20,6 +20,10 @@ class MaskingConfig:
     mlm_probability: float = 0.15  # share of real tokens picked for prediction
     p_mask: float = 0.8  # of the picked: replaced by [MASK]
     p_random: float = 0.1  # of the picked: replaced by a random non-special token (rest kept)
+    # pick whole words: each word (a piece and its `##` continuations) is picked with
+    # probability mlm_probability, all its pieces together; the rate applies to words, so the
+    # share of picked tokens comes out a little higher (long words have more pieces)
+    whole_word: bool = False
 
     def __post_init__(self):
         for name in ("mlm_probability", "p_mask", "p_random"):
@@ -36,10 +40,16 @@ def mask_tokens(
     random_ids: torch.Tensor,
     cfg: MaskingConfig,
     generator: torch.Generator | None = None,
+    word_starts: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(B, T) ids and a (B, T) bool of pickable positions -> masked ids and labels (-100 where
-    not picked). `random_ids` lists the ids a random replacement is drawn from."""
+    not picked). `random_ids` lists the ids a random replacement is drawn from. With
+    `word_starts` (B, T) bool, words are picked whole; what a picked token becomes ([MASK],
+    random, kept) is still drawn per token, as in BERT's reference whole-word masking."""
     u = torch.rand(input_ids.shape, generator=generator)  # (B, T) picks
+    if word_starts is not None:
+        word = torch.cumsum(word_starts, dim=1)  # (B, T) word number of each token, from 1
+        u = torch.cat([u[:, :1], u], dim=1).gather(1, word)  # (B, T) each word's one draw
     picked = (u < cfg.mlm_probability) & maskable
     labels = torch.where(picked, input_ids, -100)
     v = torch.rand(input_ids.shape, generator=generator)  # (B, T) what a pick becomes
@@ -55,8 +65,9 @@ class MLMCollator:
     """Pads a list of examples to the longest and masks them.
 
     Examples are dicts with `input_ids` (framed with [CLS]/[SEP]) and optionally
-    `token_type_ids`; an example that already has `labels` (a validation set masked once, so
-    its loss is comparable across evaluations) is padded, not masked again.
+    `token_type_ids` and `next_sentence_label` (NSP pairs); an example that already has
+    `labels` (a validation set masked once, so its loss is comparable across evaluations) is
+    padded, not masked again.
     `attention_mask` is only returned when a batch has padding: packed batches need none.
     """
 
@@ -67,6 +78,7 @@ class MLMCollator:
         special_ids: Sequence[int],
         vocab_size: int,
         masking: MaskingConfig | None = None,
+        continuation_ids: Sequence[int] = (),
     ):
         self.pad_id, self.mask_id = pad_id, mask_id
         self.special_ids = torch.tensor(sorted(set(special_ids)))
@@ -74,6 +86,10 @@ class MLMCollator:
         keep[self.special_ids] = False
         self.random_ids = keep.nonzero().squeeze(1)  # (V - n_special,)
         self.masking = masking or MaskingConfig()
+        if self.masking.whole_word and not len(continuation_ids):
+            raise ValueError("masking.whole_word needs the ids of the `##` continuation pieces")
+        self.continuation = torch.zeros(vocab_size, dtype=torch.bool)  # (V,) `##` pieces
+        self.continuation[list(continuation_ids)] = True
 
     @classmethod
     def for_tokenizer(cls, tokenizer: Tokenizer, masking: MaskingConfig | None = None):
@@ -84,6 +100,7 @@ class MLMCollator:
             special_ids=list(ids.values()),
             vocab_size=tokenizer.get_vocab_size(),
             masking=masking,
+            continuation_ids=[i for t, i in tokenizer.get_vocab().items() if t[:2] == "##"],
         )
 
     def maskable(self, input_ids: torch.Tensor) -> torch.Tensor:
@@ -91,13 +108,15 @@ class MLMCollator:
         return ~torch.isin(input_ids, self.special_ids)
 
     def mask(self, input_ids: torch.Tensor, generator: torch.Generator | None = None):
+        maskable = self.maskable(input_ids)
+        starts = None
+        if self.masking.whole_word:  # a word starts at a real token that is not a `##` piece,
+            # or at a `##` piece cut from its word (first after [CLS]/[SEP])
+            after_special = torch.ones_like(maskable)  # (B, T)
+            after_special[:, 1:] = ~maskable[:, :-1]
+            starts = maskable & (~self.continuation[input_ids] | after_special)  # (B, T)
         return mask_tokens(
-            input_ids,
-            self.maskable(input_ids),
-            self.mask_id,
-            self.random_ids,
-            self.masking,
-            generator,
+            input_ids, maskable, self.mask_id, self.random_ids, self.masking, generator, starts
         )
 
     def __call__(self, examples: list[dict]) -> dict[str, torch.Tensor]:
@@ -106,10 +125,16 @@ class MLMCollator:
         batch = {"input_ids": _pad([e["input_ids"] for e in examples], T, self.pad_id)}  # (B, T)
         if "token_type_ids" in examples[0]:
             batch["token_type_ids"] = _pad([e["token_type_ids"] for e in examples], T, 0)
+        if "next_sentence_label" in examples[0]:
+            batch["next_sentence_label"] = torch.tensor(
+                [e["next_sentence_label"] for e in examples]
+            )  # (B,)
         if "labels" in examples[0]:
             batch["labels"] = _pad([e["labels"] for e in examples], T, -100)
-        else:
-            batch["input_ids"], batch["labels"] = self.mask(batch["input_ids"])
+        else:  # a batch's own seed (see data/sampling.py) makes its mask reproducible
+            seed = examples[0].get("mask_seed")
+            g = torch.Generator().manual_seed(seed) if seed is not None else None
+            batch["input_ids"], batch["labels"] = self.mask(batch["input_ids"], g)
         if min(lengths) < T:
             batch["attention_mask"] = (
                 torch.arange(T)[None, :] < torch.tensor(lengths)[:, None]

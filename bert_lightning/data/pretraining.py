@@ -20,6 +20,8 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 
 from bert_lightning.data.corpus import BadRecordError, iter_documents, resolve_files
 from bert_lightning.data.masking import MaskingConfig, MLMCollator
+from bert_lightning.data.prepare import TokenBlocks, cache_folder, prepare
+from bert_lightning.data.sampling import EpochSampler, SeededExamples
 from bert_lightning.tokenizer import (
     batch_encode,
     load_tokenizer,
@@ -31,13 +33,14 @@ from bert_lightning.tokenizer import (
 log = logging.getLogger(__name__)
 
 PACKINGS = ("packed", "document")
+CACHE_FORMATS = ("arrow", "tokens")  # tokens: flat token arrays (data/prepare.py)
 BUNDLED_SAMPLE = str(Path(__file__).parents[1] / "assets" / "c4_sample.jsonl")
 
 
-def _documents(files: list[str], on_bad_record: str, stamp: list):
+def _documents(files: list[str], stamp: list, **read):
     """Generator for `Dataset.from_generator`; `stamp` (sizes and mtimes) only feeds the
     cache fingerprint, so that an edited file is read again."""
-    for text in iter_documents(files, on_bad_record):
+    for text in iter_documents(files, **read):
         yield {"text": text}
 
 
@@ -71,9 +74,11 @@ def _mask_once(batch, indices, collator: MLMCollator, seed: int):
 
 
 class PretrainDataModule(L.LightningDataModule):
+    objective = "mlm"  # what the examples train (NSPDataModule: mlm_nsp)
+
     def __init__(
         self,
-        train_files: str | list[str] = BUNDLED_SAMPLE,
+        train_files: str | list[str] | None = BUNDLED_SAMPLE,
         val_files: str | list[str] | None = None,
         val_docs: int = 50,
         max_seq_length: int = 128,
@@ -83,6 +88,9 @@ class PretrainDataModule(L.LightningDataModule):
         masking: dict | None = None,
         tokenizer: dict | None = None,
         on_bad_record: str = "error",
+        max_doc_chars: int | None = 1_000_000,
+        text_unit: str = "block",
+        cache_format: str = "arrow",
         num_proc: int | None = None,
         cache_dir: str | None = None,
         seed: int = 1234,
@@ -92,7 +100,8 @@ class PretrainDataModule(L.LightningDataModule):
             raise ValueError(f"data.packing={packing!r}; expected one of {PACKINGS}")
         if max_seq_length < 3:
             raise ValueError(f"data.max_seq_length={max_seq_length}; expected at least 3")
-        self.train_files = resolve_files(train_files)
+        # None: a subclass brings its own documents (data/streaming.py)
+        self.train_files = resolve_files(train_files) if train_files is not None else None
         self.val_files = resolve_files(val_files) if val_files else None
         self.val_docs = val_docs
         self.max_seq_length, self.packing = max_seq_length, packing
@@ -100,6 +109,12 @@ class PretrainDataModule(L.LightningDataModule):
         self.masking = MaskingConfig(**(masking or {}))
         self.tokenizer_cfg = dict(tokenizer or {})
         self.on_bad_record, self.num_proc = on_bad_record, num_proc
+        self.max_doc_chars, self.text_unit = max_doc_chars, text_unit
+        if cache_format not in CACHE_FORMATS:
+            raise ValueError(f"data.cache_format={cache_format!r}; expected one of {CACHE_FORMATS}")
+        if cache_format == "tokens" and not val_files:
+            raise ValueError("data.cache_format=tokens needs data.val_files (no held-out split)")
+        self.cache_format = cache_format
         self.cache_dir, self.seed = cache_dir, seed
         self.tokenizer: Tokenizer | None = None
         self.train_set = self.val_set = None
@@ -121,7 +136,7 @@ class PretrainDataModule(L.LightningDataModule):
             return self.tokenizer
         else:
             self.tokenizer = train_wordpiece(
-                lambda: iter_documents(self.train_files, self.on_bad_record),
+                self.tokenizer_documents,
                 vocab_size=self.tokenizer_cfg.get("vocab_size", 8192),
                 min_frequency=self.tokenizer_cfg.get("min_frequency", 2),
                 max_docs=self.tokenizer_cfg.get("max_docs"),
@@ -129,19 +144,33 @@ class PretrainDataModule(L.LightningDataModule):
         save_tokenizer(self.tokenizer, saved)
         return self.tokenizer
 
+    def read_options(self) -> dict:
+        return {
+            "on_bad_record": self.on_bad_record,
+            "max_chars": self.max_doc_chars,
+            "text_unit": self.text_unit,
+        }
+
+    def documents(self, files: list[str]):
+        return iter_documents(files, **self.read_options())
+
+    def tokenizer_documents(self):
+        """The stream a tokenizer is trained on (its first `tokenizer.max_docs` documents)."""
+        return self.documents(self.train_files)
+
     def collator(self) -> MLMCollator:
         return MLMCollator.for_tokenizer(self.tokenizer, self.masking)
 
     # -- datasets --------------------------------------------------------------------------
     def _read(self, files: list[str]) -> datasets.Dataset:
-        if next(iter_documents(files, self.on_bad_record), None) is None:
+        if next(self.documents(files), None) is None:
             raise ValueError(f"no documents with text in {files}")
         stamp = [(f, os.path.getsize(f), os.path.getmtime(f)) for f in files]
         try:
             ds = datasets.Dataset.from_generator(
                 _documents,
                 features=datasets.Features({"text": datasets.Value("string")}),
-                gen_kwargs={"files": files, "on_bad_record": self.on_bad_record, "stamp": stamp},
+                gen_kwargs={"files": files, "stamp": stamp, **self.read_options()},
                 cache_dir=self.cache_dir,
             )
         except datasets.exceptions.DatasetGenerationError as e:
@@ -180,6 +209,8 @@ class PretrainDataModule(L.LightningDataModule):
     def _build(self) -> tuple[datasets.Dataset, datasets.Dataset]:
         if self.tokenizer is None:
             raise RuntimeError("call build_tokenizer(out_dir) before preparing the data")
+        if self.cache_format == "tokens":
+            return self._token_blocks(), self._validation(self._read(self.val_files))
         docs = self._read(self.train_files)
         if self.val_files:
             train_docs, val_docs = docs, self._read(self.val_files)
@@ -192,8 +223,28 @@ class PretrainDataModule(L.LightningDataModule):
             split = docs.train_test_split(test_size=self.val_docs, seed=self.seed)
             train_docs, val_docs = split["train"], split["test"]
         train_set = self._examples(train_docs)
+        if len(train_set) == 0:
+            raise ValueError(f"no training examples from {self.train_files}")
+        return train_set, self._validation(val_docs)
+
+    def _token_blocks(self) -> TokenBlocks:
+        """Training examples memory-mapped from flat token arrays, prepared once."""
+        out = cache_folder(self.cache_dir or datasets.config.HF_DATASETS_CACHE, self.tokenizer)
+        prepare(self.train_files, out, self.tokenizer, self.num_proc or 1, self.read_options())
+        ids = special_ids(self.tokenizer)
+        return TokenBlocks(
+            self.train_files,
+            out,
+            self.max_seq_length - 2,
+            ids["[CLS]"],
+            ids["[SEP]"],
+            self.packing,
+        )
+
+    def _validation(self, val_docs: datasets.Dataset) -> datasets.Dataset:
+        """Held-out documents -> examples masked once, with a fixed seed."""
         val_examples = self._examples(val_docs)
-        val_set = val_examples.map(
+        return val_examples.map(
             _mask_once,
             batched=True,
             with_indices=True,
@@ -201,9 +252,6 @@ class PretrainDataModule(L.LightningDataModule):
             new_fingerprint=_fingerprint(val_examples._fingerprint, self.masking, self.seed),
             desc="masking validation",
         )
-        if len(train_set) == 0:
-            raise ValueError(f"no training examples from {self.train_files}")
-        return train_set, val_set
 
     def prepare_data(self):
         self._build()  # rank 0 fills the cache; the other ranks then read it in setup()
@@ -218,18 +266,23 @@ class PretrainDataModule(L.LightningDataModule):
                 self.packing,
             )
 
-    def _loader(self, ds: datasets.Dataset, shuffle: bool) -> StatefulDataLoader:
+    def _loader(self, ds, sampler=None) -> StatefulDataLoader:
         return StatefulDataLoader(
             ds,
             batch_size=self.batch_size,
-            shuffle=shuffle,
+            sampler=sampler,
             collate_fn=self.collator(),
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
         )
 
     def train_dataloader(self):
-        return self._loader(self.train_set, shuffle=True)
+        """Shuffled per epoch from the seed, this rank's share only (see data/sampling.py)."""
+        world, rank = (
+            (self.trainer.world_size, self.trainer.global_rank) if self.trainer else (1, 0)
+        )
+        sampler = EpochSampler(self.train_set, num_replicas=world, rank=rank, seed=self.seed)
+        return self._loader(SeededExamples(self.train_set, self.seed), sampler)
 
     def val_dataloader(self):
-        return self._loader(self.val_set, shuffle=False)
+        return self._loader(self.val_set)

@@ -1,0 +1,141 @@
+"""Tokenizing a corpus once into flat token arrays, shard by shard, in parallel processes.
+
+Each input file becomes `<name>.tokens` (uint16 token ids, uint32 from a vocab of 65,536 on) and
+`<name>.docs.npy` (the end offset of each document), under a folder named by the tokenizer's
+hash. Both are written to temporary names and renamed; `.docs.npy` last, so it marks a finished
+shard: a rerun skips finished shards and redoes a shard that crashed halfway. Training reads
+blocks through `np.memmap`, so a process holds the index only (one offset per block), not the
+corpus. Why flat arrays and not the `datasets` Arrow cache: see `bench/data_pipeline.py`
+(half the bytes per token, and faster random block reads).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+from tokenizers import Tokenizer
+from torch.utils.data import Dataset
+from tqdm.auto import tqdm
+
+from bert_lightning.data.corpus import iter_documents
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    return np.dtype(np.uint16 if vocab_size <= 65_536 else np.uint32)
+
+
+def cache_folder(root: str | os.PathLike, tokenizer: Tokenizer) -> Path:
+    """One folder per tokenizer: a different vocabulary never reads stale ids."""
+    digest = hashlib.sha256(tokenizer.to_str().encode()).hexdigest()[:16]
+    return Path(root) / f"tokens-{digest}"
+
+
+def shard_paths(out_dir: Path, src: str) -> tuple[Path, Path]:
+    stem = Path(src).name
+    return out_dir / f"{stem}.tokens", out_dir / f"{stem}.docs.npy"
+
+
+def _write(path: Path, write) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def prepare_shard(src: str, out_dir: Path, tokenizer_json: str, read: dict) -> int:
+    """Tokenize one file into its two arrays; returns its token count."""
+    tok = Tokenizer.from_str(tokenizer_json)
+    dtype = token_dtype(tok.get_vocab_size())
+    tokens_path, docs_path = shard_paths(out_dir, src)
+    ends, total = [], 0
+    batch: list[str] = []
+
+    def flush(f):
+        nonlocal total
+        for e in tok.encode_batch(batch, add_special_tokens=False):
+            f.write(np.asarray(e.ids, dtype=dtype).tobytes())
+            total += len(e.ids)
+            ends.append(total)
+        batch.clear()
+
+    def write_tokens(f):
+        for text in iter_documents([src], **read):
+            batch.append(text)
+            if len(batch) == 1000:
+                flush(f)
+        flush(f)
+
+    _write(tokens_path, write_tokens)
+    _write(docs_path, lambda f: np.save(f, np.asarray(ends, dtype=np.int64)))
+    return total
+
+
+def prepare(
+    files: list[str],
+    out_dir: Path,
+    tokenizer: Tokenizer,
+    num_proc: int = 1,
+    read: dict | None = None,
+) -> list[str]:
+    """Tokenize every file not yet finished, `num_proc` at a time, with a progress bar."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    todo = [f for f in files if not shard_paths(out_dir, f)[1].is_file()]
+    args = (out_dir, tokenizer.to_str(), dict(read or {}))
+    bar = tqdm(total=len(files), initial=len(files) - len(todo), desc="tokenizing shards")
+    if num_proc > 1 and len(todo) > 1:
+        with ProcessPoolExecutor(min(num_proc, len(todo))) as pool:
+            for _ in pool.map(prepare_shard, todo, *([a] * len(todo) for a in args)):
+                bar.update()
+    else:
+        for f in todo:
+            prepare_shard(f, *args)
+            bar.update()
+    bar.close()
+    return files
+
+
+class TokenBlocks(Dataset):
+    """Examples read from prepared shards: `packed` blocks of `block` tokens (documents joined
+    within a shard, each shard's tail dropped) or one truncated example per `document`.
+    The memory maps open lazily, so each data loader worker opens its own."""
+
+    def __init__(self, files, out_dir, block: int, cls_id: int, sep_id: int, packing="packed"):
+        self.paths = [shard_paths(Path(out_dir), f) for f in files]
+        self.block, self.cls_id, self.sep_id, self.packing = block, cls_id, sep_id, packing
+        counts = []
+        for _, docs_path in self.paths:
+            ends = np.load(docs_path, mmap_mode="r")
+            n_tokens = int(ends[-1]) if len(ends) else 0
+            counts.append(n_tokens // block if packing == "packed" else len(ends))
+        self.offsets = np.cumsum([0, *counts])  # (shards + 1,) first example of each shard
+        self._maps: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def __len__(self) -> int:
+        return int(self.offsets[-1])
+
+    def _shard(self, s: int):
+        if s not in self._maps:
+            tokens_path, docs_path = self.paths[s]
+            ends = np.load(docs_path, mmap_mode="r")  # a shard indexed here has tokens
+            itemsize = tokens_path.stat().st_size // int(ends[-1])  # 2 (uint16) or 4
+            self._maps[s] = (np.memmap(tokens_path, dtype=f"u{itemsize}", mode="r"), ends)
+        return self._maps[s]
+
+    def __getitem__(self, i: int) -> dict:
+        s = int(np.searchsorted(self.offsets, i, side="right")) - 1
+        j = i - int(self.offsets[s])
+        tokens, ends = self._shard(s)
+        if self.packing == "packed":
+            ids = tokens[j * self.block : (j + 1) * self.block]
+        else:
+            start = int(ends[j - 1]) if j else 0
+            ids = tokens[start : min(int(ends[j]), start + self.block)]
+        return {"input_ids": [self.cls_id, *ids.tolist(), self.sep_id]}

@@ -1,0 +1,74 @@
+"""Which examples a rank sees in an epoch, in which order, and with which mask.
+
+The rule, for N ranks x W workers: each epoch draws a permutation of the n examples from
+`seed + epoch`; its first `N * (n // N)` entries are dealt round-robin to the ranks (rank r takes
+positions r, r + N, ...), and the last `n % N` are left out of that epoch (a different few each
+epoch, so none is lost for good; every rank gets the same count, so DDP ranks never wait on one
+another). Within a rank the data loader hands whole batches to its W workers, so each example is
+loaded by exactly one worker. The last batch of a rank may be short (every rank's alike).
+
+Masks are drawn from a seed carried by each example (run seed, epoch, index), not from a
+process's global random state: a batch gets the same mask whichever worker builds it and after
+a resume, where worker random states start afresh.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+from torch.utils.data import Dataset, DistributedSampler
+
+
+class EpochSampler(DistributedSampler):
+    """`DistributedSampler` semantics (shuffled per epoch from `seed + epoch`, tail dropped)
+    yielding `(index, epoch)`, so that examples know the epoch their mask belongs to. Lightning
+    calls `set_epoch` each epoch (also when resuming) and keeps this sampler under DDP.
+
+    The permutation is two-level, so that memory does not grow with the corpus (a full
+    `randperm` of C4's 1.2 billion 128-token blocks would hold 10 GB per rank): the order of
+    `chunk`-sized runs of indices is shuffled, then the indices within each run."""
+
+    def __init__(self, dataset, num_replicas=1, rank=0, seed: int = 0, chunk: int = 1 << 20):
+        super().__init__(
+            dataset, num_replicas=num_replicas, rank=rank, shuffle=True, seed=seed, drop_last=True
+        )
+        self.chunk = chunk
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        epoch, n, N, chunk = self.epoch, len(self.dataset), self.num_replicas, self.chunk
+        g = torch.Generator().manual_seed(self.seed + epoch)
+        pos = 0  # position in the epoch's global order
+        for c in torch.randperm(-(-n // chunk), generator=g).tolist():
+            lo = c * chunk
+            run = torch.randperm(min(chunk, n - lo), generator=g) + lo
+            first = (self.rank - pos) % N  # this rank's positions: rank, rank + N, ...
+            mine = run[first::N][: max(0, -(-(self.total_size - pos - first) // N))]
+            pos += len(run)
+            for i in mine.tolist():
+                yield i, epoch
+
+
+class SeededExamples(Dataset):
+    """A map-style view of `examples` indexed by `(index, epoch)`; each row gains `mask_seed`."""
+
+    def __init__(self, examples, seed: int):
+        self.examples, self.seed = examples, seed
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+    def __getitem__(self, key: tuple[int, int]) -> dict:
+        index, epoch = key
+        row = dict(self.examples[index])
+        row["mask_seed"] = hash_seed(self.seed, epoch, index)
+        return row
+
+
+def hash_seed(*parts: int) -> int:
+    """Distinct small ints -> a well-spread 63-bit seed (splitmix64 steps)."""
+    x = 0x9E3779B97F4A7C15
+    for p in parts:
+        x = (x ^ (p & 0xFFFFFFFFFFFFFFFF)) * 0xBF58476D1CE4E5B9 & 0xFFFFFFFFFFFFFFFF
+        x = (x ^ (x >> 31)) * 0x94D049BB133111EB & 0xFFFFFFFFFFFFFFFF
+    return x >> 1

@@ -1,0 +1,69 @@
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+
+from conftest import tiny_overrides, write_corpus
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class RecordExamples(L.Callback):
+    """Writes the unmasked rows of every training batch this rank saw, and (rank 0) the
+    training set, so the test can count who saw what."""
+
+    def __init__(self, out_dir: str):
+        self.out_dir, self.rows = Path(out_dir), []
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        labels = batch["labels"]
+        original = torch.where(labels != -100, labels, batch["input_ids"])  # (B, T)
+        self.rows += [tuple(r) for r in original.tolist()]
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        torch.save(self.rows, self.out_dir / f"seen_rank{trainer.global_rank}.pt")
+        if trainer.global_rank == 0:
+            rows = [tuple(r["input_ids"]) for r in trainer.datamodule.train_set]
+            torch.save(rows, self.out_dir / "train_set.pt")
+
+
+@pytest.mark.slow
+def test_ddp_two_ranks_two_workers_see_each_example_once(tmp_path):
+    """A real 2-process DDP run (gloo on the CPU, Lightning's subprocess launcher), 2 loader
+    workers per rank, one epoch: every training example is seen by exactly one rank, once."""
+    write_corpus(tmp_path / "corpus.jsonl", 20)
+    overrides = tiny_overrides(
+        tmp_path,
+        "trainer=ddp_sim",
+        "trainer.max_steps=-1",
+        "trainer.max_epochs=1",
+        "trainer.val_check_interval=null",
+        "trainer.check_val_every_n_epoch=1",
+        "data.num_workers=2",
+        "validate_before_fit=false",
+        f"hydra.run.dir={tmp_path}",
+        "+callbacks.record._target_=test_ddp.RecordExamples",
+        f"+callbacks.record.out_dir={tmp_path}",
+    )
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "tests"))
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), *overrides],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    train_set = Counter(torch.load(tmp_path / "train_set.pt"))
+    ranks = [Counter(torch.load(tmp_path / f"seen_rank{r}.pt")) for r in range(2)]
+    n = sum(train_set.values())
+    assert sum(ranks[0].values()) == sum(ranks[1].values()) == n // 2  # equal shares
+    seen = ranks[0] + ranks[1]
+    assert not seen - train_set  # nothing seen that is not a training example, no duplicate
+    assert sum((train_set - seen).values()) == n % 2  # the tail rule: n % ranks left out

@@ -1,0 +1,88 @@
+import csv
+import os
+
+import lightning as L
+import pytest
+import torch
+
+from bert_lightning.config import compose
+from bert_lightning.resume import AtomicCheckpointIO
+from bert_lightning.train import train
+from conftest import tiny_overrides, write_corpus
+
+
+class CrashAt(L.Callback):
+    """Raises before the batch of optimizer step `step` + 1, as a killed process stops."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if trainer.global_step == self.step:
+            raise RuntimeError("simulated crash")
+
+
+def run(out_dir, *extra):
+    write_corpus(out_dir / "corpus.jsonl", 60)
+    overrides = tiny_overrides(
+        out_dir,
+        "trainer.max_steps=8",
+        "trainer.val_check_interval=4",
+        "callbacks.model_checkpoint.every_n_train_steps=4",
+        *extra,
+    )
+    return train(compose(overrides=overrides))
+
+
+def last_val_loss(out_dir):
+    with open(out_dir / "metrics.csv") as f:
+        return [float(r["val/loss"]) for r in csv.DictReader(f) if r["val/loss"]][-1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", [0, 2])
+def test_killed_and_resumed_run_matches_the_uninterrupted_one(tmp_path, workers):
+    """Killed after step 4 of 8 (mid-epoch: an epoch is ~100 steps), resumed from last.ckpt:
+    bitwise the weights of a run never killed. Dropout, shuffling and masks all continue."""
+    w = (f"data.num_workers={workers}",)
+    run(tmp_path / "whole", *w)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        run(
+            tmp_path / "killed",
+            *w,
+            "+callbacks.crash._target_=test_resume.CrashAt",
+            "+callbacks.crash.step=4",
+        )
+    last = tmp_path / "killed" / "checkpoints" / "last.ckpt"
+    state = torch.load(last, map_location="cpu", weights_only=True)
+    assert state["global_step"] == 4 and state["epoch"] == 0
+    run(tmp_path / "resumed", *w, f"ckpt_path={last}")
+
+    whole = torch.load(tmp_path / "whole/checkpoints/last.ckpt", weights_only=True)
+    resumed = torch.load(tmp_path / "resumed/checkpoints/last.ckpt", weights_only=True)
+    assert resumed["global_step"] == whole["global_step"] == 8
+    for name, tensor in whole["state_dict"].items():
+        assert torch.equal(tensor, resumed["state_dict"][name]), name
+    # the tokenizer comes from the checkpoint and the validation set is rebuilt identically
+    tok = (tmp_path / "whole/checkpoints/tokenizer.json").read_text()
+    assert (tmp_path / "resumed/checkpoints/tokenizer.json").read_text() == tok
+    assert last_val_loss(tmp_path / "resumed") == last_val_loss(tmp_path / "whole")
+
+
+def test_a_crash_while_saving_keeps_the_last_checkpoint(tmp_path, monkeypatch):
+    io = AtomicCheckpointIO()
+    path = tmp_path / "last.ckpt"
+    io.save_checkpoint({"step": 1, "w": torch.ones(3)}, path)
+
+    def dies_midway(obj, f, *args, **kwargs):
+        f.write(b"half a checkpoint")
+        raise KeyboardInterrupt  # the process is stopped while writing
+
+    monkeypatch.setattr(torch, "save", dies_midway)
+    with pytest.raises(KeyboardInterrupt):
+        io.save_checkpoint({"step": 2, "w": torch.zeros(3)}, path)
+    monkeypatch.undo()
+    assert torch.load(path, weights_only=True)["step"] == 1
+    assert os.listdir(tmp_path) == ["last.ckpt"]  # no temporary left behind
+    io.save_checkpoint({"step": 2}, path)
+    assert torch.load(path, weights_only=True)["step"] == 2
