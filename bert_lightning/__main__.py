@@ -1,0 +1,3 @@
+from bert_lightning.cli import main
+
+main()

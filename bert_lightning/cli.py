@@ -1,0 +1,18 @@
+"""The `bert-lightning` console script (also `python -m bert_lightning`): one subcommand per
+module of `bert_lightning.commands`, each adding itself with `register(subparsers)`."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+COMMANDS = ["score", "fill_mask", "embed"]  # modules of bert_lightning.commands
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="bert-lightning", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in COMMANDS:
+        importlib.import_module(f"bert_lightning.commands.{name}").register(sub)
+    args = parser.parse_args(argv)
+    args.func(args)
