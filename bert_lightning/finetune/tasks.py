@@ -100,6 +100,10 @@ class Task:
     def metrics(self) -> nn.ModuleDict:
         raise NotImplementedError
 
+    def scores(self, logits: torch.Tensor) -> torch.Tensor:
+        """One number per row, for `bert-lightning score`."""
+        raise ValueError(f"a {self.cfg['kind']} model gives no score per row")
+
     def compute(self, metrics: nn.ModuleDict) -> dict[str, float]:
         return {k: float(m.compute()) for k, m in metrics.items()}
 
