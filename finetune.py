@@ -1,9 +1,17 @@
-"""Fine-tuning is not implemented yet (tracked in the fine-tuning issue)."""
+"""Fine-tune: `python finetune.py task=ad_relevance task.train_file=... pretrained=...`."""
 
-import sys
+import hydra
+from omegaconf import DictConfig
+
+from bert_lightning.config import CONFIG_DIR
+from bert_lightning.finetune.run import finetune
+
+
+@hydra.main(config_path=str(CONFIG_DIR), config_name="finetune", version_base="1.3")
+def main(cfg: DictConfig) -> float | None:
+    results = finetune(cfg)
+    return (results["best_val"] or {}).get(f"val/{cfg.task.monitor}")
+
 
 if __name__ == "__main__":
-    sys.exit(
-        "finetune.py: fine-tuning is not implemented yet; `python train.py` pretrains. "
-        "See README.md, section 'Status'."
-    )
+    main()

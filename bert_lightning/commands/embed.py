@@ -1,0 +1,88 @@
+"""`bert-lightning embed`: one vector per text, written as `.npy` (and JSONL if asked)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from bert_lightning.finetune.data import column, read_table, text_values
+from bert_lightning.pretrained import encoder_from, load_pretrained
+
+POOLINGS = ("cls", "mean", "last4")
+
+
+def pool(hidden: list[torch.Tensor], mask: torch.Tensor, pooling: str) -> torch.Tensor:
+    """hidden: L + 1 tensors (B, T, H); mask (B, T). `cls`: the last layer's [CLS]; `mean`:
+    the mean over real tokens; `last4`: the [CLS] of the last four layers, concatenated."""
+    if pooling == "cls":
+        return hidden[-1][:, 0]  # (B, H)
+    if pooling == "mean":
+        m = mask[..., None].to(hidden[-1].dtype)  # (B, T, 1)
+        return (hidden[-1] * m).sum(1) / m.sum(1).clamp(min=1)  # (B, H)
+    if pooling == "last4":
+        if len(hidden) < 5:
+            raise ValueError(f"pooling=last4 needs 4 layers; the model has {len(hidden) - 1}")
+        return torch.cat([h[:, 0] for h in hidden[-4:]], dim=-1)  # (B, 4H)
+    raise ValueError(f"pooling={pooling!r}; expected one of {POOLINGS}")
+
+
+@torch.no_grad()
+def embed(
+    model_path, texts: list[str], pooling="cls", batch_size=32, max_seq_length=128, progress=False
+) -> np.ndarray:
+    pre = load_pretrained(model_path)
+    model, tok = encoder_from(pre), pre.tokenizer
+    tok.enable_truncation(max_seq_length)
+    tok.enable_padding(pad_id=tok.token_to_id("[PAD]"), pad_token="[PAD]")
+    out = []
+    for start in tqdm(range(0, len(texts), batch_size), disable=not progress, desc="embed"):
+        enc = tok.encode_batch(texts[start : start + batch_size])
+        ids = torch.tensor([e.ids for e in enc])  # (B, T)
+        mask = torch.tensor([e.attention_mask for e in enc])  # (B, T)
+        o = model(ids, torch.tensor([e.type_ids for e in enc]), mask, output_hidden_states=True)
+        out.append(pool(o.hidden_states, mask, pooling).float().numpy())
+    return np.concatenate(out) if out else np.zeros((0, model.config.hidden_size), np.float32)
+
+
+def read_texts(path: str, column_name: str = "text") -> list[str]:
+    """A `.txt` file (one text a line) or a table's `column_name`."""
+    if Path(path).suffix == ".txt":
+        return Path(path).read_text(encoding="utf-8").splitlines()
+    return text_values(column(read_table(path), column_name, path), path, column_name)
+
+
+def register(sub) -> None:
+    p = sub.add_parser("embed", help="one vector per text (.npy, optional JSONL)")
+    p.add_argument("model", help="a .ckpt of ours or a Hugging Face BERT folder")
+    p.add_argument("input", help=".txt (one text a line) or CSV/TSV/JSONL/Parquet with --column")
+    p.add_argument("output", help="the .npy file: one row per text, in input order")
+    p.add_argument("--column", default="text")
+    p.add_argument("--pooling", choices=POOLINGS, default="cls")
+    p.add_argument("--jsonl", help="also write {text, embedding} lines here")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--max-seq-length", type=int, default=128)
+    p.set_defaults(func=_main)
+
+
+def _main(args) -> None:
+    texts = read_texts(args.input, args.column)
+    vectors = embed(
+        args.model, texts, args.pooling, args.batch_size, args.max_seq_length, progress=True
+    )
+    out = Path(args.output)
+    tmp = out.with_name(f".{out.stem}.tmp{os.getpid()}.npy")
+    np.save(tmp, vectors)
+    os.replace(tmp, out)
+    if args.jsonl:
+        path = Path(args.jsonl)
+        tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+        with open(tmp, "w", encoding="utf-8") as f:
+            for text, v in zip(texts, vectors.tolist(), strict=True):
+                f.write(json.dumps({"text": text, "embedding": v}, ensure_ascii=False) + "\n")
+        os.replace(tmp, path)
+    print(f"wrote {vectors.shape[0]} x {vectors.shape[1]} embeddings ({args.pooling}) to {out}")

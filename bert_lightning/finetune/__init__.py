@@ -1,0 +1,1 @@
+"""Fine-tuning a pretrained encoder on a downstream task (`finetune.py`)."""

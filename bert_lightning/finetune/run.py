@@ -1,0 +1,118 @@
+"""`finetune(cfg)`: one fine-tuning run from a composed Hydra config (finetune.py and tests)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import asdict
+from functools import partial
+from pathlib import Path
+
+import lightning as L
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+from torch.utils.data import DataLoader
+
+from bert_lightning.finetune.data import GroupBatchSampler, collate
+from bert_lightning.finetune.module import FinetuneModule
+from bert_lightning.finetune.tasks import load_splits, make_task
+from bert_lightning.pretrained import load_encoder, load_pretrained
+from bert_lightning.tokenizer import load_tokenizer, special_ids, train_wordpiece
+from bert_lightning.train import save_resolved_config
+
+log = logging.getLogger(__name__)
+
+
+def texts_of(table: dict) -> list[str]:
+    if "words" in table:
+        return [" ".join(w) for w in table["words"]]
+    return table["text"] + (table["pair"] or [])
+
+
+def encoder_and_tokenizer(cfg: DictConfig, train_table: dict):
+    """(config, tokenizer, pretrained or None): from `pretrained`, else random weights of
+    `model` with `tokenizer` (or a WordPiece trained on the train file)."""
+    if cfg.pretrained:
+        pre = load_pretrained(cfg.pretrained)
+        log.info("fine-tuning from %s", pre.source)
+        return pre.config, pre.tokenizer, pre
+    if cfg.tokenizer:
+        tok = load_tokenizer(cfg.tokenizer)
+    else:
+        texts = texts_of(train_table)
+        tok = train_wordpiece(lambda: iter(texts), cfg.tokenizer_vocab_size)
+    config = instantiate(
+        cfg.model, vocab_size=tok.get_vocab_size(), pad_token_id=special_ids(tok)["[PAD]"]
+    )
+    log.warning("no `pretrained` given: the encoder starts from RANDOM weights (no pretraining)")
+    return config, tok, None
+
+
+def write_json(obj, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(json.dumps(obj, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def finetune(cfg: DictConfig) -> dict:
+    """Fits, restores the best checkpoint by the task's main validation metric, tests it and
+    writes `results.json`; returns what it wrote."""
+    L.seed_everything(cfg.seed, workers=True)
+    out_dir = Path(cfg.paths.output_dir)
+    task = make_task(OmegaConf.to_container(cfg.task, resolve=True))
+    tables = load_splits(task, cfg.seed)
+    config, tok, pre = encoder_and_tokenizer(cfg, tables["train"])
+    if cfg.max_seq_length > config.max_position_embeddings:
+        raise ValueError(
+            f"max_seq_length={cfg.max_seq_length} exceeds the model's "
+            f"max_position_embeddings={config.max_position_embeddings}"
+        )
+    module = FinetuneModule(
+        asdict(config),
+        task.cfg,
+        OmegaConf.to_container(cfg.optim, resolve=True),
+        cfg.freeze_encoder,
+        tok.to_str(),
+    )
+    if pre is not None:
+        load_encoder(module.model, pre)
+
+    pad = partial(collate, pad_id=special_ids(tok)["[PAD]"])
+    feats = {k: task.encode(t, tok, cfg.max_seq_length) for k, t in tables.items()}
+    if task.cfg.get("loss") == "pairwise":
+        sampler = GroupBatchSampler([f["group"] for f in feats["train"]], cfg.batch_size, cfg.seed)
+        train_dl = DataLoader(feats["train"], batch_sampler=sampler, collate_fn=pad)
+    else:
+        train_dl = DataLoader(feats["train"], cfg.batch_size, shuffle=True, collate_fn=pad)
+    eval_dl = {
+        k: DataLoader(feats[k], cfg.eval_batch_size, collate_fn=pad) for k in ("validation", "test")
+    }
+    log.info("rows: %s", {k: len(v) for k, v in feats.items()})
+
+    loggers = [instantiate(c) for c in (cfg.get("logger") or {}).values()]
+    callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
+    trainer = instantiate(
+        cfg.trainer, logger=loggers, callbacks=callbacks, default_root_dir=str(out_dir)
+    )
+    save_resolved_config(cfg, out_dir)
+    trainer.fit(module, train_dl, eval_dl["validation"])
+    ckpt = trainer.checkpoint_callback
+    best = ckpt.best_model_path if ckpt is not None and ckpt.best_model_path else None
+    test = trainer.test(module, eval_dl["test"], ckpt_path=best, verbose=False)[0]
+    results = {
+        "task": task.cfg["kind"],
+        "pretrained": pre.source if pre else None,
+        "freeze_encoder": bool(cfg.freeze_encoder),
+        "rows": {k: len(v) for k, v in feats.items()},
+        "best_checkpoint": best,
+        "best_val": {f"val/{task.cfg['monitor']}": float(ckpt.best_model_score)}
+        if best and ckpt.best_model_score is not None
+        else None,
+        "steps": trainer.global_step,
+        "test": {k: float(v) for k, v in test.items()},
+    }
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_json(results, out_dir / "results.json")
+    log.info("test metrics %s; outputs in %s", results["test"], out_dir)
+    return results

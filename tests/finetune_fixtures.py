@@ -1,0 +1,124 @@
+"""Tiny task files, a tiny tokenizer and tiny checkpoints for the fine-tuning tests."""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+from bert_lightning.model import BertConfig, BertForPreTraining
+from bert_lightning.tokenizer import save_tokenizer, train_wordpiece
+
+GOOD = ["great", "good", "fine", "lovely", "nice"]
+BAD = ["awful", "bad", "poor", "terrible", "ugly"]
+NOUNS = ["movie", "film", "story", "plot", "cast", "show"]
+WORDS = GOOD + BAD + NOUNS + ["the", "a", "was", "is", "paris", "london", "bob", "alice", "in"]
+
+
+def tiny_config(vocab_size: int, layers: int = 2) -> BertConfig:
+    return BertConfig(
+        vocab_size=vocab_size,
+        hidden_size=32,
+        num_hidden_layers=layers,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
+
+
+def write_tokenizer(path: Path):
+    texts = [" ".join(random.Random(i).choices(WORDS, k=8)) for i in range(200)]
+    tok = train_wordpiece(lambda: iter(texts), vocab_size=120, min_frequency=1)
+    save_tokenizer(tok, path)
+    return tok
+
+
+def write_our_ckpt(path: Path, tok) -> dict:
+    """A `.ckpt` as train.py writes it (hyper_parameters, `model.`-prefixed state, tokenizer)."""
+    config = tiny_config(tok.get_vocab_size())
+    model = BertForPreTraining(config)
+    state = {f"model.{k}": v for k, v in model.state_dict().items()}
+    ckpt = {
+        "hyper_parameters": {"config": asdict(config), "optim": {"lr": 1e-3}},
+        "state_dict": state,
+        "tokenizer": tok.to_str(),
+    }
+    torch.save(ckpt, path)
+    return model.state_dict()
+
+
+def write_hf_folder(folder: Path, tok, layers: int = 2) -> dict:
+    """config.json + model.safetensors (HF keys, with position_ids) + tokenizer.json."""
+    folder.mkdir(parents=True, exist_ok=True)
+    config = tiny_config(tok.get_vocab_size(), layers)
+    model = BertForPreTraining(config)
+    raw = dict(model.bert.state_dict())  # as HF BertModel saves it: no `bert.` prefix
+    raw["embeddings.position_ids"] = torch.arange(64)[None]
+    save_file({k: v.contiguous() for k, v in raw.items()}, folder / "model.safetensors")
+    (folder / "config.json").write_text(json.dumps({"model_type": "bert", **asdict(config)}))
+    tok.save(str(folder / "tokenizer.json"))
+    return {f"bert.{k}": v for k, v in model.bert.state_dict().items()}
+
+
+def sentiment_rows(n: int, seed: int = 0) -> list[dict]:
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        label = i % 2
+        adj = rng.choice(GOOD if label else BAD)
+        rows.append({"sentence": f"the {rng.choice(NOUNS)} was {adj}", "label": label})
+    return rows
+
+
+def write_csv(path: Path, rows: list[dict], sep: str = ",") -> Path:
+    keys = list(rows[0])
+    lines = [sep.join(keys)] + [sep.join(str(r[k]) for k in keys) for r in rows]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def ad_rows(n_queries: int = 8) -> list[dict]:
+    rows = []
+    for q in range(n_queries):
+        noun = NOUNS[q % len(NOUNS)]
+        for grade, adj in ((3, GOOD[q % 5]), (2, "the"), (1, BAD[q % 5])):
+            ad = f"{adj} {noun}" if grade != 2 else f"a {NOUNS[(q + 1) % 6]}"
+            rows.append({"query": f"{noun} {q}", "ad": ad, "label": grade})
+    return rows
+
+
+def regression_rows(n: int) -> list[dict]:
+    return [
+        {"text": f"the {NOUNS[i % 6]} " + " ".join(["good"] * (i % 4)), "target": float(i % 4)}
+        for i in range(n)
+    ]
+
+
+CONLL = """-DOCSTART- O
+
+bob\tB-person
+was\tO
+in\tO
+paris\tB-location
+
+alice\tB-person
+alice\tI-person
+is\tO
+in\tO
+london\tB-location
+
+"""
+
+
+def write_conll(path: Path, copies: int = 6) -> Path:
+    path.write_text(CONLL * copies)
+    return path

@@ -1,0 +1,259 @@
+"""Metrics against hand-computed values, label alignment, splits and bad input: no training."""
+
+import math
+
+import pytest
+import torch
+
+from bert_lightning.config import compose
+from bert_lightning.finetune.data import (
+    DataError,
+    GroupBatchSampler,
+    collate,
+    grouped_split,
+    grouped_subsample,
+)
+from bert_lightning.finetune.heads import BertForSequenceClassification, BertForTokenClassification
+from bert_lightning.finetune.metrics import bio_spans
+from bert_lightning.finetune.tasks import load_splits, make_task, pairwise_loss
+from bert_lightning.interop import ours_to_hf
+from finetune_fixtures import (
+    regression_rows,
+    sentiment_rows,
+    tiny_config,
+    write_conll,
+    write_csv,
+    write_jsonl,
+    write_tokenizer,
+)
+
+
+def task_cfg(name, **kw):
+    cfg = compose("finetune", [f"task={name}", "task.train_file=x", "paths.output_dir=."]).task
+    return {**dict(cfg), "split": dict(cfg.split), "subsample": dict(cfg.subsample), **kw}
+
+
+def computed(task, logits, batch):
+    metrics = task.metrics()
+    task.update(metrics, logits, batch)
+    return task.compute(metrics)
+
+
+def test_seq_classification_metrics_by_hand():
+    task = make_task(task_cfg("seq_classification", labels=["0", "1"]))
+    pred, label = torch.tensor([1, 0, 1, 1, 0, 0]), torch.tensor([1, 0, 0, 1, 1, 0])
+    got = computed(task, torch.nn.functional.one_hot(pred, 2).float(), {"label": label})
+    tp, fp, fn, tn = 2, 1, 1, 2
+    mcc = (tp * tn - fp * fn) / math.sqrt((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn))
+    assert got == pytest.approx({"acc": 4 / 6, "f1": 2 * tp / (2 * tp + fp + fn), "mcc": mcc})
+
+
+def test_regression_metrics_by_hand_on_the_original_scale():
+    task = make_task(task_cfg("regression", target_mean=10.0, target_std=2.0))
+    pred, target = torch.tensor([1.0, 2.0, 3.0, 4.0]), torch.tensor([2.0, 2.0, 5.0, 3.0])
+    got = computed(task, ((pred - 10) / 2)[:, None], {"target": target})
+    # Pearson: dx = (-1.5, -.5, .5, 1.5), dy = (-1, -1, 2, 0); Spearman: y ranks (1.5, 1.5, 4, 3)
+    assert got == pytest.approx(
+        {"mse": 1.5, "mae": 1.0, "pearson": 3 / math.sqrt(30), "spearman": 3.5 / math.sqrt(22.5)}
+    )
+    assert task.loss(((target - 10) / 2)[:, None], {"target": target}) == 0
+
+
+def test_ad_relevance_metrics_by_hand():
+    task = make_task(task_cfg("ad_relevance", label_type="graded"))
+    score = torch.tensor([0.9, 0.6, 0.2, 0.3, 0.8])
+    batch = {
+        "target": torch.tensor([1.0, 0.0, 0.5, 0.0, 1.0]),
+        "group": torch.tensor([0, 0, 0, 1, 1]),
+    }
+    got = computed(task, torch.logit(score)[:, None], batch)
+    # relevant (t >= 0.5): 1 0 1 0 1; predicted (s >= 0.5): 1 1 0 0 1
+    # AUROC: of the 6 (positive, negative) pairs, 4 are ordered right
+    # NDCG@10 (gain = relevance): query 0 ranks t = 1, 0, .5 (ideal 1, .5, 0); query 1 is ideal
+    ndcg0 = (1 + 0.5 / math.log2(4)) / (1 + 0.5 / math.log2(3))
+    assert got == pytest.approx(
+        {
+            "auroc": 4 / 6,
+            "acc": 3 / 5,
+            "f1": 2 * 2 / (2 * 2 + 1 + 1),
+            "spearman": 6 / math.sqrt(90),
+            "ndcg@10": (ndcg0 + 1.0) / 2,
+        },
+        abs=1e-6,
+    )
+
+
+def test_pairwise_loss_by_hand():
+    s, t, g = torch.tensor([2.0, 0.0, 1.0]), torch.tensor([1.0, 0.0, 0.5]), torch.tensor([0, 0, 1])
+    # one pair within a query: (0, 1), score difference 2; row 2 is alone in its query
+    assert pairwise_loss(s, t, g, "logistic", 1.0) == pytest.approx(math.log1p(math.exp(-2)))
+    assert pairwise_loss(s, t, g, "margin", 3.0) == pytest.approx(1.0)
+    assert pairwise_loss(s, t, torch.tensor([0, 1, 2]), "logistic", 1.0) == 0
+
+
+def test_pointwise_loss_is_bce_on_the_score():
+    task = make_task(task_cfg("ad_relevance", label_type="graded"))
+    s, t = torch.tensor([0.8, 0.1]), torch.tensor([1.0, 0.5])
+    want = -(math.log(0.8) + 0.5 * math.log(0.1) + 0.5 * math.log(0.9)) / 2
+    assert task.loss(torch.logit(s)[:, None], {"target": t}) == pytest.approx(want, rel=1e-5)
+
+
+def test_group_batches_hold_whole_groups():
+    groups = [i % 7 for i in range(40)]
+    sampler = GroupBatchSampler(groups, batch_size=8, seed=0)
+    batches = list(sampler)
+    assert len(batches) == len(sampler)
+    assert sorted(sum(batches, [])) == list(range(40))
+    for b in batches:
+        for g in {groups[i] for i in b}:
+            assert sum(groups[i] == g for i in b) == groups.count(g)
+    assert list(sampler) != batches  # a new order each epoch
+
+
+def test_bio_spans_follow_conlleval():
+    tags = ["I-PER", "I-PER", "O", "B-LOC", "I-PER", "B-LOC", "I-LOC"]
+    assert bio_spans(tags) == {(0, 2, "PER"), (3, 4, "LOC"), (4, 5, "PER"), (5, 7, "LOC")}
+
+
+def test_entity_f1_by_hand():
+    labels = ["O", "B-person", "I-person", "B-location"]
+    task = make_task(task_cfg("token_classification", labels=labels))
+    # sentence 1: gold B-per I-per O B-loc, predicted B-per O O B-loc -> 1 of 2 right
+    # sentence 2: gold O B-loc B-per, predicted B-loc B-loc and the third word truncated (O)
+    pred_words = [[1, 0, 0, 3], [3, 3]]
+    first = torch.tensor([[1, 2, 3, 4], [1, 2, -1, -1]])
+    logits = torch.zeros(2, 6, 4)
+    for b, words in enumerate(pred_words):
+        for w, lab in enumerate(words):
+            logits[b, first[b, w], lab] = 1.0
+    batch = {"first_piece": first, "word_labels": torch.tensor([[1, 2, 0, 3], [0, 3, 1, -100]])}
+    got = computed(task, logits, batch)
+    assert got == pytest.approx({"precision": 2 / 4, "recall": 2 / 4, "f1": 0.5})
+
+
+def test_labels_sit_on_the_first_word_piece(tmp_path):
+    tok = write_tokenizer(tmp_path / "tok.json")
+    task = make_task(task_cfg("token_classification", labels=["O", "B-x", "I-x"]))
+    words = ["bob", "unlovelyness", "paris", "greatgood"]
+    table = {"words": [words], "label": [[1, 2, 0, 1]]}
+    (f,) = task.encode(table, tok, 64)
+    tokens = [tok.id_to_token(i) for i in f["input_ids"]]
+    assert len(tokens) > len(words) + 2  # some words are split into several pieces
+    starts = [
+        i for i, t in enumerate(tokens) if not t.startswith("##") and t not in ("[CLS]", "[SEP]")
+    ]
+    assert f["first_piece"] == starts
+    assert [f["token_labels"][i] for i in starts] == [1, 2, 0, 1]
+    assert sum(lab != -100 for lab in f["token_labels"]) == 4
+    (cut,) = task.encode(table, tok, 4)  # [CLS] two pieces [SEP]: later words lose their label
+    assert cut["first_piece"][2:] == [-1, -1] and len(cut["input_ids"]) == 4
+    batch = collate([f, cut], pad_id=0)
+    assert batch["token_labels"].shape == batch["input_ids"].shape == batch["attention_mask"].shape
+    assert batch["attention_mask"][1].tolist() == [1] * 4 + [0] * (len(tokens) - 4)
+
+
+def test_grouped_split_keeps_groups_together_and_is_seeded():
+    groups = [f"q{i % 37}" for i in range(500)]
+    parts = grouped_split(groups, {"validation": 0.1, "test": 0.2}, seed=3)
+    assert sorted(sum(parts.values(), [])) == list(range(500))
+    seen = [{groups[i] for i in rows} for rows in parts.values()]
+    assert all(not (a & b) for i, a in enumerate(seen) for b in seen[i + 1 :])
+    assert abs(len(parts["validation"]) - 50) <= 14 and abs(len(parts["test"]) - 100) <= 14
+    assert parts == grouped_split(groups, {"validation": 0.1, "test": 0.2}, seed=3)
+    assert parts != grouped_split(groups, {"validation": 0.1, "test": 0.2}, seed=4)
+    kept = grouped_subsample(groups, 100, seed=0)
+    assert {groups[i] for i in kept} == {g for g in groups if g in {groups[i] for i in kept}}
+    assert 100 <= len(kept) < 100 + 14
+
+
+def test_heads_map_onto_transformers_by_key():
+    transformers = pytest.importorskip("transformers")
+    config = tiny_config(50)
+    hf_cfg = transformers.BertConfig(
+        **{k: v for k, v in config.to_dict().items() if k != "pre_layer_norm"}, num_labels=3
+    )
+    ids = torch.randint(5, 50, (2, 7))
+    mask = torch.ones_like(ids)
+    mask[1, 5:] = 0
+    for ours_cls, name in (
+        (BertForSequenceClassification, "BertForSequenceClassification"),
+        (BertForTokenClassification, "BertForTokenClassification"),
+    ):
+        ours = ours_cls(config, 3).eval()
+        hf = getattr(transformers, name)(hf_cfg).eval()
+        missing, unexpected = hf.load_state_dict(ours_to_hf(ours.state_dict()), strict=False)
+        assert not unexpected and all("position_ids" in k for k in missing)
+        with torch.no_grad():
+            torch.testing.assert_close(
+                ours(ids, None, mask), hf(ids, attention_mask=mask).logits, atol=1e-5, rtol=0
+            )
+
+
+def cfg_for(task, train, **kw):
+    return task_cfg(task, train_file=str(train), **kw)
+
+
+def test_missing_column_is_named(tmp_path):
+    train = write_csv(tmp_path / "train.csv", [{"text": "a", "label": 1}])
+    with pytest.raises(DataError, match=r"train\.csv: no column 'sentence'"):
+        load_splits(make_task(cfg_for("seq_classification", train)), 0)
+
+
+def test_label_outside_the_label_set_names_file_row_column(tmp_path):
+    rows = sentiment_rows(20)
+    rows[2]["label"] = 2
+    train = write_csv(tmp_path / "train.csv", rows)
+    task = make_task(cfg_for("seq_classification", train, labels=["0", "1"]))
+    with pytest.raises(DataError, match=r"train\.csv: row 3, column 'label': label '2' is not in"):
+        load_splits(task, 0)
+    train = write_csv(tmp_path / "ok.csv", sentiment_rows(20))
+    dev = write_csv(tmp_path / "dev.csv", rows)  # a label the train file never had
+    task = make_task(cfg_for("seq_classification", train, validation_file=str(dev)))
+    with pytest.raises(DataError, match=r"dev\.csv: row 3, column 'label'"):
+        load_splits(task, 0)
+    conll = write_conll(tmp_path / "train.conll")
+    dev = tmp_path / "dev.conll"
+    dev.write_text("bob\tB-person\nzed\tB-planet\n")
+    task = make_task(cfg_for("token_classification", conll, validation_file=str(dev)))
+    with pytest.raises(DataError, match=r"dev\.conll: line 2, column 'tag': label 'B-planet'"):
+        load_splits(task, 0)
+    ads = write_csv(tmp_path / "ads.csv", [{"query": "q", "ad": "a", "label": 5}])
+    task = make_task(cfg_for("ad_relevance", ads, label_type="graded"))
+    with pytest.raises(
+        DataError, match=r"ads\.csv: row 1, column 'label': label 5.0 is not a grade"
+    ):
+        load_splits(task, 0)
+
+
+@pytest.mark.parametrize("name", ["empty.csv", "header_only.csv", "empty.conll", "empty.jsonl"])
+def test_empty_file_is_named(tmp_path, name):
+    path = tmp_path / name
+    path.write_text("sentence,label\n" if name == "header_only.csv" else "")
+    task = "token_classification" if name.endswith(".conll") else "seq_classification"
+    with pytest.raises(DataError, match=rf"{name.replace('.', '[.]')}: empty file"):
+        load_splits(make_task(cfg_for(task, path)), 0)
+
+
+@pytest.mark.parametrize("bad", ["nan", "", None])
+def test_nan_target_names_file_row_column(tmp_path, bad):
+    rows = regression_rows(10)
+    rows[4]["target"] = bad
+    if bad is None:
+        train = write_jsonl(tmp_path / "train.jsonl", rows)
+    else:
+        train = write_csv(tmp_path / "train.csv", rows)
+    with pytest.raises(
+        DataError, match=rf"{train.name}: row 5, column 'target': .* not a finite number"
+    ):
+        load_splits(make_task(cfg_for("regression", train)), 0)
+
+
+def test_single_file_split_keeps_queries_apart(tmp_path):
+    rows = [{"query": f"q{i % 20}", "ad": f"ad {i}", "label": i % 2} for i in range(200)]
+    train = write_csv(tmp_path / "ads.csv", rows)
+    tables = load_splits(make_task(cfg_for("ad_relevance", train)), 0)
+    queries = {k: set(t["text"]) for k, t in tables.items()}
+    assert not (queries["train"] & queries["validation"]) and not (
+        queries["train"] & queries["test"]
+    )
+    assert sum(len(t["text"]) for t in tables.values()) == 200
