@@ -61,9 +61,24 @@ def test_evaluate_splits_by_role_and_kind():
 
 @pytest.mark.slow
 def test_textbook_claims_hold(tmp_path):
-    """600-step runs through train(cfg): the gaps the BERT paper's argument rests on."""
+    """600-step runs through train(cfg), 300-step fine-tuning through finetune(cfg): the gaps
+    the BERT paper's argument rests on."""
     quiet = ["trainer.enable_progress_bar=false", "trainer.enable_model_summary=false"]
     r = run_all(tmp_path, quiet, variants=["bidirectional", "causal", "always_mask"])
     assert r["bidirectional"]["overall"] >= 85
     assert r["causal"]["openers"] <= 30 and r["causal"]["closers"] >= 85
     assert r["always_mask"]["kept"] <= r["bidirectional"]["kept"] - 25
+    ft = r["finetune"]
+    assert ft["fine-tuned from pretrained"] >= 95
+    assert ft["frozen encoder, head only"] <= 60 and ft["from a random encoder"] <= 60
+
+
+def test_grammar_rows_are_half_ungrammatical():
+    from bert_lightning.data.brackets import grammar_rows
+
+    rows = grammar_rows(2000, 8, torch.Generator().manual_seed(3))
+    assert abs(sum(r["label"] for r in rows) / 2000 - 0.5) < 0.05
+    for r in rows[:200]:
+        sym = r["sentence"].split()
+        wrong = sum(c != o.upper() for o, c in zip(sym[::2], sym[1::2], strict=True))
+        assert wrong == 1 - r["label"]

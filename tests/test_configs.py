@@ -8,11 +8,19 @@ from omegaconf import OmegaConf
 from bert_lightning.config import CONFIG_DIR, bundled, compose
 from bert_lightning.model import BertConfig
 
+FINETUNE_EXPERIMENTS = {"brackets_grammar"}  # experiments of finetune.py, not train.py
 GROUP_OPTIONS = [
     (group.name, option.stem)
     for group in sorted(p for p in CONFIG_DIR.iterdir() if p.is_dir() and p.name != "task")
     for option in sorted(group.glob("*.yaml"))
+    if option.stem not in FINETUNE_EXPERIMENTS
 ]
+
+
+@pytest.mark.parametrize("option", sorted(FINETUNE_EXPERIMENTS))
+def test_finetune_experiments_compose(option, tmp_path):
+    cfg = compose("finetune", [f"experiment={option}", f"paths.log_dir={tmp_path}"])
+    assert Path(cfg.task.train_file).is_file() and Path(cfg.tokenizer).is_file()
 
 
 @pytest.mark.parametrize(("group", "option"), GROUP_OPTIONS)

@@ -8,7 +8,10 @@ model shows how much MLM draws on the right context.
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
+from pathlib import Path
 
 import lightning as L
 import torch
@@ -41,6 +44,39 @@ def ungrammatical(symbols: torch.Tensor, generator: torch.Generator) -> torch.Te
     shift = torch.randint(1, len(CLOSERS), (n,), generator=generator)  # never the right one
     out[rows, pos] = (out[rows, pos] - len(OPENERS) + shift) % len(CLOSERS) + len(OPENERS)
     return out
+
+
+def grammar_rows(n: int, pairs: int, generator: torch.Generator) -> list[dict]:
+    """The toy grammar task: half the sentences intact (label 1), half with one closer swapped
+    for a wrong one (label 0), shuffled; text is the symbols separated by spaces."""
+    symbols = sentences(n, pairs, generator)
+    bad = torch.rand(n, generator=generator) < 0.5  # (n,)
+    symbols = torch.where(bad[:, None], ungrammatical(symbols, generator), symbols)
+    names = OPENERS + CLOSERS
+    return [
+        {"sentence": " ".join(names[i] for i in row), "label": int(not b)}
+        for row, b in zip(symbols.tolist(), bad.tolist(), strict=True)
+    ]
+
+
+def write_grammar_data(folder: str | os.PathLike, seed: int = 0) -> Path:
+    """`train/validation/test.jsonl` of the grammar task and the brackets `tokenizer.json`, for
+    `finetune.py experiment=brackets_grammar`; written once (atomically) per folder and seed."""
+    folder = Path(folder) / f"seed{seed}"
+    if (folder / "tokenizer.json").is_file():
+        return folder
+    tmp = folder.with_name(f".{folder.name}.tmp{os.getpid()}")
+    tmp.mkdir(parents=True, exist_ok=True)
+    g = torch.Generator().manual_seed(seed)
+    for split, n in (("train", 9600), ("validation", 1000), ("test", 2000)):
+        lines = [json.dumps(r) for r in grammar_rows(n, 8, g)]
+        (tmp / f"{split}.jsonl").write_text("\n".join(lines) + "\n")
+    save_tokenizer(brackets_tokenizer(), tmp / "tokenizer.json")
+    try:
+        os.replace(tmp, folder)
+    except OSError:  # written meanwhile by another process: keep that one
+        shutil.rmtree(tmp)
+    return folder
 
 
 def to_input_ids(symbols: torch.Tensor, tokenizer: Tokenizer) -> torch.Tensor:

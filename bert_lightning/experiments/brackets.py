@@ -33,6 +33,13 @@ VARIANTS = {
     "mlm_0": (["data.masking.mlm_probability=0.0"], MaskingConfig()),
 }
 
+# name -> finetune.py overrides (`{ckpt}`: the bidirectional run's last checkpoint)
+FINETUNE_VARIANTS = {
+    "frozen encoder, head only": ["pretrained={ckpt}", "freeze_encoder=true"],
+    "fine-tuned from pretrained": ["pretrained={ckpt}"],
+    "from a random encoder": [],
+}
+
 # what the tutorial reports for this setup (percent)
 REPORTED = {
     "stats": {"[MASK]": 12.0, "random": 1.5, "kept": 1.5, "picked": 15.0},
@@ -41,6 +48,11 @@ REPORTED = {
     "kept": {"80/10/10": 99.3, "always [MASK]": 53.0},
     "mlm_0.5": 64.2,
     "mlm_0": {"loss at step 1": 0.0, "accuracy": 8.3},
+    "finetune": {
+        "frozen encoder, head only": 51.8,
+        "fine-tuned from pretrained": 99.2,
+        "from a random encoder": 50.1,
+    },
 }
 
 
@@ -118,6 +130,25 @@ def train_variant(out_dir: Path, overrides: list[str], extra: list[str]) -> Path
     return out_dir / "checkpoints" / "last.ckpt"
 
 
+def finetune_variant(out_dir: Path, overrides: list[str], extra: list[str]) -> float:
+    """One `python finetune.py experiment=brackets_grammar ...` run, in process: test accuracy
+    (percent) of its best checkpoint."""
+    from bert_lightning.config import compose
+    from bert_lightning.finetune.run import finetune
+
+    cfg = compose(
+        "finetune",
+        [
+            "experiment=brackets_grammar",
+            f"paths.output_dir={out_dir}",
+            f"paths.log_dir={out_dir.parent}",
+            *overrides,
+            *extra,
+        ],
+    )
+    return 100 * finetune(cfg)["test"]["test/acc"]
+
+
 def load_pretrained(ckpt: Path) -> BertForPreTraining:
     from bert_lightning.pretrain_module import BertPretrainModule
 
@@ -130,16 +161,30 @@ def logged(run_dir: Path, key: str) -> list[tuple[int, float]]:
         return [(int(r["step"]), float(r[key])) for r in csv.DictReader(f) if r.get(key)]
 
 
-def run_all(out_dir: Path, extra: list[str] | None = None, variants=None) -> dict:
-    """Train and evaluate the variants; results (percent) by variant, plus masking stats."""
+def run_all(
+    out_dir: Path, extra: list[str] | None = None, variants=None, finetune: bool = True
+) -> dict:
+    """Train and evaluate the variants (and, from the bidirectional checkpoint, the fine-tuning
+    set); results (percent) by variant, plus masking stats. `extra` overrides every run."""
     tok = brackets_tokenizer()
     results: dict = {"stats": masking_stats()}
+    quiet = [o for o in extra or [] if o.startswith("trainer.enable_")]
     for name in variants or VARIANTS:
         overrides, eval_masking = VARIANTS[name]
         ckpt = train_variant(out_dir / name, overrides, extra or [])
         results[name] = evaluate(load_pretrained(ckpt), tok, eval_masking)
         results[name]["first train loss"] = logged(out_dir / name, "train/loss")[0][1]
         results[name]["masking"] = asdict(eval_masking)
+    if finetune and "bidirectional" in results:
+        ckpt = out_dir / "bidirectional" / "checkpoints" / "last.ckpt"
+        results["finetune"] = {
+            name: finetune_variant(
+                out_dir / "finetune" / name.split(",")[0].replace(" ", "_"),
+                [o.format(ckpt=ckpt) for o in overrides],
+                quiet,
+            )
+            for name, overrides in FINETUNE_VARIANTS.items()
+        }
     return results
 
 
@@ -181,6 +226,12 @@ def tables(r: dict) -> str:
             f"   reported {rep['mlm_0']['loss at step 1']:5.2f};"
             f" accuracy ours {r['mlm_0']['overall']:5.1f} reported {rep['mlm_0']['accuracy']:5.1f}"
         )
+    if "finetune" in r:
+        lines += ["", "5. fine-tuning on the grammar task, 300 steps: test accuracy (%)"]
+        lines += [
+            f"   {k:<27} ours {v:5.1f}   reported {rep['finetune'][k]:5.1f}"
+            for k, v in r["finetune"].items()
+        ]
     return "\n".join(lines)
 
 
