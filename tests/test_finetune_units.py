@@ -46,6 +46,8 @@ def test_seq_classification_metrics_by_hand():
     tp, fp, fn, tn = 2, 1, 1, 2
     mcc = (tp * tn - fp * fn) / math.sqrt((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn))
     assert got == pytest.approx({"acc": 4 / 6, "f1": 2 * tp / (2 * tp + fp + fn), "mcc": mcc})
+    constant = computed(task, torch.tensor([[0.0, 1.0]] * 6), {"label": label})
+    assert constant["mcc"] == 0 and constant["acc"] == pytest.approx(3 / 6)  # as GLUE, sklearn
 
 
 def test_regression_metrics_by_hand_on_the_original_scale():

@@ -17,13 +17,12 @@ from torchmetrics.classification import (
     BinaryF1Score,
     MulticlassAccuracy,
     MulticlassF1Score,
-    MulticlassMatthewsCorrCoef,
 )
 from torchmetrics.retrieval import RetrievalNormalizedDCG
 
 from bert_lightning.finetune import data as D
 from bert_lightning.finetune.heads import BertForSequenceClassification, BertForTokenClassification
-from bert_lightning.finetune.metrics import EntityF1
+from bert_lightning.finetune.metrics import EntityF1, MatthewsCorrCoef
 
 
 def truncating(tok: Tokenizer, max_len: int) -> Tokenizer:
@@ -137,7 +136,7 @@ class SeqClassification(Task):
             {
                 "acc": MulticlassAccuracy(n, average="micro"),
                 "f1": BinaryF1Score() if n == 2 else MulticlassF1Score(n, average="macro"),
-                "mcc": MulticlassMatthewsCorrCoef(n),
+                "mcc": MatthewsCorrCoef(n),
             }
         )
 
