@@ -339,3 +339,22 @@ def encoder_parameter_formula(c: BertConfig, pooler: bool = True) -> int:
     layer = 4 * (H * H + H) + 2 * H + (H * I + I) + (I * H + H) + 2 * H
     final_ln = 2 * H if c.pre_layer_norm else 0
     return emb + L * layer + final_ln + (H * H + H if pooler else 0)
+
+
+def pretraining_flops(
+    c: BertConfig, batch_size: int, seq_len: int, num_picked: int, backward: bool = True
+) -> int:
+    """Useful matmul FLOPs of one MLM+NSP step of this model (2 per multiply-add).
+
+    Counted: the encoder's dense layers, attention's two (T x T) products, the pooler and NSP
+    head, and the MLM head on the `num_picked` positions only (what we run, not a dense head).
+    Element-wise work (LayerNorm, GELU, softmax, dropout, embeddings) is left out, as in MFU.
+    The backward pass costs twice the forward (gradients of inputs and of weights).
+    """
+    H, I, L, V = c.hidden_size, c.intermediate_size, c.num_hidden_layers, c.vocab_size
+    N = batch_size * seq_len  # tokens
+    dense = 2 * N * (4 * H * H + 2 * H * I)  # Q, K, V, attention output, FFN in and out
+    attention = 2 * 2 * batch_size * seq_len * seq_len * H  # QK^T and PV, all heads
+    heads = 2 * batch_size * (H * H + 2 * H) + 2 * num_picked * (H * H + H * V)
+    forward = L * (dense + attention) + heads
+    return 3 * forward if backward else forward

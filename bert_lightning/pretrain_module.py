@@ -7,7 +7,7 @@ import torch
 from torchmetrics.classification import MulticlassAccuracy
 from torchmetrics.text import Perplexity
 
-from bert_lightning.model import BertConfig, BertForPreTraining
+from bert_lightning.model import BertConfig, BertForPreTraining, pretraining_flops
 
 
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
@@ -18,6 +18,21 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
         {"params": decay, "weight_decay": weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
     ]
+
+
+def adamw(model: torch.nn.Module, optim: dict) -> torch.optim.AdamW:
+    """AdamW over `param_groups`, fused (one kernel for all parameters) where torch has it for
+    the parameters' device, else the multi-tensor (foreach) implementation."""
+    device = next(model.parameters()).device.type
+    fused = device in ("cpu", "cuda", "mps", "xpu")
+    return torch.optim.AdamW(
+        param_groups(model, optim.get("weight_decay", 0.01)),
+        lr=optim["lr"],
+        betas=tuple(optim.get("betas", (0.9, 0.999))),
+        eps=optim.get("eps", 1e-6),
+        fused=fused or None,
+        foreach=None if fused else True,
+    )
 
 
 def warmup_linear_decay(warmup_steps: int, total_steps: int):
@@ -33,12 +48,21 @@ def warmup_linear_decay(warmup_steps: int, total_steps: int):
 
 class BertPretrainModule(L.LightningModule):
     """`config`: BertConfig fields; `optim`: lr, weight_decay, betas, eps, warmup_steps.
-    `tokenizer_json` travels inside every checkpoint, so a checkpoint is self-contained."""
+    `tokenizer_json` travels inside every checkpoint, so a checkpoint is self-contained.
+    `compile`: torch.compile the model in place (a GPU lever; parameter names unchanged)."""
 
-    def __init__(self, config: dict, optim: dict, tokenizer_json: str | None = None):
+    def __init__(
+        self,
+        config: dict,
+        optim: dict,
+        tokenizer_json: str | None = None,
+        compile: bool = False,
+    ):
         super().__init__()
-        self.save_hyperparameters(ignore=["tokenizer_json"])
+        self.save_hyperparameters(ignore=["tokenizer_json", "compile"])
         self.model = BertForPreTraining(BertConfig(**config))
+        if compile:
+            self.model.compile()
         self.tokenizer_json = tokenizer_json
         V = self.model.config.vocab_size
         self.train_acc = MulticlassAccuracy(num_classes=V, average="micro")
@@ -53,6 +77,12 @@ class BertPretrainModule(L.LightningModule):
             batch.get("labels"),
             batch.get("next_sentence_label"),
         )
+
+    def flops_per_batch(self, batch: dict) -> int:
+        """Useful FLOPs of a training step on `batch` (TokenThroughput's MFU)."""
+        B, T = batch["input_ids"].shape
+        picked = int((batch["labels"] != -100).sum()) if "labels" in batch else 0
+        return pretraining_flops(self.model.config, B, T, picked)
 
     def training_step(self, batch, batch_idx):
         out = self(batch)
@@ -75,12 +105,7 @@ class BertPretrainModule(L.LightningModule):
 
     def configure_optimizers(self):
         o = self.hparams.optim
-        opt = torch.optim.AdamW(
-            param_groups(self.model, o.get("weight_decay", 0.01)),
-            lr=o["lr"],
-            betas=tuple(o.get("betas", (0.9, 0.999))),
-            eps=o.get("eps", 1e-6),
-        )
+        opt = adamw(self.model, o)
         total = int(self.trainer.estimated_stepping_batches)
         sched = torch.optim.lr_scheduler.LambdaLR(
             opt, warmup_linear_decay(int(o.get("warmup_steps", 0)), total)

@@ -52,6 +52,7 @@ def build(cfg: DictConfig):
         config=asdict(config),
         optim=OmegaConf.to_container(cfg.optim, resolve=True),
         tokenizer_json=tok.to_str(),
+        compile=cfg.get("compile", False),
     )
     loggers = [instantiate(c) for c in (cfg.get("logger") or {}).values()]
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()]

@@ -9,6 +9,7 @@ from bert_lightning.model import (
     BertModel,
     encoder_parameter_formula,
     num_parameters,
+    pretraining_flops,
 )
 
 SIZES = ["bert_tiny", "bert_mini", "bert_small", "bert_medium", "bert_base", "bert_large"]
@@ -125,3 +126,20 @@ def test_nothing_picked_gives_zero_loss():
 def test_bad_config_is_named():
     with pytest.raises(ValueError, match="num_attention_heads"):
         BertConfig(hidden_size=30, num_attention_heads=4)
+
+
+def test_pretraining_flops_match_torch_flop_counter():
+    from torch.utils.flop_counter import FlopCounterMode
+
+    c = BertConfig(**TINY)
+    model = BertForPreTraining(c).train()  # attention dropout: SDPA's counted math path
+    B, T = 3, 16
+    ids = torch.randint(5, c.vocab_size, (B, T))
+    labels = torch.where(torch.rand(B, T) < 0.2, ids, -100)
+    with FlopCounterMode(display=False) as counter:
+        out = model(ids, labels=labels, next_sentence_label=torch.tensor([0, 1, 1]))
+        forward = counter.get_total_flops()
+        out.loss.backward()
+    P = int((labels != -100).sum())
+    assert pretraining_flops(c, B, T, P, backward=False) == forward
+    assert pretraining_flops(c, B, T, P) == counter.get_total_flops()
