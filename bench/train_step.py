@@ -24,7 +24,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from bert_lightning.callbacks import device_peak_flops
 from bert_lightning.interop import ours_to_hf
-from bert_lightning.model import BertConfig, BertForPreTraining, pretraining_flops
+from bert_lightning.model import BertConfig, BertForPreTraining, pretraining_flops, query_rows
 from bert_lightning.pretrain_module import adamw
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "model"
@@ -122,8 +122,8 @@ def bench_size(size: str, args, device) -> dict:
     B, T = args.batch_size, args.seq_len
     c, ours, theirs, run, opt_ours, opt_theirs = build(size, device, args.compile)
     batch = random_batch(c, B, T, device)
-    P = int((batch["labels"] != -100).sum())
-    flops = pretraining_flops(c, B, T, P)
+    picked = batch["labels"] != -100
+    flops = pretraining_flops(c, B, T, int(picked.sum()), query_rows(picked)[0].numel())
     bf16 = torch.bfloat16
     on_gpu = device.type == "cuda"
     # on a GPU both run in bf16 autocast (what one trains with there); on the CPU fp32 first

@@ -7,7 +7,7 @@ import torch
 from torchmetrics.classification import MulticlassAccuracy
 from torchmetrics.text import Perplexity
 
-from bert_lightning.model import BertConfig, BertForPreTraining, pretraining_flops
+from bert_lightning.model import BertConfig, BertForPreTraining, pretraining_flops, query_rows
 
 
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
@@ -81,8 +81,9 @@ class BertPretrainModule(L.LightningModule):
     def flops_per_batch(self, batch: dict) -> int:
         """Useful FLOPs of a training step on `batch` (TokenThroughput's MFU)."""
         B, T = batch["input_ids"].shape
-        picked = int((batch["labels"] != -100).sum()) if "labels" in batch else 0
-        return pretraining_flops(self.model.config, B, T, picked)
+        picked = batch["labels"] != -100
+        rows = query_rows(picked)[0].numel()
+        return pretraining_flops(self.model.config, B, T, int(picked.sum()), rows)
 
     def training_step(self, batch, batch_idx):
         out = self(batch)

@@ -10,6 +10,7 @@ from bert_lightning.model import (
     encoder_parameter_formula,
     num_parameters,
     pretraining_flops,
+    query_rows,
 )
 
 SIZES = ["bert_tiny", "bert_mini", "bert_small", "bert_medium", "bert_base", "bert_large"]
@@ -59,8 +60,10 @@ def test_padding_does_not_change_real_token_outputs(pre_ln):
     assert (leaked[:, :10] - plain).abs().max() > 1e-3
 
 
-def test_sparse_mlm_head_equals_dense_head():
-    model = BertForPreTraining(BertConfig(**TINY)).eval()
+@pytest.mark.parametrize("pre_ln", [False, True])
+def test_sparse_mlm_head_equals_dense_head(pre_ln):
+    # the head and the last layer run on the picked rows (and [CLS]) only
+    model = BertForPreTraining(BertConfig(**TINY, pre_layer_norm=pre_ln)).eval()
     ids = torch.randint(5, 97, (4, 16))
     labels = torch.where(torch.rand(4, 16) < 0.3, ids, -100)
     out = model(ids, labels=labels)
@@ -69,6 +72,9 @@ def test_sparse_mlm_head_equals_dense_head():
     dense_loss = F.cross_entropy(dense_logits.reshape(-1, 97), labels.reshape(-1))
     assert abs(out.mlm_loss.item() - dense_loss.item()) < 1e-5
     assert out.mlm_logits.shape == ((labels != -100).sum().item(), 97)
+    nsp = model.cls.seq_relationship(model.bert(ids).pooler_output)
+    out = model(ids, labels=labels, next_sentence_label=torch.zeros(4, dtype=torch.long))
+    torch.testing.assert_close(out.nsp_logits, nsp)
 
 
 def test_decoder_is_tied_to_word_embeddings():
@@ -141,5 +147,7 @@ def test_pretraining_flops_match_torch_flop_counter():
         forward = counter.get_total_flops()
         out.loss.backward()
     P = int((labels != -100).sum())
-    assert pretraining_flops(c, B, T, P, backward=False) == forward
-    assert pretraining_flops(c, B, T, P) == counter.get_total_flops()
+    R = query_rows(labels != -100)[0].numel()  # the last layer's rows
+    assert R < B * T
+    assert pretraining_flops(c, B, T, P, R, backward=False) == forward
+    assert pretraining_flops(c, B, T, P, R) == counter.get_total_flops()
