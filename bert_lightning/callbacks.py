@@ -12,31 +12,71 @@ import lightning as L
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.utilities import rank_zero_only
 
+# Dense (no sparsity) bf16/fp16 tensor-core peaks from NVIDIA's datasheets, FLOP/s, matched by
+# substring of torch.cuda.get_device_name (most specific first). Lightning's own table lists the
+# sparse figures for the H200 and misses its plain name, hence ours.
+DEVICE_BF16_PEAK = (
+    ("h200", 989e12),
+    ("h100 pcie", 756e12),
+    ("h100", 989e12),
+    ("a100", 312e12),
+    ("l40s", 362e12),
+    ("l4", 121e12),
+)
+
+
+def device_peak_flops(device, precision: str | int) -> float | None:
+    """Peak FLOP/s of one device for a Lightning `precision`, or None where unknown (a CPU,
+    a GPU not in the table, fp32): MFU is then omitted rather than guessed."""
+    import torch
+
+    device = torch.device(device)
+    if device.type != "cuda" or not str(precision).startswith(("bf16", "16")):
+        return None
+    name = torch.cuda.get_device_name(device).lower()
+    return next((peak for key, peak in DEVICE_BF16_PEAK if key in name), None)
+
 
 class TokenThroughput(L.Callback):
-    """Logs `train/tokens_per_s` (real tokens, padding excluded) and `train/samples_per_s`,
-    averaged over the last `window` steps, wall clock between step ends (data loading
-    included)."""
+    """Logs `train/tokens_per_s` (real tokens, padding excluded), `train/samples_per_s` and,
+    when the module has `flops_per_batch(batch)`, `train/flops_per_s` (useful FLOPs) and
+    `train/mfu` against `peak_flops` (per device; None: the device table, and no MFU where the
+    peak is unknown). Averaged over the last `window` steps, wall clock between step ends (data
+    loading included)."""
 
-    def __init__(self, window: int = 20):
-        self.window = window
-        self.marks: deque = deque(maxlen=window + 1)  # (time, tokens so far, samples so far)
+    def __init__(self, window: int = 20, peak_flops: float | None = None):
+        self.window, self.peak_flops = window, peak_flops
+        self.marks: deque = deque(maxlen=window + 1)  # (time, tokens, samples, flops) so far
+        self.peak: float | None = None
 
     def on_train_start(self, trainer, pl_module):
         self.marks.clear()
+        self.peak = self.peak_flops or device_peak_flops(
+            pl_module.device, trainer.precision_plugin.precision
+        )
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         mask = batch.get("attention_mask")
-        tokens = int(mask.sum()) if mask is not None else batch["input_ids"].numel()
-        samples = batch["input_ids"].size(0) * trainer.world_size
-        tokens *= trainer.world_size  # ranks see equal shares on average
-        _, n_tok, n_smp = self.marks[-1] if self.marks else (None, 0, 0)
-        self.marks.append((time.perf_counter(), n_tok + tokens, n_smp + samples))
+        tokens = mask.sum() if mask is not None else batch["input_ids"].numel()
+        samples = batch["input_ids"].size(0)
+        flops_fn = getattr(pl_module, "flops_per_batch", None)
+        flops = flops_fn(batch) if flops_fn else 0
+        prev = self.marks[-1][1:] if self.marks else (0, 0, 0)
+        counts = [a + b for a, b in zip(prev, (tokens, samples, flops), strict=True)]
+        self.marks.append((time.perf_counter(), *counts))
         if len(self.marks) < 2:
             return
-        (t0, tok0, smp0), (t1, tok1, smp1) = self.marks[0], self.marks[-1]
-        pl_module.log("train/tokens_per_s", (tok1 - tok0) / (t1 - t0), prog_bar=True)
-        pl_module.log("train/samples_per_s", (smp1 - smp0) / (t1 - t0))
+        (t0, *c0), (t1, *c1) = self.marks[0], self.marks[-1]
+        # ranks see equal shares on average
+        tok, smp, flo = (
+            float(b - a) * trainer.world_size / (t1 - t0) for a, b in zip(c0, c1, strict=True)
+        )
+        pl_module.log("train/tokens_per_s", tok, prog_bar=True)
+        pl_module.log("train/samples_per_s", smp)
+        if flops_fn:
+            pl_module.log("train/flops_per_s", flo)
+            if self.peak:
+                pl_module.log("train/mfu", flo / (self.peak * trainer.world_size))
 
 
 def _csv_metrics(trainer: L.Trainer) -> Path | None:

@@ -91,16 +91,20 @@ class BertSelfAttention(nn.Module):
         self.value = nn.Linear(config.hidden_size, config.hidden_size)
         self.dropout_p = config.attention_probs_dropout_prob
 
-    def forward(self, x, attn_mask=None):
+    def forward(self, x, attn_mask=None, x_q=None):
+        """`x_q` (B, R, H): the rows that query, default all of `x`; keys and values always
+        come from every token of `x`."""
         B, T, H = x.shape
         nh = self.num_heads
-        q = self.query(x).view(B, T, nh, H // nh).transpose(1, 2)  # (B, nh, T, hs)
+        x_q = x if x_q is None else x_q
+        R = x_q.size(1)
+        q = self.query(x_q).view(B, R, nh, H // nh).transpose(1, 2)  # (B, nh, R, hs)
         k = self.key(x).view(B, T, nh, H // nh).transpose(1, 2)  # (B, nh, T, hs)
         v = self.value(x).view(B, T, nh, H // nh).transpose(1, 2)  # (B, nh, T, hs)
         y = F.scaled_dot_product_attention(
             q, k, v, attn_mask=attn_mask, dropout_p=self.dropout_p if self.training else 0.0
-        )  # (B, nh, T, hs)
-        return y.transpose(1, 2).reshape(B, T, H)  # (B, T, H)
+        )  # (B, nh, R, hs)
+        return y.transpose(1, 2).reshape(B, R, H)  # (B, R, H)
 
 
 class BertSelfOutput(nn.Module):
@@ -138,7 +142,8 @@ class BertOutput(nn.Module):
 
 class BertLayer(nn.Module):
     """One block. Post-LN (BERT): x = LN(x + f(x)). Pre-LN: x = x + f(LN(x)), reusing the same
-    LayerNorm modules so that parameter names stay those of HF BERT."""
+    LayerNorm modules so that parameter names stay those of HF BERT. With `rows` (B, R)
+    positions, only those rows are computed (queries, FFN), attending to every token."""
 
     def __init__(self, config: BertConfig):
         super().__init__()
@@ -147,15 +152,20 @@ class BertLayer(nn.Module):
         self.intermediate = BertIntermediate(config)
         self.output = BertOutput(config)
 
-    def forward(self, x, attn_mask=None):
+    def forward(self, x, attn_mask=None, rows=None):
         att_out, ffn_out = self.attention.output, self.output
+
+        def select(t):  # (B, T, H) -> (B, R, H)
+            return t if rows is None else t.gather(1, rows[..., None].expand(-1, -1, t.size(-1)))
+
         if self.pre_ln:
-            h = self.attention.self(att_out.LayerNorm(x), attn_mask)
-            x = x + att_out.dropout(att_out.dense(h))
+            ln = att_out.LayerNorm(x)
+            h = self.attention.self(ln, attn_mask, None if rows is None else select(ln))
+            x = select(x) + att_out.dropout(att_out.dense(h))
             h = self.intermediate(ffn_out.LayerNorm(x))
             return x + ffn_out.dropout(ffn_out.dense(h))
-        h = self.attention.self(x, attn_mask)  # (B, T, H)
-        x = att_out.LayerNorm(x + att_out.dropout(att_out.dense(h)))
+        h = self.attention.self(x, attn_mask, None if rows is None else select(x))  # (B, R, H)
+        x = att_out.LayerNorm(select(x) + att_out.dropout(att_out.dense(h)))
         h = self.intermediate(x)  # (B, T, I)
         return ffn_out.LayerNorm(x + ffn_out.dropout(ffn_out.dense(h)))
 
@@ -171,10 +181,14 @@ class BertEncoder(nn.Module):
             else None
         )
 
-    def forward(self, x, attn_mask=None, output_hidden_states=False):
+    def forward(self, x, attn_mask=None, output_hidden_states=False, last_rows=None):
+        """`last_rows` (B, R): the last layer computes only these positions."""
         hidden_states = [x] if output_hidden_states else None
-        for layer in self.layer:
-            x = layer(x, attn_mask)
+        for i, layer in enumerate(self.layer):
+            if i == len(self.layer) - 1 and last_rows is not None:
+                x = layer(x, query_mask(attn_mask, last_rows), last_rows)
+            else:
+                x = layer(x, attn_mask)
             if output_hidden_states:
                 hidden_states.append(x)
         if self.LayerNorm is not None:
@@ -182,6 +196,15 @@ class BertEncoder(nn.Module):
             if output_hidden_states:
                 hidden_states[-1] = x
         return x, hidden_states
+
+
+def query_mask(attn_mask: torch.Tensor | None, rows: torch.Tensor) -> torch.Tensor | None:
+    """A mask with a query dimension ((B, 1, T, T), causal) keeps the queried rows (B, R)."""
+    if attn_mask is None or attn_mask.size(-2) == 1:
+        return attn_mask
+    B, T = rows.size(0), attn_mask.size(-1)
+    full = attn_mask.expand(B, 1, attn_mask.size(-2), T)  # (B, 1, T, T)
+    return full.gather(2, rows[:, None, :, None].expand(-1, 1, -1, T))  # (B, 1, R, T)
 
 
 class BertPooler(nn.Module):
@@ -234,15 +257,22 @@ class BertModel(nn.Module):
         init_weights(self, config.initializer_range)
 
     def forward(
-        self, input_ids, token_type_ids=None, attention_mask=None, output_hidden_states=False
+        self,
+        input_ids,
+        token_type_ids=None,
+        attention_mask=None,
+        output_hidden_states=False,
+        last_rows=None,
     ) -> EncoderOutput:
+        """`last_rows` (B, R) positions, first column 0 ([CLS], for the pooler): the last layer
+        runs on those only and `last_hidden_state` is (B, R, H)."""
         x = self.embeddings(input_ids, token_type_ids)  # (B, T, H)
         mask = extended_attention_mask(attention_mask)  # (B, 1, 1, T) or None
         if self.config.is_decoder:
             T = x.size(1)
             left = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()  # (T, T)
             mask = left if mask is None else mask & left  # (B, 1, T, T)
-        x, hidden_states = self.encoder(x, mask, output_hidden_states)
+        x, hidden_states = self.encoder(x, mask, output_hidden_states, last_rows)
         pooled = self.pooler(x) if self.pooler is not None else None
         return EncoderOutput(x, pooled, hidden_states)
 
@@ -287,12 +317,26 @@ class PreTrainingOutput:
     nsp_logits: torch.Tensor | None  # (B, 2)
 
 
+def query_rows(picked: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, T) picked positions -> (B, R) rows: [CLS] (position 0), then the picked positions
+    in order, padded with 0 to the longest row; and the (B, R) bool of the real ones."""
+    keep = picked.clone()
+    keep[:, 0] = True  # [CLS] feeds the pooler
+    counts = keep.sum(1)  # (B,)
+    R = int(counts.max())
+    rows = torch.sort(keep.int(), dim=1, descending=True, stable=True).indices[:, :R]  # (B, R)
+    valid = torch.arange(R, device=picked.device) < counts[:, None]  # (B, R)
+    return torch.where(valid, rows, 0), valid
+
+
 class BertForPreTraining(nn.Module):
     """BERT with the MLM and NSP heads.
 
     The MLM head runs on the picked positions only (labels != -100): the loss is the same as
     running it on every position, and the vocabulary projection, the largest matmul of a small
-    model, shrinks by the masking rate (15% -> about 6.7x less work there).
+    model, shrinks by the masking rate (15% -> about 6.7x less work there). For the same reason
+    the last encoder layer computes only the rows the heads read (picked positions and [CLS]),
+    its keys and values still coming from every token.
     """
 
     def __init__(self, config: BertConfig):
@@ -312,12 +356,14 @@ class BertForPreTraining(nn.Module):
         labels=None,
         next_sentence_label=None,
     ) -> PreTrainingOutput:
-        out = self.bert(input_ids, token_type_ids, attention_mask)
         if labels is None:
             labels = torch.full_like(input_ids, -100)
-        picked = labels != -100  # (B, T)
+        rows, valid = query_rows(labels != -100)  # (B, R)
+        out = self.bert(input_ids, token_type_ids, attention_mask, last_rows=rows)
+        row_labels = labels.gather(1, rows)  # (B, R)
+        picked = (row_labels != -100) & valid  # (B, R), in position order as labels != -100
         h = out.last_hidden_state[picked]  # (P, H)
-        mlm_labels = labels[picked]  # (P,)
+        mlm_labels = row_labels[picked]  # (P,)
         mlm_logits = self.cls.predictions(h)  # (P, V)
         # nothing picked (mlm_probability=0): a zero loss that still belongs to the graph
         mlm_loss = (
@@ -345,3 +391,32 @@ def encoder_parameter_formula(c: BertConfig, pooler: bool = True) -> int:
     layer = 4 * (H * H + H) + 2 * H + (H * I + I) + (I * H + H) + 2 * H
     final_ln = 2 * H if c.pre_layer_norm else 0
     return emb + L * layer + final_ln + (H * H + H if pooler else 0)
+
+
+def pretraining_flops(
+    c: BertConfig,
+    batch_size: int,
+    seq_len: int,
+    num_picked: int,
+    last_rows: int | None = None,
+    backward: bool = True,
+) -> int:
+    """Useful matmul FLOPs of one MLM+NSP step of this model (2 per multiply-add).
+
+    Counted: the encoder's dense layers, attention's two (T x T) products, the pooler and NSP
+    head, and the MLM head on the `num_picked` positions only (what we run, not a dense head);
+    the last layer's queries, attention output and FFN on `last_rows` rows (`query_rows`'s
+    B x R; None: every token), its keys and values on every token.
+    Element-wise work (LayerNorm, GELU, softmax, dropout, embeddings) is left out, as in MFU.
+    The backward pass costs twice the forward (gradients of inputs and of weights).
+    """
+    H, I, L, V = c.hidden_size, c.intermediate_size, c.num_hidden_layers, c.vocab_size
+    N = batch_size * seq_len  # tokens
+    R = N if last_rows is None else last_rows
+
+    def layer(rows: int) -> int:  # Q, attention output, FFN on `rows`; K, V on all; QK^T, PV
+        return 2 * rows * (2 * H * H + 2 * H * I) + 2 * N * 2 * H * H + 2 * 2 * rows * seq_len * H
+
+    heads = 2 * batch_size * (H * H + 2 * H) + 2 * num_picked * (H * H + H * V)
+    forward = (L - 1) * layer(N) + layer(R) + heads
+    return 3 * forward if backward else forward

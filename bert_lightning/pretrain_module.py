@@ -8,7 +8,7 @@ import torch
 from torchmetrics.classification import BinaryAccuracy, MulticlassAccuracy
 from torchmetrics.text import Perplexity
 
-from bert_lightning.model import BertConfig, BertForPreTraining
+from bert_lightning.model import BertConfig, BertForPreTraining, pretraining_flops, query_rows
 
 OBJECTIVES = ("mlm", "mlm_nsp")
 
@@ -21,6 +21,21 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
         {"params": decay, "weight_decay": weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
     ]
+
+
+def adamw(model: torch.nn.Module, optim: dict) -> torch.optim.AdamW:
+    """AdamW over `param_groups`, fused (one kernel for all parameters) where torch has it for
+    the parameters' device, else the multi-tensor (foreach) implementation."""
+    device = next(model.parameters()).device.type
+    fused = device in ("cpu", "cuda", "mps", "xpu")
+    return torch.optim.AdamW(
+        param_groups(model, optim.get("weight_decay", 0.01)),
+        lr=optim["lr"],
+        betas=tuple(optim.get("betas", (0.9, 0.999))),
+        eps=optim.get("eps", 1e-6),
+        fused=fused or None,
+        foreach=None if fused else True,
+    )
 
 
 def warmup_linear_decay(warmup_steps: int, total_steps: int):
@@ -39,7 +54,8 @@ class BertPretrainModule(L.LightningModule):
     `tokenizer_json` travels inside every checkpoint, so a checkpoint is self-contained.
     `objective`: `mlm`, or `mlm_nsp` (loss = MLM + NSP; the data module decides). Under `mlm`
     the pooler and NSP head get no gradient and are frozen, so that DDP finds no unused
-    parameters."""
+    parameters.
+    `compile`: torch.compile the model in place (a GPU lever; parameter names unchanged)."""
 
     def __init__(
         self,
@@ -93,6 +109,13 @@ class BertPretrainModule(L.LightningModule):
             batch.get("next_sentence_label") if self.nsp else None,
         )
 
+    def flops_per_batch(self, batch: dict) -> int:
+        """Useful FLOPs of a training step on `batch` (TokenThroughput's MFU)."""
+        B, T = batch["input_ids"].shape
+        picked = batch["labels"] != -100
+        rows = query_rows(picked)[0].numel()
+        return pretraining_flops(self.model.config, B, T, int(picked.sum()), rows)
+
     def training_step(self, batch, batch_idx):
         out = self(batch)
         B = batch["input_ids"].size(0)
@@ -125,12 +148,7 @@ class BertPretrainModule(L.LightningModule):
 
     def configure_optimizers(self):
         o = self.hparams.optim
-        opt = torch.optim.AdamW(
-            param_groups(self.model, o.get("weight_decay", 0.01)),
-            lr=o["lr"],
-            betas=tuple(o.get("betas", (0.9, 0.999))),
-            eps=o.get("eps", 1e-6),
-        )
+        opt = adamw(self.model, o)
         total = int(self.trainer.estimated_stepping_batches)
         sched = torch.optim.lr_scheduler.LambdaLR(
             opt, warmup_linear_decay(int(o.get("warmup_steps", 0)), total)

@@ -9,6 +9,8 @@ from bert_lightning.model import (
     BertModel,
     encoder_parameter_formula,
     num_parameters,
+    pretraining_flops,
+    query_rows,
 )
 
 SIZES = ["bert_tiny", "bert_mini", "bert_small", "bert_medium", "bert_base", "bert_large"]
@@ -58,16 +60,25 @@ def test_padding_does_not_change_real_token_outputs(pre_ln):
     assert (leaked[:, :10] - plain).abs().max() > 1e-3
 
 
-def test_sparse_mlm_head_equals_dense_head():
-    model = BertForPreTraining(BertConfig(**TINY)).eval()
+@pytest.mark.parametrize(("pre_ln", "causal"), [(False, False), (True, False), (False, True)])
+def test_sparse_mlm_head_equals_dense_head(pre_ln, causal):
+    # the head and the last layer run on the picked rows (and [CLS]) only
+    config = BertConfig(**TINY, pre_layer_norm=pre_ln, is_decoder=causal)
+    model = BertForPreTraining(config).eval()
     ids = torch.randint(5, 97, (4, 16))
-    labels = torch.where(torch.rand(4, 16) < 0.3, ids, -100)
-    out = model(ids, labels=labels)
-    hidden = model.bert(ids).last_hidden_state
+    mask = torch.ones_like(ids)
+    mask[1, 11:] = 0
+    labels = torch.where((torch.rand(4, 16) < 0.3) & mask.bool(), ids, -100)
+    out = model(ids, attention_mask=mask, labels=labels)
+    hidden = model.bert(ids, attention_mask=mask).last_hidden_state
     dense_logits = model.cls.predictions(hidden)  # (B, T, V) on every position
     dense_loss = F.cross_entropy(dense_logits.reshape(-1, 97), labels.reshape(-1))
     assert abs(out.mlm_loss.item() - dense_loss.item()) < 1e-5
     assert out.mlm_logits.shape == ((labels != -100).sum().item(), 97)
+    nsp = model.cls.seq_relationship(model.bert(ids, attention_mask=mask).pooler_output)
+    zeros = torch.zeros(4, dtype=torch.long)
+    out = model(ids, attention_mask=mask, labels=labels, next_sentence_label=zeros)
+    torch.testing.assert_close(out.nsp_logits, nsp)
 
 
 def test_decoder_is_tied_to_word_embeddings():
@@ -125,3 +136,22 @@ def test_nothing_picked_gives_zero_loss():
 def test_bad_config_is_named():
     with pytest.raises(ValueError, match="num_attention_heads"):
         BertConfig(hidden_size=30, num_attention_heads=4)
+
+
+def test_pretraining_flops_match_torch_flop_counter():
+    from torch.utils.flop_counter import FlopCounterMode
+
+    c = BertConfig(**TINY)
+    model = BertForPreTraining(c).train()  # attention dropout: SDPA's counted math path
+    B, T = 3, 16
+    ids = torch.randint(5, c.vocab_size, (B, T))
+    labels = torch.where(torch.rand(B, T) < 0.2, ids, -100)
+    with FlopCounterMode(display=False) as counter:
+        out = model(ids, labels=labels, next_sentence_label=torch.tensor([0, 1, 1]))
+        forward = counter.get_total_flops()
+        out.loss.backward()
+    P = int((labels != -100).sum())
+    R = query_rows(labels != -100)[0].numel()  # the last layer's rows
+    assert R < B * T
+    assert pretraining_flops(c, B, T, P, R, backward=False) == forward
+    assert pretraining_flops(c, B, T, P, R) == counter.get_total_flops()

@@ -40,14 +40,25 @@ def test_smoke_run_writes_outputs_and_resumes(tmp_path):
     assert state["global_step"] == 6 and state["tokenizer"]
     rows = metric_rows(out)
     assert [r["step"] for r in rows if r["val/loss"]] == ["0", "2", "5"]
+    assert any(r["train/flops_per_s"] for r in rows)
+    assert "train/mfu" not in rows[0]  # a CPU with no configured peak: MFU omitted
 
     resumed = tmp_path / "resumed"
     write_corpus(resumed / "corpus.jsonl")
-    train(compose(overrides=tiny_overrides(resumed, f"ckpt_path={ckpt}", "trainer.max_steps=9")))
+    peak = "callbacks.throughput.peak_flops=1e9"
+    train(
+        compose(overrides=tiny_overrides(resumed, f"ckpt_path={ckpt}", "trainer.max_steps=9", peak))
+    )
     state = torch.load(resumed / "checkpoints" / "last.ckpt", weights_only=True)
     assert state["global_step"] == 9
     steps = [int(r["step"]) for r in metric_rows(resumed) if r["train/loss"]]
     assert min(steps) == 6 and max(steps) == 8  # the step count continues
+    mfu = [
+        (float(r["train/mfu"]), float(r["train/flops_per_s"]))
+        for r in metric_rows(resumed)
+        if r["train/mfu"]
+    ]
+    assert mfu and all(m == pytest.approx(f / 1e9) for m, f in mfu)
     tok_a = (out / "checkpoints" / "tokenizer.json").read_text()
     assert (resumed / "checkpoints" / "tokenizer.json").read_text() == tok_a
 

@@ -1,0 +1,106 @@
+"""What the training loop costs around the step: `train.py`'s Lightning fit vs the bare step.
+
+    python bench/fit_overhead.py                    # bert_mini, 60 steps, checkpoint every 20
+    python bench/fit_overhead.py model=bert_small trainer.precision=bf16-mixed   # any override
+
+The fit is the real one of `train.py` (the C4 sample, its tokenizer, the StatefulDataLoader and
+MLM collator, CSV logging every 10 steps, TokenThroughput, the progress bar, a checkpoint every
+`--ckpt-every` steps); validation is left out. After each fit step a probe callback runs one bare
+step (`bench/train_step.py`'s: a copy of the model, its own AdamW, one fixed collated batch), so
+the two alternate under the same machine noise; the fit interval is the time from the end of
+the probe's bare step to the end of the next fit step, so it holds everything the loop does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import lightning as L
+import torch
+from omegaconf import OmegaConf
+from train_step import make_step, timed
+
+from bert_lightning.config import compose
+from bert_lightning.pretrain_module import adamw
+from bert_lightning.train import build
+
+
+class AlternateBareStep(L.Callback):
+    """After each fit step: the fit interval ends; one bare step is timed; the next begins."""
+
+    def __init__(self, model, optim: dict, batch: dict, dtype, warmup: int):
+        self.model, self.optim, self.batch, self.dtype = model, optim, batch, dtype
+        self.warmup = warmup
+        self.fit, self.bare = [], []
+        self.t = None
+
+    def on_train_start(self, trainer, pl_module):
+        self.device = pl_module.device
+        model = self.model.to(self.device).train()
+        batch = {k: v.to(self.device) for k, v in self.batch.items()}
+        self.step = make_step(model, adamw(model, self.optim), batch, self.dtype)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+        now = time.perf_counter()
+        if self.t is not None and batch_idx >= self.warmup:
+            self.fit.append(now - self.t)
+        t = timed(self.step, self.device)
+        if batch_idx >= self.warmup:
+            self.bare.append(t)
+        self.t = time.perf_counter()
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--steps", type=int, default=60)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--ckpt-every", type=int, default=20)
+    p.add_argument("overrides", nargs="*", help="train.py overrides (default model=bert_mini)")
+    args = p.parse_args()
+    out = Path(tempfile.mkdtemp(prefix="fit_overhead_"))
+    cfg = compose(
+        "train",
+        [
+            "model=bert_mini",
+            f"paths.output_dir={out}",
+            f"trainer.max_steps={args.steps}",
+            f"trainer.val_check_interval={args.steps + 1}",  # no validation inside the fit
+            f"+callbacks.model_checkpoint.every_n_train_steps={args.ckpt_every}",
+            "callbacks.model_checkpoint.monitor=null",
+            *args.overrides,
+        ],
+    )
+    L.seed_everything(cfg.seed)
+    dm, module, trainer = build(cfg)
+    dm.prepare_data()
+    dm.setup("fit")
+    batch = next(iter(dm.train_dataloader()))
+    precision = str(cfg.trainer.precision)
+    dtype = torch.bfloat16 if precision.startswith("bf16") else None
+    optim = OmegaConf.to_container(cfg.optim, resolve=True)
+    probe = AlternateBareStep(copy.deepcopy(module.model), optim, batch, dtype, args.warmup)
+    trainer.callbacks.append(probe)
+    trainer.fit(module, datamodule=dm)
+    tokens = batch["input_ids"].numel()  # packed blocks: no padding
+    fit_mean, bare_mean = statistics.mean(probe.fit), statistics.mean(probe.bare)
+    fit_med, bare_med = statistics.median(probe.fit), statistics.median(probe.bare)
+    print(
+        f"\n{cfg.model.hidden_size}-wide {cfg.model.num_hidden_layers}-layer model, "
+        f"{precision}, {len(probe.fit)} fit steps alternating with {len(probe.bare)} bare steps "
+        f"(checkpoint every {args.ckpt_every}), run folder {out}\n"
+        f"tokens/s (mean over steps): fit {tokens / fit_mean:.0f}, bare step "
+        f"{tokens / bare_mean:.0f} -> the loop costs {fit_mean / bare_mean - 1:+.1%}\n"
+        f"tokens/s (median step):     fit {tokens / fit_med:.0f}, bare step "
+        f"{tokens / bare_med:.0f} -> {fit_med / bare_med - 1:+.1%}"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,229 @@
+"""One pretraining step, ours vs `transformers.BertForPreTraining`, timed side by side.
+
+    python bench/train_step.py                       # bert_mini, bert_small, bert_base on the CPU
+    python bench/train_step.py --sizes bert_base --device cuda --compile   # on a GPU
+
+Same config (vocab 30,522), same weights, same batch (packed, 15% picked, NSP labels), same AdamW
+(`adamw` of pretrain_module). Steps alternate ours/theirs after warm-up; each figure is a median
+over steps. Our achieved FLOP/s counts only the work we do (`pretraining_flops`) and is set
+against a matmul peak measured between the steps (same noise), or, on a GPU, the device table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from contextlib import nullcontext
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+from omegaconf import OmegaConf
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from bert_lightning.callbacks import device_peak_flops
+from bert_lightning.interop import ours_to_hf
+from bert_lightning.model import BertConfig, BertForPreTraining, pretraining_flops, query_rows
+from bert_lightning.pretrain_module import adamw
+
+CONF = Path(__file__).resolve().parents[1] / "conf" / "model"
+STEPS = {"bert_mini": 12, "bert_small": 8, "bert_base": 4}  # timed steps per model, CPU
+
+
+def model_config(size: str, vocab_size: int = 30522) -> BertConfig:
+    raw = OmegaConf.to_container(OmegaConf.load(CONF / f"{size}.yaml"))
+    raw.pop("_target_")
+    return BertConfig(**raw, vocab_size=vocab_size)
+
+
+def random_batch(c: BertConfig, batch: int, seq: int, device, seed: int = 0) -> dict:
+    """Packed MLM+NSP examples: [CLS] A [SEP] B [SEP], 15% of the others picked."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, c.vocab_size, (batch, seq), generator=g)  # (B, T)
+    half = seq // 2
+    ids[:, 0], ids[:, half - 1], ids[:, -1] = 2, 3, 3  # [CLS], [SEP], [SEP]
+    types = (torch.arange(seq) >= half).long().expand(batch, seq)  # (B, T)
+    special = torch.zeros(batch, seq, dtype=torch.bool)
+    special[:, [0, half - 1, seq - 1]] = True
+    picked = (torch.rand(batch, seq, generator=g) < 0.15) & ~special  # (B, T)
+    labels = torch.where(picked, ids, -100)
+    ids = torch.where(picked, 4, ids)  # [MASK]
+    nsp = torch.randint(0, 2, (batch,), generator=g)
+    b = {"input_ids": ids, "token_type_ids": types, "labels": labels, "next_sentence_label": nsp}
+    return {k: v.to(device) for k, v in b.items()}
+
+
+def hf_model(ours: BertForPreTraining, attn: str = "sdpa"):
+    import transformers
+
+    hf_cfg = transformers.BertConfig(**asdict(ours.config), attn_implementation=attn)
+    hf = transformers.BertForPreTraining(hf_cfg)
+    hf.load_state_dict(ours_to_hf(ours.state_dict()), strict=False)
+    return hf
+
+
+def make_step(model, opt, batch: dict, autocast_dtype=None):
+    """One optimizer step. On a GPU attention may only use the flash or memory-efficient SDPA
+    kernels (an error, not a silent fall-back to the math one, if it cannot)."""
+    device_type = batch["input_ids"].device.type
+    autocast = torch.autocast(device_type, dtype=autocast_dtype) if autocast_dtype else None
+    fast_sdpa = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]
+
+    def step() -> torch.Tensor:
+        opt.zero_grad(set_to_none=True)
+        with (
+            autocast or nullcontext(),
+            sdpa_kernel(fast_sdpa) if device_type == "cuda" else nullcontext(),
+        ):
+            loss = model(**batch).loss
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    return step
+
+
+def timed(fn, device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    t = time.perf_counter()
+    fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - t
+
+
+def matmul_probe(device, dtype):
+    """One (n x n) @ (n x n) product: returns its FLOP/s (the peak is the median of these)."""
+    n = 8192 if device.type == "cuda" else 2048
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+
+    def probe() -> float:
+        return 2 * n**3 / timed(lambda: a @ b, device)
+
+    probe()
+    return probe
+
+
+def build(size: str, device, compile_: bool, seed: int = 0):
+    torch.manual_seed(seed)
+    c = model_config(size)
+    ours = BertForPreTraining(c).to(device).train()
+    theirs = hf_model(ours).to(device).train()
+    optim = {"lr": 1e-4, "weight_decay": 0.01}
+    opt_ours, opt_theirs = adamw(ours, optim), adamw(theirs, optim)
+    run = torch.compile(ours) if compile_ else ours
+    return c, ours, theirs, run, opt_ours, opt_theirs
+
+
+def bench_size(size: str, args, device) -> dict:
+    B, T = args.batch_size, args.seq_len
+    c, ours, theirs, run, opt_ours, opt_theirs = build(size, device, args.compile)
+    batch = random_batch(c, B, T, device)
+    picked = batch["labels"] != -100
+    flops = pretraining_flops(c, B, T, int(picked.sum()), query_rows(picked)[0].numel())
+    bf16 = torch.bfloat16
+    on_gpu = device.type == "cuda"
+    # on a GPU both run in bf16 autocast (what one trains with there); on the CPU fp32 first
+    main_dtype = bf16 if on_gpu else None
+    steps = {
+        "ours": make_step(run, opt_ours, batch, main_dtype),
+        "theirs": make_step(theirs, opt_theirs, batch, main_dtype),
+    }
+    if not on_gpu and not args.no_bf16:
+        steps["ours_bf16"] = make_step(run, opt_ours, batch, bf16)
+    probes = {"fp32": matmul_probe(device, torch.float32), "bf16": matmul_probe(device, bf16)}
+    for fn in steps.values():  # warm-up (and compile)
+        for _ in range(args.warmup):
+            fn()
+    times = {k: [] for k in steps} | {k: [] for k in probes}
+    n = args.steps or (STEPS[size] * (10 if on_gpu else 1))
+    for _ in range(n):
+        for k, fn in steps.items():
+            times[k].append(timed(fn, device))
+        for k, probe in probes.items():
+            times[k].append(probe())
+    med = {k: statistics.median(v) for k, v in times.items()}
+    tok = B * T
+    peak_dtype = "bf16" if on_gpu else "fp32"
+    table_peak = device_peak_flops(device, "bf16-mixed") if on_gpu else None
+    r = {
+        "size": size,
+        "steps": n,
+        "ours_s": med["ours"],
+        "theirs_s": med["theirs"],
+        "ours_tok_s": tok / med["ours"],
+        "theirs_tok_s": tok / med["theirs"],
+        "ratio": med["theirs"] / med["ours"],
+        "gflops": flops / med["ours"] / 1e9,
+        "peak_gflops": med[peak_dtype] / 1e9,
+        "table_peak_gflops": table_peak / 1e9 if table_peak else None,
+    }
+    if "ours_bf16" in med:
+        r["bf16_speedup"] = med["ours"] / med["ours_bf16"]
+        r["bf16_gflops"] = flops / med["ours_bf16"] / 1e9
+        r["bf16_peak_gflops"] = med["bf16"] / 1e9
+    if args.profile:
+        profile(size, steps, device)
+    return r
+
+
+def profile(size: str, steps: dict, device, row_limit: int = 15) -> None:
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    key = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    for name, fn in steps.items():
+        with profile(activities=acts) as prof:
+            for _ in range(2):
+                fn()
+        print(f"\n## profile {size} {name} (2 steps), top ops by self time")
+        print(prof.key_averages().table(sort_by=key, row_limit=row_limit))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--sizes", nargs="+", default=["bert_mini", "bert_small", "bert_base"])
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--steps", type=int, default=None, help="timed steps of each (default per size)")
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--compile", action="store_true", help="torch.compile our model")
+    p.add_argument("--no-bf16", action="store_true", help="skip our CPU bf16-mixed step")
+    p.add_argument("--profile", action="store_true", help="print torch.profiler top-ops tables")
+    args = p.parse_args()
+    device = torch.device(args.device)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+    print(
+        f"device {device} ({name}, {torch.get_num_threads()} threads), torch {torch.__version__}, "
+        f"batch {args.batch_size} x seq {args.seq_len}, compile={args.compile}"
+    )
+    rows = []
+    for size in args.sizes:
+        r = bench_size(size, args, device)
+        rows.append(r)
+        line = (
+            f"{size:10s} steps {r['steps']:3d} | s/step ours {r['ours_s']:.3f} theirs "
+            f"{r['theirs_s']:.3f} | tokens/s ours {r['ours_tok_s']:8.0f} theirs "
+            f"{r['theirs_tok_s']:8.0f} | ratio {r['ratio']:.2f}x | ours {r['gflops']:.0f} GFLOP/s"
+            f" = {r['gflops'] / r['peak_gflops']:.0%} of measured matmul peak "
+            f"{r['peak_gflops']:.0f}"
+        )
+        if r["table_peak_gflops"]:
+            line += f" | MFU {r['gflops'] / r['table_peak_gflops']:.1%} of table bf16 peak"
+        if "bf16_speedup" in r:
+            line += (
+                f" | bf16-mixed {r['bf16_speedup']:.2f}x our fp32 ({r['bf16_gflops']:.0f} GFLOP/s"
+                f" = {r['bf16_gflops'] / r['bf16_peak_gflops']:.0%} of bf16 peak "
+                f"{r['bf16_peak_gflops']:.0f})"
+            )
+        print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()

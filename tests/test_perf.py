@@ -1,0 +1,38 @@
+import torch
+
+from bert_lightning.callbacks import device_peak_flops
+from bert_lightning.model import BertConfig, BertForPreTraining
+from bert_lightning.pretrain_module import adamw
+
+
+def test_adamw_is_fused_and_decays_matrices_only():
+    model = BertForPreTraining(
+        BertConfig(
+            vocab_size=50,
+            hidden_size=16,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=32,
+        )
+    )
+    opt = adamw(model, {"lr": 1e-3, "weight_decay": 0.1})
+    assert opt.defaults["fused"]  # the CPU has a fused AdamW since torch 2.4
+    decay, no_decay = opt.param_groups
+    assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
+    assert all(p.ndim == 2 for p in decay["params"]) and all(
+        p.ndim == 1 for p in no_decay["params"]
+    )
+    before = model.bert.pooler.dense.weight.detach().clone()
+    model(
+        torch.randint(5, 50, (2, 8)),
+        labels=torch.randint(5, 50, (2, 8)),
+        next_sentence_label=torch.tensor([0, 1]),
+    ).loss.backward()
+    opt.step()
+    assert not torch.equal(before, model.bert.pooler.dense.weight)
+
+
+def test_no_peak_flops_where_unknown():
+    # a CPU has no table entry: MFU is omitted, not invented
+    assert device_peak_flops("cpu", "bf16-mixed") is None
+    assert device_peak_flops(torch.device("cpu"), "32-true") is None
