@@ -179,8 +179,17 @@ class PretrainDataModule(L.LightningDataModule):
             raise
         return ds
 
-    def _examples(self, docs: datasets.Dataset) -> datasets.Dataset:
+    def _frame_kwargs(self) -> dict:
+        """What `_frame` needs: the same framing for cached, streamed and validation data."""
         ids = special_ids(self.tokenizer)
+        return {
+            "cls_id": ids["[CLS]"],
+            "sep_id": ids["[SEP]"],
+            "block": self.max_seq_length - 2,
+            "packing": self.packing,
+        }
+
+    def _examples(self, docs: datasets.Dataset) -> datasets.Dataset:
         num_proc = self.num_proc if self.num_proc and len(docs) >= 10_000 else None
         tokens = docs.map(
             _tokenize,
@@ -195,12 +204,7 @@ class PretrainDataModule(L.LightningDataModule):
             _frame,
             batched=True,
             batch_size=1000,
-            fn_kwargs={
-                "cls_id": ids["[CLS]"],
-                "sep_id": ids["[SEP]"],
-                "block": self.max_seq_length - 2,
-                "packing": self.packing,
-            },
+            fn_kwargs=self._frame_kwargs(),
             num_proc=num_proc,
             new_fingerprint=_fingerprint(tokens._fingerprint, self.packing, self.max_seq_length),
             desc=f"framing ({self.packing})",

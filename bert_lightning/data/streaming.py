@@ -16,7 +16,6 @@ from datasets.distributed import split_dataset_by_node
 
 from bert_lightning.data.corpus import iter_documents, resolve_files
 from bert_lightning.data.pretraining import PretrainDataModule, _frame, _tokenize
-from bert_lightning.tokenizer import special_ids
 
 
 def _stream_documents(files: list[str], **read):
@@ -89,7 +88,6 @@ class StreamingDataModule(PretrainDataModule):
             self.val_set = self._validation(datasets.Dataset.from_list(docs))
 
     def train_dataloader(self):
-        ids = special_ids(self.tokenizer)
         world, rank = (
             (self.trainer.world_size, self.trainer.global_rank) if self.trainer else (1, 0)
         )
@@ -100,11 +98,6 @@ class StreamingDataModule(PretrainDataModule):
             _frame,
             batched=True,
             batch_size=1000,
-            fn_kwargs={
-                "cls_id": ids["[CLS]"],
-                "sep_id": ids["[SEP]"],
-                "block": self.max_seq_length - 2,
-                "packing": self.packing,
-            },
+            fn_kwargs=self._frame_kwargs(),
         )
         return self._loader(ds.shuffle(seed=self.seed, buffer_size=self.shuffle_buffer))
