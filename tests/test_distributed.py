@@ -51,7 +51,7 @@ def train_cmd(out: Path, *extra: str, cache: str | None = None) -> list[str]:
     if cache:
         overrides = [o for o in overrides if not o.startswith("data.cache_dir=")]
         overrides.append(f"data.cache_dir={cache}")
-    return [str(ROOT / "train.py"), *overrides]
+    return [str(ROOT / "train.py"), *overrides, f"hydra.run.dir={out}"]  # not ./outputs
 
 
 def run_train(out: Path, *extra: str) -> list[dict]:
