@@ -60,8 +60,10 @@ def test_ddp_two_ranks_two_workers_see_each_example_once(tmp_path):
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    train_set = Counter(torch.load(tmp_path / "train_set.pt"))
-    ranks = [Counter(torch.load(tmp_path / f"seen_rank{r}.pt")) for r in range(2)]
+    train_set = Counter(torch.load(tmp_path / "train_set.pt", weights_only=True))
+    ranks = [
+        Counter(torch.load(tmp_path / f"seen_rank{r}.pt", weights_only=True)) for r in range(2)
+    ]
     n = sum(train_set.values())
     assert sum(ranks[0].values()) == sum(ranks[1].values()) == n // 2  # equal shares
     seen = ranks[0] + ranks[1]
