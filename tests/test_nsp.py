@@ -75,16 +75,22 @@ def test_split_sentences_keeps_abbreviations():
     ]
 
 
-def test_nsp_datamodule_examples_and_batches(tmp_path, tiny_tokenizer):
+def nsp_datamodule(tmp_path, tokenizer, n_docs: int, val_docs: int, batch_size: int):
+    """An NSPDataModule over the first `n_docs` sample documents, set up with `tokenizer`."""
     dm = NSPDataModule(
-        train_files=str(write_corpus(tmp_path / "corpus.jsonl", 60)),
-        val_docs=10,
+        train_files=str(write_corpus(tmp_path / "corpus.jsonl", n_docs)),
+        val_docs=val_docs,
         max_seq_length=48,
-        batch_size=8,
+        batch_size=batch_size,
         cache_dir=str(tmp_path / "cache"),
     )
-    dm.tokenizer = tiny_tokenizer
+    dm.tokenizer = tokenizer
     dm.setup()
+    return dm
+
+
+def test_nsp_datamodule_examples_and_batches(tmp_path, tiny_tokenizer):
+    dm = nsp_datamodule(tmp_path, tiny_tokenizer, n_docs=60, val_docs=10, batch_size=8)
     cls_id, sep_id = tiny_tokenizer.token_to_id("[CLS]"), tiny_tokenizer.token_to_id("[SEP]")
     labels = []
     for row in dm.train_set:
@@ -156,15 +162,7 @@ def test_nsp_loss_falls_on_a_fixed_batch(tmp_path, tiny_tokenizer):
     """The NSP head and its gradient path learn: a fixed batch of pairs is memorised."""
     from bert_lightning.pretrain_module import BertPretrainModule
 
-    dm = NSPDataModule(
-        train_files=str(write_corpus(tmp_path / "corpus.jsonl", 30)),
-        val_docs=5,
-        max_seq_length=48,
-        batch_size=16,
-        cache_dir=str(tmp_path / "cache"),
-    )
-    dm.tokenizer = tiny_tokenizer
-    dm.setup()
+    dm = nsp_datamodule(tmp_path, tiny_tokenizer, n_docs=30, val_docs=5, batch_size=16)
     batch = next(iter(dm.train_dataloader()))
     config = dict(
         vocab_size=tiny_tokenizer.get_vocab_size(),
