@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 import importlib
 
-COMMANDS = ["score", "fill_mask", "embed", "export_hf"]  # modules of bert_lightning.commands
+# modules of bert_lightning.commands
+COMMANDS = ["score", "fill_mask", "embed", "export_hf", "report"]
 
 
 def main(argv: list[str] | None = None) -> None:

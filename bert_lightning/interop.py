@@ -240,6 +240,11 @@ def export_hf_folder(
     if out_dir.exists() and not overwrite:
         raise FileExistsError(f"{out_dir} exists; choose a new folder (or overwrite=True)")
     task = task or {}
+    if task.get("pooling", "cls") != "cls":
+        raise ValueError(
+            f"task.pooling={task['pooling']}: transformers' BertForSequenceClassification reads "
+            "the pooled [CLS]; a classifier over another pooling has no equivalent there"
+        )
     arch = hf_architecture(state, task.get("kind"))
     weights = {k: v.detach().contiguous() for k, v in ours_to_hf(state).items()}
     dtype = weights["bert.embeddings.word_embeddings.weight"].dtype

@@ -166,6 +166,20 @@ def test_pre_ln_and_existing_folder_are_refused(tmp_path, tiny_tokenizer, pretra
     assert [p.name for p in (tmp_path / "taken").iterdir()] == ["keep.txt"]
 
 
+def test_non_cls_pooling_is_refused(tmp_path, tiny_tokenizer):
+    from bert_lightning.finetune.heads import BertForSequenceClassification
+
+    model = BertForSequenceClassification(
+        BertConfig(vocab_size=tiny_tokenizer.get_vocab_size(), **TINY), 2, "max"
+    )
+    task = {"kind": "seq_classification", "pooling": "max"}
+    with pytest.raises(ValueError, match="task.pooling=max: transformers' BertFor"):
+        export_hf_folder(
+            model.state_dict(), model.config, tiny_tokenizer, tmp_path / "hf", task=task
+        )
+    assert not list(tmp_path.iterdir())  # nothing written
+
+
 @pytest.mark.slow
 def test_cli_exports_a_trained_checkpoint(tmp_path):
     """`bert-lightning export-hf` on a real train.py checkpoint; HF gives our MLM logits."""

@@ -191,6 +191,25 @@ def test_heads_map_onto_transformers_by_key():
             )
 
 
+def test_mean_and_max_pooling_read_real_tokens_only():
+    """Padding changes neither pooling; each equals the formula over the last layer's real rows
+    (eval mode, so the classifier's dropout is off)."""
+    config = tiny_config(50)
+    ids = torch.randint(5, 50, (2, 7))
+    mask = torch.ones_like(ids)
+    mask[1, 4:] = 0
+    for pooling, reduce in (("mean", lambda h: h.mean(0)), ("max", lambda h: h.amax(0))):
+        torch.manual_seed(0)
+        model = BertForSequenceClassification(config, 3, pooling).eval()
+        assert model.bert.pooler is None  # nothing untrained rides along (DDP, export)
+        with torch.no_grad():
+            logits = model(ids, None, mask)  # (2, 3)
+            h = model.bert(ids[1:, :4]).last_hidden_state[0]  # (4, H): the real tokens alone
+            torch.testing.assert_close(logits[1], model.classifier(reduce(h)), atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="task.pooling='last'; expected one of"):
+        BertForSequenceClassification(config, 3, "last")
+
+
 def cfg_for(task, train, **kw):
     return task_cfg(task, train_file=str(train), **kw)
 

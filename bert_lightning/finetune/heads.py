@@ -4,24 +4,43 @@
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 from bert_lightning.model import BertConfig, BertModel, init_weights
 
+POOLINGS = ("cls", "mean", "max")
+
 
 class BertForSequenceClassification(nn.Module):
-    """One row of logits per sequence from the pooled `[CLS]` (num_labels=1: a score)."""
+    """One row of logits per sequence (num_labels=1: a score). `pooling="cls"` reads the pooled
+    `[CLS]` as BERT (and HF's class) does; `mean` / `max` pool the last layer over the real
+    tokens and carry no pooler: a sign that sits at one position (one wrong token) is read by
+    the last layer's own row there, not through one more attention step from `[CLS]`."""
 
-    def __init__(self, config: BertConfig, num_labels: int):
+    def __init__(self, config: BertConfig, num_labels: int, pooling: str = "cls"):
         super().__init__()
-        self.config, self.num_labels = config, num_labels
-        self.bert = BertModel(config)
+        if pooling not in POOLINGS:
+            raise ValueError(f"task.pooling={pooling!r}; expected one of {POOLINGS}")
+        self.config, self.num_labels, self.pooling = config, num_labels, pooling
+        self.bert = BertModel(config, add_pooling_layer=pooling == "cls")
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.classifier = nn.Linear(config.hidden_size, num_labels)
         init_weights(self.classifier, config.initializer_range)
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None):
-        pooled = self.bert(input_ids, token_type_ids, attention_mask).pooler_output  # (B, H)
+        out = self.bert(input_ids, token_type_ids, attention_mask)
+        if self.pooling == "cls":
+            pooled = out.pooler_output  # (B, H)
+        else:
+            h = out.last_hidden_state  # (B, T, H)
+            real = (
+                torch.ones_like(input_ids) if attention_mask is None else attention_mask
+            ).bool()[..., None]  # (B, T, 1)
+            if self.pooling == "mean":
+                pooled = (h * real).sum(1) / real.sum(1).clamp(min=1)  # (B, H)
+            else:
+                pooled = h.masked_fill(~real, float("-inf")).amax(1)  # (B, H)
         return self.classifier(self.dropout(pooled))  # (B, num_labels)
 
 

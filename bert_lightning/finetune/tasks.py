@@ -94,7 +94,7 @@ class Task:
         return 1
 
     def build_model(self, config) -> nn.Module:
-        return self.head(config, self.num_labels)
+        return self.head(config, self.num_labels, self.cfg.get("pooling", "cls"))
 
     def metrics(self) -> nn.ModuleDict:
         raise NotImplementedError
@@ -295,6 +295,11 @@ class TokenClassification(Task):
     counts as predicted `O`."""
 
     head = BertForTokenClassification
+
+    def build_model(self, config) -> nn.Module:
+        if self.cfg.get("pooling", "cls") != "cls":
+            raise ValueError("task.pooling: a token classifier reads every token; no pooling")
+        return self.head(config, self.num_labels)
 
     def read(self, path):
         words, tags, lines = D.read_conll(path)
