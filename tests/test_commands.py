@@ -92,7 +92,7 @@ def test_embed_pools_and_ignores_padding(tmp_path, tok):
     pre = load_pretrained(tmp_path / "hf")
     model = BertForPreTraining(pre.config).bert.eval()
     model.load_state_dict({k[5:]: v for k, v in pre.state_dict.items()}, strict=False)
-    for pooling, width in (("cls", 32), ("mean", 32), ("last4", 128)):
+    for pooling, width in (("cls", 32), ("mean", 32), ("max", 32), ("last4", 128)):
         batched = embed(tmp_path / "hf", texts, pooling, batch_size=3)
         single = np.concatenate([embed(tmp_path / "hf", [t], pooling) for t in texts])
         assert batched.shape == (3, width)
@@ -100,6 +100,7 @@ def test_embed_pools_and_ignores_padding(tmp_path, tok):
     with torch.no_grad():
         h = model(torch.tensor([tok.encode(texts[1]).ids])).last_hidden_state[0]  # (T, H)
     np.testing.assert_allclose(embed(tmp_path / "hf", texts, "mean")[1], h.mean(0), atol=1e-5)
+    np.testing.assert_allclose(embed(tmp_path / "hf", texts, "max")[1], h.amax(0), atol=1e-5)
     write_hf_folder(tmp_path / "hf2", tok, layers=2)
     with pytest.raises(ValueError, match="last4 needs 4 layers; the model has 2"):
         embed(tmp_path / "hf2", texts, "last4")

@@ -11,19 +11,19 @@ import torch
 from tqdm import tqdm
 
 from bert_lightning.finetune.data import column, read_table, text_values
+from bert_lightning.finetune.heads import pool_tokens
 from bert_lightning.pretrained import encoder_from, load_pretrained
 
-POOLINGS = ("cls", "mean", "last4")
+POOLINGS = ("cls", "mean", "max", "last4")
 
 
 def pool(hidden: list[torch.Tensor], mask: torch.Tensor, pooling: str) -> torch.Tensor:
-    """hidden: L + 1 tensors (B, T, H); mask (B, T). `cls`: the last layer's [CLS]; `mean`:
-    the mean over real tokens; `last4`: the [CLS] of the last four layers, concatenated."""
+    """hidden: L + 1 tensors (B, T, H); mask (B, T). `cls`: the last layer's [CLS]; `mean` /
+    `max`: over real tokens; `last4`: the [CLS] of the last four layers, concatenated."""
     if pooling == "cls":
         return hidden[-1][:, 0]  # (B, H)
-    if pooling == "mean":
-        m = mask[..., None].to(hidden[-1].dtype)  # (B, T, 1)
-        return (hidden[-1] * m).sum(1) / m.sum(1).clamp(min=1)  # (B, H)
+    if pooling in ("mean", "max"):
+        return pool_tokens(hidden[-1], mask, pooling)  # (B, H)
     if pooling == "last4":
         if len(hidden) < 5:
             raise ValueError(f"pooling=last4 needs 4 layers; the model has {len(hidden) - 1}")

@@ -12,6 +12,16 @@ from bert_lightning.model import BertConfig, BertModel, init_weights
 POOLINGS = ("cls", "mean", "max")
 
 
+def pool_tokens(h: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> torch.Tensor:
+    """(B, T, H) -> (B, H): the mean or the max over the real tokens (padding excluded)."""
+    real = attention_mask.bool()[..., None]  # (B, T, 1)
+    if pooling == "mean":
+        return (h * real).sum(1) / real.sum(1).clamp(min=1)  # (B, H)
+    if pooling == "max":
+        return h.masked_fill(~real, float("-inf")).amax(1)  # (B, H)
+    raise ValueError(f"pooling={pooling!r}; expected mean or max")
+
+
 class BertForSequenceClassification(nn.Module):
     """One row of logits per sequence (num_labels=1: a score). `pooling="cls"` reads the pooled
     `[CLS]` as BERT (and HF's class) does; `mean` / `max` pool the last layer over the real
@@ -33,14 +43,8 @@ class BertForSequenceClassification(nn.Module):
         if self.pooling == "cls":
             pooled = out.pooler_output  # (B, H)
         else:
-            h = out.last_hidden_state  # (B, T, H)
-            real = (
-                torch.ones_like(input_ids) if attention_mask is None else attention_mask
-            ).bool()[..., None]  # (B, T, 1)
-            if self.pooling == "mean":
-                pooled = (h * real).sum(1) / real.sum(1).clamp(min=1)  # (B, H)
-            else:
-                pooled = h.masked_fill(~real, float("-inf")).amax(1)  # (B, H)
+            mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
+            pooled = pool_tokens(out.last_hidden_state, mask, self.pooling)  # (B, H)
         return self.classifier(self.dropout(pooled))  # (B, num_labels)
 
 
