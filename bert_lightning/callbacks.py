@@ -122,7 +122,12 @@ class LossCurvePlot(L.Callback):
         ax.set_ylabel("loss")
         ax.legend()
         ax.grid(alpha=0.3)
-        tmp = out.with_name(f".{out.stem}.tmp{os.getpid()}{out.suffix}")
-        fig.savefig(tmp, dpi=100, bbox_inches="tight")
+        save_figure(fig, out)
         plt.close(fig)
-        os.replace(tmp, out)
+
+
+def save_figure(fig, path: Path) -> None:
+    """Through a temporary name: a plot is never left half-written."""
+    tmp = path.with_name(f".{path.stem}.tmp{os.getpid()}{path.suffix}")
+    fig.savefig(tmp, dpi=100, bbox_inches="tight")
+    os.replace(tmp, path)

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
-import os
 import re
 from dataclasses import asdict
 from pathlib import Path
@@ -18,8 +16,10 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 
+from bert_lightning.callbacks import save_figure
 from bert_lightning.data.brackets import brackets_tokenizer, sentences, to_input_ids
 from bert_lightning.data.masking import MaskingConfig, MLMCollator
+from bert_lightning.finetune.run import finetune, write_json
 from bert_lightning.model import BertForPreTraining
 
 # name -> (train.py overrides, masking used for evaluation)
@@ -138,7 +138,6 @@ def finetune_variant(out_dir: Path, overrides: list[str], extra: list[str]) -> f
     """One `python finetune.py experiment=brackets_grammar ...` run, in process: test accuracy
     (percent) of its best checkpoint."""
     from bert_lightning.config import compose
-    from bert_lightning.finetune.run import finetune
 
     cfg = compose(
         "finetune",
@@ -257,7 +256,7 @@ def plot(out_dir: Path, r: dict) -> None:
     ax.set(xlabel="step", ylabel="train MLM loss", title="brackets: bidirectional vs causal")
     if ax.lines:
         ax.legend()
-    _save(fig, out_dir / "brackets_loss_curves.png")
+    save_figure(fig, out_dir / "brackets_loss_curves.png")
 
     kinds = ["[MASK]", "random", "kept", "openers", "closers"]
     names = [n for n in ("bidirectional", "causal", "always_mask") if n in r]
@@ -273,14 +272,8 @@ def plot(out_dir: Path, r: dict) -> None:
     ax.set_xticks([k + width * (len(names) - 1) / 2 for k in range(len(kinds))], kinds)
     ax.set(ylabel="masked-token accuracy (%)", ylim=(0, 100), title="accuracy by token kind")
     ax.legend(loc="upper left", bbox_to_anchor=(1, 1))
-    _save(fig, out_dir / "brackets_accuracy_by_kind.png")
+    save_figure(fig, out_dir / "brackets_accuracy_by_kind.png")
     plt.close("all")
-
-
-def _save(fig, path: Path) -> None:
-    tmp = path.with_name(f".{path.stem}.tmp{os.getpid()}{path.suffix}")
-    fig.savefig(tmp, dpi=100, bbox_inches="tight")
-    os.replace(tmp, path)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -291,9 +284,7 @@ def main(argv: list[str] | None = None) -> dict:
     out = Path(args.out_dir)
     results = run_all(out, args.overrides)
     print(tables(results))
-    tmp = out / f".results.json.tmp{os.getpid()}"
-    tmp.write_text(json.dumps(results, indent=2))
-    os.replace(tmp, out / "results.json")
+    write_json(results, out / "results.json")
     plot(out, results)
     print(f"\nresults.json and plots in {out}")
     return results
