@@ -132,7 +132,8 @@ def run_command(args: list[str], tmp: Path, ws: dict) -> None:
     out = f"paths.output_dir={tmp / 'out'}"
     if args[0] == "bert-lightning" or args[:3] == ["python", "-m", "bert_lightning"]:
         argv = args[1:] if args[0] == "bert-lightning" else args[3:]
-        cli.main(argv + ["trainer.max_steps=2"] * (argv[0] == "report"))  # report's overrides
+        report = ["trainer.max_steps=2", "trainer.log_every_n_steps=1"]  # its runs' overrides
+        cli.main(argv + report * (argv[0] == "report"))
         return
     script, overrides = args[1], args[2:]
     chosen = " ".join(overrides)
