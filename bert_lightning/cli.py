@@ -7,11 +7,11 @@ import argparse
 import importlib
 
 # modules of bert_lightning.commands
-COMMANDS = ["score", "fill_mask", "embed", "export_hf", "report"]
+COMMANDS = ["score", "fill_mask", "embed", "export_hf", "report", "download_c4"]
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="bert-lightning", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="bert-lightning", description=" ".join(__doc__.split()))
     sub = parser.add_subparsers(dest="command", required=True)
     for name in COMMANDS:
         importlib.import_module(f"bert_lightning.commands.{name}").register(sub)

@@ -222,6 +222,13 @@ def hf_tokenizer_files(tok: Tokenizer, model_max_length: int) -> dict[str, str]:
     }
 
 
+def current_umask() -> int:
+    """The process umask (os.umask can only be read by setting it)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def export_hf_folder(
     state: dict[str, torch.Tensor],
     config: BertConfig,
@@ -265,6 +272,10 @@ def export_hf_folder(
         save_file(weights, tmp / "model.safetensors", metadata={"format": "pt"})
         for name, text in files.items():
             (tmp / name).write_text(text, encoding="utf-8")
+        umask = current_umask()  # mkdtemp makes the folder 0700; the user's umask decides
+        os.chmod(tmp, 0o777 & ~umask)
+        for f in tmp.iterdir():
+            os.chmod(f, 0o666 & ~umask)
         if out_dir.exists():  # overwrite: the old folder goes only once the new one is whole
             old = out_dir.with_name(f".{out_dir.name}.old{os.getpid()}")
             os.replace(out_dir, old)
