@@ -37,6 +37,7 @@ SKIPS = [  # (pattern in the command, why it cannot run on a CPU test machine)
     (r"trainer\.devices=(?:[2-9]|\d\d|\$)|trainer=(?:gpu|ddp|fsdp|deepspeed)\b", "needs GPUs"),
     (r"experiment=bert_base_c4|/data/c4", "needs real C4 shards (and GPUs)"),
     (r"\.\.\.", "elided arguments: a form, not a command"),
+    (r"download-c4", "downloads from the Hugging Face hub (test_download_c4 serves it locally)"),
 ]
 TINY_MODEL = [
     "model.hidden_size=32",
