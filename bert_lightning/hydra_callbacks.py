@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from hydra.core.utils import JobReturn, JobStatus
+from hydra.types import RunMode
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
@@ -26,6 +27,8 @@ class MultirunSummary(Callback):
         self.rows: list[dict[str, Any]] = []
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
+        if config.hydra.mode != RunMode.MULTIRUN:  # a single run has no job number, no sweep
+            return
         ok = job_return.status == JobStatus.COMPLETED
         value = job_return._return_value if ok else None  # .return_value re-raises a failure
         self.rows.append(
