@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from hydra.core.utils import JobReturn, JobStatus
-from hydra.types import RunMode
 from hydra.experimental.callback import Callback
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 
