@@ -66,7 +66,7 @@ def task_files(tmp_path, task):
 MAIN_METRIC = {
     "seq_classification": ["acc", "f1", "mcc"],
     "regression": ["mse", "mae", "pearson", "spearman"],
-    "ad_relevance": ["auroc", "acc", "f1", "spearman", "ndcg@10"],
+    "ad_relevance": ["auroc", "spearman", "ndcg@10"],  # graded: threshold-free only
     "token_classification": ["precision", "recall", "f1"],
 }
 

@@ -73,16 +73,15 @@ def test_ad_relevance_metrics_by_hand():
     # AUROC: of the 6 (positive, negative) pairs, 4 are ordered right
     # NDCG@10 (gain = relevance): query 0 ranks t = 1, 0, .5 (ideal 1, .5, 0); query 1 is ideal
     ndcg0 = (1 + 0.5 / math.log2(4)) / (1 + 0.5 / math.log2(3))
+    # graded: threshold-free metrics only (no accuracy or F1 at a score of 0.5)
     assert got == pytest.approx(
-        {
-            "auroc": 4 / 6,
-            "acc": 3 / 5,
-            "f1": 2 * 2 / (2 * 2 + 1 + 1),
-            "spearman": 6 / math.sqrt(90),
-            "ndcg@10": (ndcg0 + 1.0) / 2,
-        },
-        abs=1e-6,
+        {"auroc": 4 / 6, "spearman": 6 / math.sqrt(90), "ndcg@10": (ndcg0 + 1.0) / 2}, abs=1e-6
     )
+    binary = make_task(task_cfg("ad_relevance", label_type="binary"))
+    batch["target"] = (batch["target"] >= 0.5).float()
+    got = computed(binary, torch.logit(score)[:, None], batch)
+    assert sorted(got) == ["acc", "auroc", "f1", "ndcg@10"]
+    assert (got["acc"], got["f1"]) == pytest.approx((3 / 5, 2 * 2 / (2 * 2 + 1 + 1)))
 
 
 def test_pairwise_loss_by_hand():
@@ -163,9 +162,18 @@ def test_grouped_split_keeps_groups_together_and_is_seeded():
     assert abs(len(parts["validation"]) - 50) <= 14 and abs(len(parts["test"]) - 100) <= 14
     assert parts == grouped_split(groups, {"validation": 0.1, "test": 0.2}, seed=3)
     assert parts != grouped_split(groups, {"validation": 0.1, "test": 0.2}, seed=4)
+
+
+@pytest.mark.parametrize("n_groups", [37, 500])  # queries of ~14 rows; one row per group
+def test_subsample_takes_exactly_n_rows_seeded(n_groups):
+    groups = [f"q{i % n_groups}" for i in range(500)]
     kept = grouped_subsample(groups, 100, seed=0)
-    assert {groups[i] for i in kept} == {g for g in groups if g in {groups[i] for i in kept}}
-    assert 100 <= len(kept) < 100 + 14
+    assert len(kept) == len(set(kept)) == 100
+    assert kept == grouped_subsample(groups, 100, seed=0)
+    assert kept != grouped_subsample(groups, 100, seed=1)
+    counts = {g: sum(groups[i] == g for i in kept) for g in {groups[i] for i in kept}}
+    assert sum(c < groups.count(g) for g, c in counts.items()) <= 1  # whole groups but the last
+    assert grouped_subsample(groups, None, seed=0) == grouped_subsample(groups, 600, seed=0)
 
 
 def test_heads_map_onto_transformers_by_key():

@@ -161,10 +161,22 @@ def grouped_split(groups: list, fractions: dict[str, float], seed: int) -> dict[
 
 
 def grouped_subsample(groups: list, n: int | None, seed: int) -> list[int]:
-    """About `n` rows made of whole groups, drawn with `seed` (all rows when n is None)."""
+    """Exactly `n` rows (all when n is None or more), drawn with `seed`: whole groups in a
+    shuffled order, the last one cut to hit `n`, so at most one group is partial (a ranking
+    metric still sees whole queries but one)."""
     if n is None or n >= len(groups):
         return list(range(len(groups)))
-    return grouped_split(groups, {"keep": n / len(groups)}, seed)["keep"]
+    order = sorted(set(groups), key=str)
+    np.random.default_rng(seed).shuffle(order)
+    rows: dict = {}
+    for i, g in enumerate(groups):
+        rows.setdefault(g, []).append(i)
+    kept: list[int] = []
+    for g in order:
+        kept.extend(rows[g][: n - len(kept)])
+        if len(kept) == n:
+            break
+    return sorted(kept)
 
 
 class GroupBatchSampler(torch.utils.data.Sampler):

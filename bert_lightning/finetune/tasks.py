@@ -261,22 +261,41 @@ class AdRelevance(Task):
             self.cfg.get("margin", 1.0),
         )
 
+    @property
+    def binary_targets(self) -> bool:
+        c = self.cfg
+        return c["label_type"] == "binary" or (
+            c["label_type"] == "graded" and c.get("graded_to", "scale") == "threshold"
+        )
+
     def metrics(self):
-        m = {"auroc": BinaryAUROC(), "acc": BinaryAccuracy(), "f1": BinaryF1Score()}
+        """Threshold-free metrics always (AUROC with relevant = target >= 0.5, NDCG@10, and
+        Spearman for graded or click targets); accuracy and F1 at a score of 0.5 only for 0/1
+        targets, where a score is a probability of relevance and 0.5 means something."""
+        m = {"auroc": BinaryAUROC()}
+        if self.binary_targets:
+            m |= {"acc": BinaryAccuracy(), "f1": BinaryF1Score()}
         if self.cfg["label_type"] != "binary":
             m["spearman"] = SpearmanCorrCoef()
         m["ndcg@10"] = RetrievalNormalizedDCG(top_k=10, empty_target_action="skip")
         return nn.ModuleDict(m)
 
     def update(self, metrics, logits, batch):
-        score, t = self.scores(logits), batch["target"].float()  # (B,), (B,)
+        self.update_scores(metrics, self.scores(logits), batch["target"], batch["group"])
+
+    @staticmethod
+    def update_scores(metrics, score, target, group):
+        """score, target, group: (B,); also what a baseline's scores go through."""
+        t = target.float()
         relevant = (t >= 0.5).long()  # (B,)
         for name, m in metrics.items():
             if name == "spearman":
-                m.update(score, t)
+                m.update(score.float(), t)
             elif name == "ndcg@10":
-                m.update(score, t, indexes=batch["group"])
-            else:
+                m.update(score.float(), t, indexes=group)
+            elif name == "auroc":
+                m.update(score.float(), relevant)
+            else:  # acc, f1: the score is a probability
                 m.update(score, relevant)
 
 
@@ -393,8 +412,8 @@ def make_task(cfg: dict) -> Task:
 
 def load_splits(task: Task, seed: int) -> dict[str, dict]:
     """train/validation/test tables. A missing validation or test file is cut from the train
-    file by `split` fractions, whole groups at a time; `subsample` then keeps about N rows
-    (whole groups) of a part. The train file fixes the label set before any checking."""
+    file by `split` fractions, whole groups at a time; `subsample` then keeps exactly N rows of a
+    part (whole groups but the last). The train file fixes the label set before any checking."""
     c = task.cfg
     train = task.read(c["train_file"])
     task.fit(train)
