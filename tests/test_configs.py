@@ -9,9 +9,12 @@ from bert_lightning.config import CONFIG_DIR, bundled, compose
 from bert_lightning.model import BertConfig
 
 FINETUNE_EXPERIMENTS = {"brackets_grammar"}  # experiments of finetune.py, not train.py
+FINETUNE_GROUPS = ("task", "dataset")  # groups of finetune.py only
 GROUP_OPTIONS = [
     (group.name, option.stem)
-    for group in sorted(p for p in CONFIG_DIR.iterdir() if p.is_dir() and p.name != "task")
+    for group in sorted(
+        p for p in CONFIG_DIR.iterdir() if p.is_dir() and p.name not in FINETUNE_GROUPS
+    )
     for option in sorted(group.glob("*.yaml"))
     if option.stem not in FINETUNE_EXPERIMENTS
 ]

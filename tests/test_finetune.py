@@ -14,6 +14,7 @@ from finetune_fixtures import (
     sentiment_rows,
     write_conll,
     write_csv,
+    write_dataset,
     write_hf_folder,
     write_jsonl,
     write_our_ckpt,
@@ -146,3 +147,32 @@ def test_frozen_encoder_stays_bitwise_unchanged(tmp_path, source):
     head = torch.nn.Linear(32, 2)  # a head is trained: it moved from its initial values
     assert after["classifier.weight"].shape == head.weight.shape
     assert after["classifier.weight"].abs().sum() > 0
+
+
+PRESETS = {  # conf/dataset/ preset: its task, the test metrics it reports
+    "home_depot": ("ad_relevance", ["auroc", "spearman", "ndcg@10"]),
+    "sst2": ("seq_classification", ["acc", "f1", "mcc"]),
+    "cola": ("seq_classification", ["acc", "f1", "mcc"]),
+    "wnut17": ("token_classification", ["precision", "recall", "f1"]),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_dataset_preset_trains_on_its_published_format(tmp_path, name):
+    """`task=... dataset=NAME data_dir=FOLDER` is all a published data set needs."""
+    task, metrics = PRESETS[name]
+    write_tokenizer(tmp_path / "tokenizer.json")
+    data = write_dataset(tmp_path / name, name)
+    cfg = compose(
+        "finetune",
+        overrides(tmp_path, task, f"dataset={name}", f"data_dir={data}", "trainer.max_epochs=1"),
+    )
+    results = finetune(cfg)
+    assert results["steps"] > 0
+    assert sorted(results["test"]) == sorted(["test/loss", *(f"test/{m}" for m in metrics)])
+    if name == "home_depot":  # graded 1-3 read as such; BM25 beside it (no zero-shot: random init)
+        assert cfg.task.label_type == "graded" and list(results["baselines"]) == ["bm25"]
+        assert sorted(results["baselines"]["bm25"]) == [f"test/{m}" for m in sorted(metrics)]
+    if name in ("sst2", "cola", "wnut17"):  # the dev file is the test split
+        assert results["rows"]["test"] == (16 if name != "wnut17" else 4)

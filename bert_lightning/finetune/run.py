@@ -14,6 +14,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader
 
+from bert_lightning.finetune.baselines import ad_relevance_baselines, summary
 from bert_lightning.finetune.data import GroupBatchSampler, collate
 from bert_lightning.finetune.module import FinetuneModule
 from bert_lightning.finetune.tasks import load_splits, make_task
@@ -112,6 +113,11 @@ def finetune(cfg: DictConfig) -> dict:
         "steps": trainer.global_step,
         "test": {k: float(v) for k, v in test.items()},
     }
+    if task.cfg["kind"] == "ad_relevance" and task.cfg.get("baselines", True):
+        results["baselines"] = ad_relevance_baselines(
+            task, tables["test"], cfg.pretrained, cfg.max_seq_length
+        )
+        print(summary(results), flush=True)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_json(results, out_dir / "results.json")
     log.info("test metrics %s; outputs in %s", results["test"], out_dir)
