@@ -247,6 +247,8 @@ def export_hf_folder(
     if out_dir.exists() and not overwrite:
         raise FileExistsError(f"{out_dir} exists; choose a new folder (or overwrite=True)")
     task = task or {}
+    if task.get("architecture", "cross_encoder") != "cross_encoder":
+        raise ValueError(f"task.architecture={task['architecture']}: no transformers class")
     if task.get("pooling", "cls") != "cls":
         raise ValueError(
             f"task.pooling={task['pooling']}: transformers' BertForSequenceClassification reads "

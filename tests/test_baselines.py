@@ -14,7 +14,10 @@ from bert_lightning.finetune.baselines import (
     summary,
     zero_shot_scores,
 )
+from bert_lightning.finetune.data import collate
 from bert_lightning.finetune.tasks import make_task
+from bert_lightning.pretrained import load_encoder, load_pretrained
+from bert_lightning.tokenizer import special_ids
 from finetune_fixtures import write_hf_folder, write_tokenizer
 
 QUERIES = ["red drill", "red drill", "red drill", "oak chair", "oak chair"]
@@ -78,3 +81,27 @@ def test_zero_shot_is_the_cosine_of_mean_pooled_embeddings(tmp_path):
         torch.cosine_similarity(vec(q), vec(a), dim=0) for q, a in zip(queries, ads, strict=True)
     ]
     torch.testing.assert_close(got, torch.stack(want), atol=1e-5, rtol=0)
+
+
+BI_ENCODER = ["task.architecture=bi_encoder", "task.pooling=mean"]
+
+
+def test_bi_encoder_starts_from_the_zero_shot_ranking(tmp_path):
+    """Before training, a mean-pooled bi-encoder scores 20 cos - 10 with the zero-shot cos."""
+    tok = write_tokenizer(tmp_path / "tokenizer.json")
+    write_hf_folder(tmp_path / "hf", tok)
+    cfg = compose(
+        "finetune",
+        ["dataset=home_depot", "data_dir=.", "paths.output_dir=.", *BI_ENCODER],
+    )
+    task = make_task(OmegaConf.to_container(cfg.task, resolve=True))
+    pre = load_pretrained(tmp_path / "hf")
+    model = task.build_model(pre.config)
+    load_encoder(model, pre)
+    queries, ads = ["the good movie", "bob", "a"], ["a nice film", "bob in paris was great", "b"]
+    table = {"text": queries, "pair": ads, "group": queries, "target": [1.0, 0.5, 0.0]}
+    batch = collate(task.encode(table, tok, 32), special_ids(tok)["[PAD]"])
+    with torch.no_grad():
+        logits = model.eval()(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
+    want = zero_shot_scores(str(tmp_path / "hf"), queries, ads, max_seq_length=32)
+    torch.testing.assert_close((logits[:, 0] + 10) / 20, want, atol=1e-5, rtol=0)

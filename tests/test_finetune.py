@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 
+from bert_lightning.commands.export_hf import export_hf
 from bert_lightning.config import compose
 from bert_lightning.finetune.run import finetune
 from bert_lightning.pretrained import load_pretrained
@@ -176,3 +177,19 @@ def test_dataset_preset_trains_on_its_published_format(tmp_path, name):
         assert sorted(results["baselines"]["bm25"]) == [f"test/{m}" for m in sorted(metrics)]
     if name in ("sst2", "cola", "wnut17"):  # the dev file is the test split
         assert results["rows"]["test"] == (16 if name != "wnut17" else 4)
+
+
+@pytest.mark.slow
+def test_bi_encoder_trains_beside_its_baselines(tmp_path):
+    """results.json holds BM25 and the zero-shot cosine of the starting encoder."""
+    tok = write_tokenizer(tmp_path / "tokenizer.json")
+    write_hf_folder(tmp_path / "hf", tok)
+    data = write_dataset(tmp_path / "hd", "home_depot")
+    extra = [f"data_dir={data}", f"pretrained={tmp_path / 'hf'}", "task.architecture=bi_encoder"]
+    cfg = compose("finetune", overrides(tmp_path, "ad_relevance", "dataset=home_depot", *extra))
+    results = finetune(cfg)
+    assert results["steps"] > 0 and sorted(results["baselines"]) == ["bm25", "zero_shot"]
+    for scores in (results["test"], *results["baselines"].values()):
+        assert {"test/auroc", "test/spearman", "test/ndcg@10"} <= set(scores)
+    with pytest.raises(ValueError, match="bi_encoder"):  # no transformers class for it
+        export_hf(results["best_checkpoint"], str(tmp_path / "hf_out"))

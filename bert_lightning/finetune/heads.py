@@ -62,3 +62,51 @@ class BertForTokenClassification(nn.Module):
     def forward(self, input_ids, token_type_ids=None, attention_mask=None):
         h = self.bert(input_ids, token_type_ids, attention_mask).last_hidden_state  # (B, T, H)
         return self.classifier(self.dropout(h))  # (B, T, num_labels)
+
+
+class BertBiEncoder(nn.Module):
+    """A bi-encoder (as sentence-transformers' models): the query and the ad are encoded
+    apart and the score's logit is `classifier(cos(u, v))`, u and v their pooled last layers.
+
+    It reads the cross-encoder's input `[CLS] query [SEP] ad [SEP]` (token types 0 then 1) and
+    splits it into `[CLS] query [SEP]` and `[CLS] ad [SEP]`, so the data path, the checkpoint and
+    `bert-lightning score` are those of the cross-encoder. Before any training its score orders
+    rows as the zero-shot cosine of the pretrained encoder does (`pooling="mean"`): fine-tuning
+    starts from it.
+    `classifier` (1 -> 1) starts at 20 cos - 10 (sentence-transformers' scale of 20)."""
+
+    def __init__(self, config: BertConfig, pooling: str = "mean"):
+        super().__init__()
+        if pooling not in POOLINGS:
+            raise ValueError(f"task.pooling={pooling!r}; expected one of {POOLINGS}")
+        self.config, self.num_labels, self.pooling = config, 1, pooling
+        self.bert = BertModel(config, add_pooling_layer=pooling == "cls")
+        self.classifier = nn.Linear(1, 1)
+        with torch.no_grad():
+            self.classifier.weight.fill_(20.0)
+            self.classifier.bias.fill_(-10.0)
+
+    def embed(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        out = self.bert(ids, torch.zeros_like(ids), mask)
+        if self.pooling == "cls":
+            return out.pooler_output  # (B, H)
+        return pool_tokens(out.last_hidden_state, mask, self.pooling)  # (B, H)
+
+    def forward(self, input_ids, token_type_ids=None, attention_mask=None):
+        if token_type_ids is None:
+            raise ValueError("a bi-encoder needs token_type_ids: 0 on the query, 1 on the ad")
+        mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
+        first = (mask.bool() & (token_type_ids == 0)).sum(1)  # (B,) [CLS] query [SEP]
+        second = (mask.bool() & (token_type_ids == 1)).sum(1)  # (B,) ad [SEP]
+        Tq, Ta = int(first.max()), int(second.max())
+        q_ids, q_mask = input_ids[:, :Tq], mask[:, :Tq] * (token_type_ids[:, :Tq] == 0)
+        pos = (first[:, None] + torch.arange(Ta, device=input_ids.device)).clamp(
+            max=input_ids.size(1) - 1
+        )  # (B, Ta)
+        a_ids = torch.cat([input_ids[:, :1], input_ids.gather(1, pos)], 1)  # (B, 1 + Ta)
+        a_mask = torch.cat(
+            [mask[:, :1], (torch.arange(Ta, device=mask.device) < second[:, None]).long()], 1
+        )  # (B, 1 + Ta)
+        u, v = self.embed(q_ids, q_mask), self.embed(a_ids, a_mask)  # (B, H) each
+        cos = torch.nn.functional.cosine_similarity(u.float(), v.float(), dim=-1)  # (B,)
+        return self.classifier(cos[:, None].to(self.classifier.weight.dtype))  # (B, 1)

@@ -21,7 +21,11 @@ from torchmetrics.classification import (
 from torchmetrics.retrieval import RetrievalNormalizedDCG
 
 from bert_lightning.finetune import data as D
-from bert_lightning.finetune.heads import BertForSequenceClassification, BertForTokenClassification
+from bert_lightning.finetune.heads import (
+    BertBiEncoder,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+)
 from bert_lightning.finetune.metrics import EntityF1, MatthewsCorrCoef
 
 
@@ -245,6 +249,16 @@ class AdRelevance(Task):
             values = [(v - lo) / (hi - lo) for v in values]
         table["target"] = values
         return table
+
+    def build_model(self, config) -> nn.Module:
+        """`architecture`: `cross_encoder` (query and ad read together, as BERT) or
+        `bi_encoder` (apart, a cosine: starts from the zero-shot ranking)."""
+        arch = self.cfg.get("architecture", "cross_encoder")
+        if arch == "bi_encoder":
+            return BertBiEncoder(config, self.cfg.get("pooling", "mean"))
+        if arch != "cross_encoder":
+            raise ValueError(f"task.architecture={arch!r}; expected cross_encoder or bi_encoder")
+        return super().build_model(config)
 
     def scores(self, logits):
         return torch.sigmoid(logits.float()[:, 0])  # (B,)
