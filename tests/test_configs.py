@@ -8,7 +8,7 @@ from omegaconf import OmegaConf
 from bert_lightning.config import CONFIG_DIR, bundled, compose
 from bert_lightning.model import BertConfig
 
-FINETUNE_EXPERIMENTS = {"brackets_grammar"}  # experiments of finetune.py, not train.py
+FINETUNE_EXPERIMENTS = {"brackets_grammar", "home_depot_minilm"}  # of finetune.py, not train.py
 FINETUNE_GROUPS = ("task", "dataset")  # groups of finetune.py only
 GROUP_OPTIONS = [
     (group.name, option.stem)
@@ -20,7 +20,15 @@ GROUP_OPTIONS = [
 ]
 
 
-@pytest.mark.parametrize("option", sorted(FINETUNE_EXPERIMENTS))
+def test_home_depot_experiment_composes(tmp_path):
+    """MiniLM's folder comes from its installed PyPI package, the data from `data_dir`."""
+    over = ["experiment=home_depot_minilm", f"data_dir={tmp_path}", f"paths.log_dir={tmp_path}"]
+    cfg = compose("finetune", over)
+    assert (Path(cfg.pretrained) / "config.json").is_file()
+    assert cfg.task.kind == "ad_relevance" and cfg.task.train_file == f"{tmp_path}/train.csv.zip"
+
+
+@pytest.mark.parametrize("option", sorted(FINETUNE_EXPERIMENTS - {"home_depot_minilm"}))
 def test_finetune_experiments_compose(option, tmp_path):
     cfg = compose("finetune", [f"experiment={option}", f"paths.log_dir={tmp_path}"])
     assert Path(cfg.task.train_file).is_file() and Path(cfg.tokenizer).is_file()

@@ -28,6 +28,7 @@ from finetune_fixtures import (
     sentiment_rows,
     write_conll,
     write_csv,
+    write_dataset,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -92,6 +93,8 @@ def workspace(tmp_path_factory):
     write_csv(ws / "train.tsv", sentiment_rows(48), sep="\t")
     write_csv(ws / "dev.tsv", sentiment_rows(16, seed=1), sep="\t")
     write_conll(ws / "train.conll")
+    for name in ("home_depot", "sst2", "cola", "wnut17"):  # dataset=NAME data_dir=path/to/NAME
+        write_dataset(ws / "path/to" / name, name)
     rows = pd.DataFrame(regression_rows(48)).rename(columns={"text": "title", "target": "bid"})
     rows.to_parquet(ws / "bids.parquet")
     (ws / "texts.txt").write_text("the cat sat\non the mat\n")
