@@ -4,7 +4,7 @@ import hydra
 from omegaconf import DictConfig
 
 from bert_lightning.config import CONFIG_DIR
-from bert_lightning.finetune.run import finetune
+from bert_lightning.training.finetune import finetune
 
 
 @hydra.main(config_path=str(CONFIG_DIR), config_name="finetune", version_base="1.3")

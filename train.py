@@ -4,7 +4,7 @@ import hydra
 from omegaconf import DictConfig
 
 from bert_lightning.config import CONFIG_DIR
-from bert_lightning.train import train
+from bert_lightning.training.pretrain import train
 
 
 @hydra.main(config_path=str(CONFIG_DIR), config_name="train", version_base="1.3")

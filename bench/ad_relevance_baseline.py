@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 from sklearn.feature_extraction.text import TfidfVectorizer
 
 from bert_lightning.config import compose
-from bert_lightning.finetune.tasks import load_splits, make_task
+from bert_lightning.tasks.kinds import load_splits, make_task
 
 
 def main(overrides: list[str]) -> dict:

@@ -26,8 +26,8 @@ from omegaconf import OmegaConf
 from train_step import make_step, timed
 
 from bert_lightning.config import compose
-from bert_lightning.pretrain_module import adamw
-from bert_lightning.train import build
+from bert_lightning.training.pretrain import build
+from bert_lightning.training.pretrain_module import adamw
 
 
 class AlternateBareStep(L.Callback):

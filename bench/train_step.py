@@ -22,12 +22,12 @@ import torch
 from omegaconf import OmegaConf
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from bert_lightning.callbacks import device_peak_flops
 from bert_lightning.interop import ours_to_hf
 from bert_lightning.model import BertConfig, BertForPreTraining, pretraining_flops, query_rows
-from bert_lightning.pretrain_module import adamw
+from bert_lightning.training.callbacks import device_peak_flops
+from bert_lightning.training.pretrain_module import adamw
 
-CONF = Path(__file__).resolve().parents[1] / "conf" / "model"
+CONF = Path(__file__).resolve().parents[1] / "bert_lightning" / "conf" / "model"
 STEPS = {"bert_mini": 12, "bert_small": 8, "bert_base": 4}  # timed steps per model, CPU
 
 

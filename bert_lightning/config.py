@@ -6,7 +6,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-CONFIG_DIR = Path(__file__).resolve().parents[1] / "conf"
+CONFIG_DIR = Path(__file__).resolve().parent / "conf"
 ASSETS = Path(__file__).resolve().parent / "assets"
 
 
@@ -20,7 +20,7 @@ def bundled(name: str) -> str:
 
 def brackets_grammar(folder: str, name: str) -> str:
     """A file of the brackets grammar task (generated on first use under `folder`)."""
-    from bert_lightning.data.brackets import write_grammar_data
+    from bert_lightning.experiments.brackets.data import write_grammar_data
 
     return str(write_grammar_data(folder) / name)
 

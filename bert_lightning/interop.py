@@ -18,8 +18,8 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 
+from bert_lightning.data.tokenizer import load_tokenizer
 from bert_lightning.model import BertConfig
-from bert_lightning.tokenizer import load_tokenizer
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ import torch
 
 from bert_lightning.config import bundled
 from bert_lightning.data.corpus import iter_documents
-from bert_lightning.tokenizer import train_wordpiece
+from bert_lightning.data.tokenizer import train_wordpiece
 
 SAMPLE = bundled("c4_sample.jsonl")
 

@@ -9,13 +9,13 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from bert_lightning.checkpoint import load_pretrained
 from bert_lightning.cli import main
 from bert_lightning.commands.embed import embed
 from bert_lightning.commands.fill_mask import fill_mask
 from bert_lightning.config import compose
-from bert_lightning.finetune.module import FinetuneModule
 from bert_lightning.model import BertForPreTraining
-from bert_lightning.pretrained import load_pretrained
+from bert_lightning.training.finetune_module import FinetuneModule
 from finetune_fixtures import (
     ad_rows,
     tiny_config,

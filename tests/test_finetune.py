@@ -5,9 +5,9 @@ import math
 import pytest
 import torch
 
+from bert_lightning.checkpoint import load_pretrained
 from bert_lightning.config import compose
-from bert_lightning.finetune.run import finetune
-from bert_lightning.pretrained import load_pretrained
+from bert_lightning.training.finetune import finetune
 from finetune_fixtures import (
     ad_rows,
     regression_rows,

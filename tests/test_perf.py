@@ -1,8 +1,8 @@
 import torch
 
-from bert_lightning.callbacks import device_peak_flops
 from bert_lightning.model import BertConfig, BertForPreTraining
-from bert_lightning.pretrain_module import adamw
+from bert_lightning.training.callbacks import device_peak_flops
+from bert_lightning.training.pretrain_module import adamw
 
 
 def test_adamw_is_fused_and_decays_matrices_only():

@@ -7,7 +7,7 @@ from hydra.errors import InstantiationException
 
 from bert_lightning.config import compose
 from bert_lightning.data.corpus import BadRecordError
-from bert_lightning.train import train
+from bert_lightning.training.pretrain import train
 from conftest import tiny_overrides, write_corpus
 
 

@@ -10,9 +10,9 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from bert_lightning.finetune.data import column, read_table, text_values
-from bert_lightning.finetune.heads import pool_tokens
-from bert_lightning.pretrained import encoder_from, load_pretrained
+from bert_lightning.checkpoint import encoder_from, load_pretrained
+from bert_lightning.data.tables import column, read_table, text_values
+from bert_lightning.model.heads import pool_tokens
 
 POOLINGS = ("cls", "mean", "max", "last4")
 

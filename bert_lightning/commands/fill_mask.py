@@ -6,9 +6,9 @@ import json
 
 import torch
 
+from bert_lightning.checkpoint import load_pretrained
 from bert_lightning.interop import load_into
 from bert_lightning.model import BertForPreTraining
-from bert_lightning.pretrained import load_pretrained
 
 
 def load_mlm(path):

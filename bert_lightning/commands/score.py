@@ -10,11 +10,11 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from bert_lightning.finetune.data import collate, column, read_table, table_format, text_values
-from bert_lightning.finetune.tasks import make_task
+from bert_lightning.checkpoint import load_pretrained
+from bert_lightning.data.tables import collate, column, read_table, table_format, text_values
+from bert_lightning.data.tokenizer import special_ids
 from bert_lightning.interop import load_into
-from bert_lightning.pretrained import load_pretrained
-from bert_lightning.tokenizer import special_ids
+from bert_lightning.tasks.kinds import make_task
 
 
 def load_finetuned(path):

@@ -15,7 +15,7 @@ import datasets
 from datasets.distributed import split_dataset_by_node
 
 from bert_lightning.data.corpus import iter_documents, resolve_files
-from bert_lightning.data.pretraining import PretrainDataModule, _frame, _tokenize
+from bert_lightning.data.mlm import PretrainDataModule, _frame, _tokenize
 
 
 def _stream_documents(files: list[str], **read):

@@ -14,12 +14,12 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader
 
-from bert_lightning.finetune.data import GroupBatchSampler, collate
-from bert_lightning.finetune.module import FinetuneModule
-from bert_lightning.finetune.tasks import load_splits, make_task
-from bert_lightning.pretrained import load_encoder, load_pretrained
-from bert_lightning.tokenizer import load_tokenizer, special_ids, train_wordpiece
-from bert_lightning.train import save_resolved_config
+from bert_lightning.checkpoint import load_encoder, load_pretrained
+from bert_lightning.data.tables import GroupBatchSampler, collate
+from bert_lightning.data.tokenizer import load_tokenizer, special_ids, train_wordpiece
+from bert_lightning.tasks.kinds import load_splits, make_task
+from bert_lightning.training.finetune_module import FinetuneModule
+from bert_lightning.training.pretrain import save_resolved_config
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from bert_lightning.model import BertConfig, BertModel, init_weights
+from bert_lightning.model.bert import BertConfig, BertModel, init_weights
 
 POOLINGS = ("cls", "mean", "max")
 

@@ -22,7 +22,7 @@ from bert_lightning.data.corpus import BadRecordError, iter_documents, resolve_f
 from bert_lightning.data.masking import MaskingConfig, MLMCollator
 from bert_lightning.data.prepare import TokenBlocks, cache_folder, prepare
 from bert_lightning.data.sampling import EpochSampler, SeededExamples
-from bert_lightning.tokenizer import (
+from bert_lightning.data.tokenizer import (
     batch_encode,
     load_tokenizer,
     save_tokenizer,
@@ -33,6 +33,8 @@ from bert_lightning.tokenizer import (
 log = logging.getLogger(__name__)
 
 PACKINGS = ("packed", "document")
+# what the examples train: MLM alone, or MLM + NSP on sentence pairs (the module adds the loss)
+OBJECTIVES = ("mlm", "mlm_nsp")
 CACHE_FORMATS = ("arrow", "tokens")  # tokens: flat token arrays (data/prepare.py)
 BUNDLED_SAMPLE = str(Path(__file__).parents[1] / "assets" / "c4_sample.jsonl")
 

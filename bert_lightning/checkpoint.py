@@ -11,7 +11,7 @@ from tokenizers import Tokenizer
 
 from bert_lightning.interop import load_hf_folder, load_into
 from bert_lightning.model import BertConfig, BertModel
-from bert_lightning.train import checkpoint_tokenizer
+from bert_lightning.training.pretrain import checkpoint_tokenizer
 
 
 @dataclass

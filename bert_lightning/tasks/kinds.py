@@ -20,9 +20,9 @@ from torchmetrics.classification import (
 )
 from torchmetrics.retrieval import RetrievalNormalizedDCG
 
-from bert_lightning.finetune import data as D
-from bert_lightning.finetune.heads import BertForSequenceClassification, BertForTokenClassification
-from bert_lightning.finetune.metrics import EntityF1, MatthewsCorrCoef
+from bert_lightning.data import tables as D
+from bert_lightning.model.heads import BertForSequenceClassification, BertForTokenClassification
+from bert_lightning.tasks.metrics import EntityF1, MatthewsCorrCoef
 
 
 def truncating(tok: Tokenizer, max_len: int) -> Tokenizer:

@@ -8,9 +8,8 @@ import torch
 from torchmetrics.classification import BinaryAccuracy, MulticlassAccuracy
 from torchmetrics.text import Perplexity
 
+from bert_lightning.data.mlm import OBJECTIVES
 from bert_lightning.model import BertConfig, BertForPreTraining, pretraining_flops, query_rows
-
-OBJECTIVES = ("mlm", "mlm_nsp")
 
 
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:

@@ -16,11 +16,11 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 
-from bert_lightning.callbacks import save_figure
-from bert_lightning.data.brackets import brackets_tokenizer, sentences, to_input_ids
 from bert_lightning.data.masking import MaskingConfig, MLMCollator
-from bert_lightning.finetune.run import finetune, write_json
+from bert_lightning.experiments.brackets.data import brackets_tokenizer, sentences, to_input_ids
 from bert_lightning.model import BertForPreTraining
+from bert_lightning.training.callbacks import save_figure
+from bert_lightning.training.finetune import finetune, write_json
 
 # name -> (train.py overrides, masking used for evaluation)
 VARIANTS = {
@@ -125,7 +125,7 @@ def evaluate(
 def train_variant(out_dir: Path, overrides: list[str], extra: list[str]) -> Path:
     """One `python train.py experiment=brackets ...` run, in process; its last checkpoint."""
     from bert_lightning.config import compose
-    from bert_lightning.train import train
+    from bert_lightning.training.pretrain import train
 
     cfg = compose(
         overrides=["experiment=brackets", f"paths.output_dir={out_dir}", *overrides, *extra]
@@ -153,7 +153,7 @@ def finetune_variant(out_dir: Path, overrides: list[str], extra: list[str]) -> f
 
 
 def load_pretrained(ckpt: Path) -> BertForPreTraining:
-    from bert_lightning.pretrain_module import BertPretrainModule
+    from bert_lightning.training.pretrain_module import BertPretrainModule
 
     module = BertPretrainModule.load_from_checkpoint(ckpt, map_location="cpu", weights_only=True)
     return module.model

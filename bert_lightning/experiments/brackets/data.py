@@ -19,7 +19,7 @@ from tokenizers import Tokenizer
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from bert_lightning.data.masking import MaskingConfig, MLMCollator
-from bert_lightning.tokenizer import save_tokenizer, symbol_tokenizer
+from bert_lightning.data.tokenizer import save_tokenizer, symbol_tokenizer
 
 OPENERS = list("abcdefgh")
 CLOSERS = list("ABCDEFGH")

@@ -12,8 +12,8 @@ from hydra.utils import instantiate
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
-from bert_lightning.pretrain_module import BertPretrainModule
-from bert_lightning.tokenizer import special_ids
+from bert_lightning.data.tokenizer import special_ids
+from bert_lightning.training.pretrain_module import BertPretrainModule
 
 log = logging.getLogger(__name__)
 

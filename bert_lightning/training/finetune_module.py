@@ -6,9 +6,9 @@ import lightning as L
 import torch
 from torch import nn
 
-from bert_lightning.finetune.tasks import make_task
 from bert_lightning.model import BertConfig
-from bert_lightning.pretrain_module import param_groups, warmup_linear_decay
+from bert_lightning.tasks.kinds import make_task
+from bert_lightning.training.pretrain_module import param_groups, warmup_linear_decay
 
 
 class FinetuneModule(L.LightningModule):
