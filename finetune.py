@@ -1,4 +1,5 @@
-"""Fine-tune: `python finetune.py task=ad_relevance task.train_file=... pretrained=...`."""
+"""Fine-tune: `python finetune.py task=ad_relevance task.train_file=... pretrained=...`
+(installed: `bert-lightning finetune ...`)."""
 
 import hydra
 from omegaconf import DictConfig

@@ -1,4 +1,5 @@
-"""Pretrain a BERT encoder: `python train.py [model=bert_mini] [trainer.devices=8] ...`."""
+"""Pretrain a BERT encoder: `python train.py [model=bert_mini] [trainer.devices=8] ...`
+(installed: `bert-lightning pretrain ...`)."""
 
 import hydra
 from omegaconf import DictConfig

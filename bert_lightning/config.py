@@ -18,15 +18,7 @@ def bundled(name: str) -> str:
     return str(path)
 
 
-def brackets_grammar(folder: str, name: str) -> str:
-    """A file of the brackets grammar task (generated on first use under `folder`)."""
-    from bert_lightning.experiments.brackets.data import write_grammar_data
-
-    return str(write_grammar_data(folder) / name)
-
-
 OmegaConf.register_new_resolver("bundled", bundled, replace=True)
-OmegaConf.register_new_resolver("brackets_grammar", brackets_grammar, replace=True)
 
 
 def compose(config_name: str = "train", overrides: list[str] | None = None) -> DictConfig:

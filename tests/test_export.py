@@ -8,8 +8,9 @@ import sys
 import pytest
 import torch
 
+from bert_lightning.checkpoint import load_hf_folder, read_checkpoint
 from bert_lightning.data.tokenizer import special_ids
-from bert_lightning.interop import export_hf_folder, load_hf_folder, load_into, read_checkpoint
+from bert_lightning.interop import export_hf_folder, load_into
 from bert_lightning.model import BertConfig, BertForPreTraining, BertModel
 
 transformers = pytest.importorskip("transformers")

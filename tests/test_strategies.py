@@ -7,8 +7,9 @@ import torch
 from hydra.utils import instantiate
 from lightning.pytorch.strategies import StrategyRegistry
 
+from bert_lightning.checkpoint import read_checkpoint
 from bert_lightning.config import compose
-from bert_lightning.interop import export_hf_folder, read_checkpoint
+from bert_lightning.interop import export_hf_folder
 from bert_lightning.training.pretrain_module import BertPretrainModule
 from bert_lightning.training.strategies import FSDP2Strategy
 

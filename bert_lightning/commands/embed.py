@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
-from bert_lightning.checkpoint import encoder_from, load_pretrained
+from bert_lightning.checkpoint import atomic_path, encoder_from, read_checkpoint
 from bert_lightning.data.tables import column, read_table, text_values
 from bert_lightning.model.heads import pool_tokens
 
@@ -35,7 +34,7 @@ def pool(hidden: list[torch.Tensor], mask: torch.Tensor, pooling: str) -> torch.
 def embed(
     model_path, texts: list[str], pooling="cls", batch_size=32, max_seq_length=128, progress=False
 ) -> np.ndarray:
-    pre = load_pretrained(model_path)
+    pre = read_checkpoint(model_path)
     model, tok = encoder_from(pre), pre.tokenizer
     tok.enable_truncation(max_seq_length)
     tok.enable_padding(pad_id=tok.token_to_id("[PAD]"), pad_token="[PAD]")
@@ -75,14 +74,10 @@ def _main(args) -> None:
         args.model, texts, args.pooling, args.batch_size, args.max_seq_length, progress=True
     )
     out = Path(args.output)
-    tmp = out.with_name(f".{out.stem}.tmp{os.getpid()}.npy")
-    np.save(tmp, vectors)
-    os.replace(tmp, out)
+    with atomic_path(out) as tmp:
+        np.save(tmp, vectors)
     if args.jsonl:
-        path = Path(args.jsonl)
-        tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-        with open(tmp, "w", encoding="utf-8") as f:
+        with atomic_path(args.jsonl) as tmp, open(tmp, "w", encoding="utf-8") as f:
             for text, v in zip(texts, vectors.tolist(), strict=True):
                 f.write(json.dumps({"text": text, "embedding": v}, ensure_ascii=False) + "\n")
-        os.replace(tmp, path)
     print(f"wrote {vectors.shape[0]} x {vectors.shape[1]} embeddings ({args.pooling}) to {out}")

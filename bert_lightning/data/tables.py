@@ -11,6 +11,8 @@ import numpy as np
 import pandas as pd
 import torch
 
+from bert_lightning.atomic import atomic_path
+
 
 class DataError(ValueError):
     """Bad input data; the message names the file, the row or line, and the column."""
@@ -64,6 +66,18 @@ def read_table(path, fmt=None, encoding="utf-8", header=True, names=None) -> pd.
     if len(df) == 0:
         raise DataError(f"{path}: empty file (no data rows)")
     return df
+
+
+def write_table(df: pd.DataFrame, path: Path) -> None:
+    """CSV, TSV, JSONL or Parquet by extension, through a temporary name."""
+    fmt = table_format(path)
+    with atomic_path(path) as tmp:
+        if fmt == "jsonl":
+            df.to_json(tmp, orient="records", lines=True, force_ascii=False)
+        elif fmt == "parquet":
+            df.to_parquet(tmp, index=False)
+        else:
+            df.to_csv(tmp, index=False, sep="," if fmt == "csv" else "\t")
 
 
 def column(df: pd.DataFrame, name: str, path) -> list:

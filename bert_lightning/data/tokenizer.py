@@ -11,6 +11,8 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 from tokenizers.trainers import WordPieceTrainer
 
+from bert_lightning.atomic import atomic_path
+
 log = logging.getLogger(__name__)
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -104,11 +106,8 @@ def train_wordpiece(
 
 def save_tokenizer(tok: Tokenizer, path: str | os.PathLike) -> None:
     """Write through a temporary name so that a crash never leaves a half-written file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tok.save(str(tmp))
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        tok.save(str(tmp))
 
 
 def load_tokenizer(path: str | os.PathLike) -> Tokenizer:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import os
 import time
 from collections import deque
 from pathlib import Path
@@ -11,6 +10,8 @@ from pathlib import Path
 import lightning as L
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.utilities import rank_zero_only
+
+from bert_lightning.atomic import atomic_path
 
 # Dense (no sparsity) bf16/fp16 tensor-core peaks from NVIDIA's datasheets, FLOP/s, matched by
 # substring of torch.cuda.get_device_name (most specific first). Lightning's own table lists the
@@ -128,6 +129,5 @@ class LossCurvePlot(L.Callback):
 
 def save_figure(fig, path: Path) -> None:
     """Through a temporary name: a plot is never left half-written."""
-    tmp = path.with_name(f".{path.stem}.tmp{os.getpid()}{path.suffix}")
-    fig.savefig(tmp, dpi=100, bbox_inches="tight")
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=100, bbox_inches="tight")

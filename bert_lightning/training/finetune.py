@@ -1,10 +1,9 @@
-"""`finetune(cfg)`: one fine-tuning run from a composed Hydra config (finetune.py and tests)."""
+"""`finetune(cfg)`: one fine-tuning run from a composed Hydra config (`finetune.py`,
+`bert-lightning finetune` and tests call it)."""
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 from dataclasses import asdict
 from functools import partial
 from pathlib import Path
@@ -13,13 +12,15 @@ import lightning as L
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader
+from torchdata.stateful_dataloader import StatefulDataLoader
 
-from bert_lightning.checkpoint import load_encoder, load_pretrained
+from bert_lightning.atomic import write_json
+from bert_lightning.checkpoint import load_encoder, read_checkpoint
 from bert_lightning.data.tables import GroupBatchSampler, collate
 from bert_lightning.data.tokenizer import load_tokenizer, special_ids, train_wordpiece
 from bert_lightning.tasks.kinds import load_splits, make_task
 from bert_lightning.training.finetune_module import FinetuneModule
-from bert_lightning.training.pretrain import save_resolved_config
+from bert_lightning.training.trainer import build_trainer, save_resolved_config
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +34,12 @@ def texts_of(table: dict) -> list[str]:
 def encoder_and_tokenizer(cfg: DictConfig, train_table: dict):
     """(config, tokenizer, pretrained or None): from `pretrained`, else random weights of
     `model` with `tokenizer` (or a WordPiece trained on the train file)."""
+    if cfg.ckpt_path:  # resuming: the run's own tokenizer, whatever `pretrained` says
+        pre = read_checkpoint(cfg.ckpt_path)
+        log.info("resuming from %s", pre.source)
+        return pre.config, pre.tokenizer, None
     if cfg.pretrained:
-        pre = load_pretrained(cfg.pretrained)
+        pre = read_checkpoint(cfg.pretrained)
         log.info("fine-tuning from %s", pre.source)
         return pre.config, pre.tokenizer, pre
     if cfg.tokenizer:
@@ -47,12 +52,6 @@ def encoder_and_tokenizer(cfg: DictConfig, train_table: dict):
     )
     log.warning("no `pretrained` given: the encoder starts from RANDOM weights (no pretraining)")
     return config, tok, None
-
-
-def write_json(obj, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(obj, indent=2) + "\n")
-    os.replace(tmp, path)
 
 
 def finetune(cfg: DictConfig) -> dict:
@@ -74,6 +73,7 @@ def finetune(cfg: DictConfig) -> dict:
         OmegaConf.to_container(cfg.optim, resolve=True),
         cfg.freeze_encoder,
         tok.to_str(),
+        max_seq_length=cfg.max_seq_length,
     )
     if pre is not None:
         load_encoder(module.model, pre)
@@ -82,21 +82,17 @@ def finetune(cfg: DictConfig) -> dict:
     feats = {k: task.encode(t, tok, cfg.max_seq_length) for k, t in tables.items()}
     if task.cfg.get("loss") == "pairwise":
         sampler = GroupBatchSampler([f["group"] for f in feats["train"]], cfg.batch_size, cfg.seed)
-        train_dl = DataLoader(feats["train"], batch_sampler=sampler, collate_fn=pad)
-    else:
-        train_dl = DataLoader(feats["train"], cfg.batch_size, shuffle=True, collate_fn=pad)
+        train_dl = StatefulDataLoader(feats["train"], batch_sampler=sampler, collate_fn=pad)
+    else:  # stateful: a resumed run continues at the same batch of the same shuffled epoch
+        train_dl = StatefulDataLoader(feats["train"], cfg.batch_size, shuffle=True, collate_fn=pad)
     eval_dl = {
         k: DataLoader(feats[k], cfg.eval_batch_size, collate_fn=pad) for k in ("validation", "test")
     }
     log.info("rows: %s", {k: len(v) for k, v in feats.items()})
 
-    loggers = [instantiate(c) for c in (cfg.get("logger") or {}).values()]
-    callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
-    trainer = instantiate(
-        cfg.trainer, logger=loggers, callbacks=callbacks, default_root_dir=str(out_dir)
-    )
+    trainer = build_trainer(cfg)
     save_resolved_config(cfg, out_dir)
-    trainer.fit(module, train_dl, eval_dl["validation"])
+    trainer.fit(module, train_dl, eval_dl["validation"], ckpt_path=cfg.ckpt_path)
     ckpt = trainer.checkpoint_callback
     best = ckpt.best_model_path if ckpt is not None and ckpt.best_model_path else None
     test = trainer.test(module, eval_dl["test"], ckpt_path=best, verbose=False)[0]

@@ -15,7 +15,9 @@ class FinetuneModule(L.LightningModule):
     """`config`: BertConfig fields; `task`: the task config with what the train file fixed
     (label set, target scale); `optim`: lr, weight_decay, betas, eps, warmup_ratio.
     `freeze_encoder` trains the head only, with the encoder in eval mode (no dropout): the
-    features stay those of the pretrained model. The tokenizer travels in every checkpoint."""
+    features stay those of the pretrained model. The tokenizer travels in every checkpoint, and
+    `max_seq_length` (what the model was fine-tuned on) in its hyper_parameters: `bert-lightning
+    score` truncates as training did."""
 
     def __init__(
         self,
@@ -24,6 +26,7 @@ class FinetuneModule(L.LightningModule):
         optim: dict,
         freeze_encoder: bool = False,
         tokenizer_json: str | None = None,
+        max_seq_length: int | None = None,
     ):
         super().__init__()
         self.save_hyperparameters(ignore=["tokenizer_json"])

@@ -1,4 +1,5 @@
-"""`train(cfg)`: one pretraining run from a composed Hydra config (train.py and tests call it)."""
+"""`train(cfg)`: one pretraining run from a composed Hydra config (`train.py`,
+`bert-lightning pretrain` and tests call it)."""
 
 from __future__ import annotations
 
@@ -7,31 +8,15 @@ from dataclasses import asdict
 from pathlib import Path
 
 import lightning as L
-import torch
 from hydra.utils import instantiate
-from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
+from bert_lightning.checkpoint import checkpoint_tokenizer
 from bert_lightning.data.tokenizer import special_ids
 from bert_lightning.training.pretrain_module import BertPretrainModule
+from bert_lightning.training.trainer import build_trainer, save_resolved_config
 
 log = logging.getLogger(__name__)
-
-
-def checkpoint_tokenizer(ckpt_path: str) -> str:
-    """The tokenizer a checkpoint was trained with (resumed runs must keep it)."""
-    if not Path(ckpt_path).is_file():
-        raise FileNotFoundError(f"ckpt_path={ckpt_path}: no such checkpoint")
-    ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=True, mmap=True)
-    if not ckpt.get("tokenizer"):
-        raise ValueError(f"{ckpt_path}: checkpoint carries no tokenizer")
-    return ckpt["tokenizer"]
-
-
-@rank_zero_only
-def save_resolved_config(cfg: DictConfig, out_dir: Path) -> None:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "config_resolved.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
 
 
 def build(cfg: DictConfig):
@@ -55,12 +40,7 @@ def build(cfg: DictConfig):
         compile=cfg.get("model_compile", False),
         objective=dm.objective,
     )
-    loggers = [instantiate(c) for c in (cfg.get("logger") or {}).values()]
-    callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
-    trainer = instantiate(
-        cfg.trainer, logger=loggers, callbacks=callbacks, default_root_dir=str(out_dir)
-    )
-    return dm, module, trainer
+    return dm, module, build_trainer(cfg)
 
 
 def train(cfg: DictConfig) -> float | None:

@@ -4,12 +4,12 @@ while saving cannot break."""
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import lightning as L
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
+from bert_lightning.atomic import atomic_path
 from bert_lightning.data.sampling import hash_seed
 
 
@@ -38,15 +38,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def save_checkpoint(self, checkpoint, path, storage_options=None):
         if "://" in str(path) or storage_options is not None:
             return super().save_checkpoint(checkpoint, path, storage_options)
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-        try:
-            with open(tmp, "wb") as f:
-                torch.save(checkpoint, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        with atomic_path(path) as tmp, open(tmp, "wb") as f:
+            torch.save(checkpoint, f)
+            f.flush()
+            os.fsync(f.fileno())

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 
 import lightning as L
@@ -18,6 +17,7 @@ import torch
 from tokenizers import Tokenizer
 from torchdata.stateful_dataloader import StatefulDataLoader
 
+from bert_lightning.atomic import atomic_path
 from bert_lightning.data.masking import MaskingConfig, MLMCollator
 from bert_lightning.data.tokenizer import save_tokenizer, symbol_tokenizer
 
@@ -65,17 +65,13 @@ def write_grammar_data(folder: str | os.PathLike, seed: int = 0) -> Path:
     folder = Path(folder) / f"seed{seed}"
     if (folder / "tokenizer.json").is_file():
         return folder
-    tmp = folder.with_name(f".{folder.name}.tmp{os.getpid()}")
-    tmp.mkdir(parents=True, exist_ok=True)
-    g = torch.Generator().manual_seed(seed)
-    for split, n in (("train", 9600), ("validation", 1000), ("test", 2000)):
-        lines = [json.dumps(r) for r in grammar_rows(n, 8, g)]
-        (tmp / f"{split}.jsonl").write_text("\n".join(lines) + "\n")
-    save_tokenizer(brackets_tokenizer(), tmp / "tokenizer.json")
-    try:
-        os.replace(tmp, folder)
-    except OSError:  # written meanwhile by another process: keep that one
-        shutil.rmtree(tmp)
+    # replace=False: a folder written meanwhile by another process is kept
+    with atomic_path(folder, folder=True, replace=False) as tmp:
+        g = torch.Generator().manual_seed(seed)
+        for split, n in (("train", 9600), ("validation", 1000), ("test", 2000)):
+            lines = [json.dumps(r) for r in grammar_rows(n, 8, g)]
+            (tmp / f"{split}.jsonl").write_text("\n".join(lines) + "\n")
+        save_tokenizer(brackets_tokenizer(), tmp / "tokenizer.json")
     return folder
 
 

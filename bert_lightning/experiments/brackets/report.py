@@ -16,11 +16,17 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 
+from bert_lightning.atomic import write_json
 from bert_lightning.data.masking import MaskingConfig, MLMCollator
-from bert_lightning.experiments.brackets.data import brackets_tokenizer, sentences, to_input_ids
+from bert_lightning.experiments.brackets.data import (
+    brackets_tokenizer,
+    sentences,
+    to_input_ids,
+    write_grammar_data,
+)
 from bert_lightning.model import BertForPreTraining
 from bert_lightning.training.callbacks import save_figure
-from bert_lightning.training.finetune import finetune, write_json
+from bert_lightning.training.finetune import finetune
 
 # name -> (train.py overrides, masking used for evaluation)
 VARIANTS = {
@@ -139,6 +145,7 @@ def finetune_variant(out_dir: Path, overrides: list[str], extra: list[str]) -> f
     (percent) of its best checkpoint."""
     from bert_lightning.config import compose
 
+    write_grammar_data(out_dir.parent / "brackets_grammar_data")  # what the experiment reads
     cfg = compose(
         "finetune",
         [
