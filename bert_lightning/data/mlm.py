@@ -23,12 +23,14 @@ from bert_lightning.data.masking import MaskingConfig, MLMCollator
 from bert_lightning.data.prepare import TokenBlocks, cache_folder, prepare
 from bert_lightning.data.sampling import EpochSampler, SeededExamples
 from bert_lightning.data.tokenizer import (
+    TokenizerConfig,
     batch_encode,
     load_tokenizer,
     save_tokenizer,
     special_ids,
     train_wordpiece,
 )
+from bert_lightning.fields import from_dict
 
 log = logging.getLogger(__name__)
 
@@ -108,8 +110,8 @@ class PretrainDataModule(L.LightningDataModule):
         self.val_docs = val_docs
         self.max_seq_length, self.packing = max_seq_length, packing
         self.batch_size, self.num_workers = batch_size, num_workers
-        self.masking = MaskingConfig(**(masking or {}))
-        self.tokenizer_cfg = dict(tokenizer or {})
+        self.masking = from_dict(MaskingConfig, masking, "data.masking")
+        self.tokenizer_cfg = from_dict(TokenizerConfig, tokenizer, "data.tokenizer")
         self.on_bad_record, self.num_proc = on_bad_record, num_proc
         self.max_doc_chars, self.text_unit = max_doc_chars, text_unit
         if cache_format not in CACHE_FORMATS:
@@ -131,17 +133,17 @@ class PretrainDataModule(L.LightningDataModule):
         saved = Path(out_dir) / "tokenizer.json"
         if tokenizer_json:
             self.tokenizer = Tokenizer.from_str(tokenizer_json)
-        elif self.tokenizer_cfg.get("path"):
-            self.tokenizer = load_tokenizer(self.tokenizer_cfg["path"])
+        elif self.tokenizer_cfg.path:
+            self.tokenizer = load_tokenizer(self.tokenizer_cfg.path)
         elif saved.is_file():
             self.tokenizer = load_tokenizer(saved)
             return self.tokenizer
         else:
             self.tokenizer = train_wordpiece(
                 self.tokenizer_documents,
-                vocab_size=self.tokenizer_cfg.get("vocab_size", 8192),
-                min_frequency=self.tokenizer_cfg.get("min_frequency", 2),
-                max_docs=self.tokenizer_cfg.get("max_docs"),
+                vocab_size=self.tokenizer_cfg.vocab_size,
+                min_frequency=self.tokenizer_cfg.min_frequency,
+                max_docs=self.tokenizer_cfg.max_docs,
             )
         save_tokenizer(self.tokenizer, saved)
         return self.tokenizer

@@ -73,7 +73,7 @@ class StreamingDataModule(PretrainDataModule):
         return (row["text"] for row in islice(self.stream(split), n))
 
     def tokenizer_documents(self):
-        return self._texts(self.train_split, self.tokenizer_cfg.get("max_docs"))
+        return self._texts(self.train_split, self.tokenizer_cfg.max_docs)
 
     def prepare_data(self):
         pass  # nothing to cache

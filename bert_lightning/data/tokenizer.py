@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 
@@ -16,6 +17,16 @@ from bert_lightning.atomic import atomic_path
 log = logging.getLogger(__name__)
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+@dataclass
+class TokenizerConfig:
+    """`data.tokenizer`: an existing tokenizer, or how to train a WordPiece one."""
+
+    path: str | None = None  # tokenizer.json or a BERT vocab.txt; None: train one
+    vocab_size: int = 8192
+    min_frequency: int = 2
+    max_docs: int | None = None  # train on the first documents of the stream (None: all)
 
 
 def _check_specials(vocab: dict[str, int]) -> None:

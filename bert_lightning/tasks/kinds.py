@@ -21,6 +21,7 @@ from torchmetrics.classification import (
 from torchmetrics.retrieval import RetrievalNormalizedDCG
 
 from bert_lightning.data import tables as D
+from bert_lightning.fields import check_keys
 from bert_lightning.model.heads import BertForSequenceClassification, BertForTokenClassification
 from bert_lightning.tasks.metrics import EntityF1, MatthewsCorrCoef
 
@@ -32,10 +33,19 @@ def truncating(tok: Tokenizer, max_len: int) -> Tokenizer:
     return tok
 
 
+# keys every task's config has (conf/task/*.yaml); each kind adds its own in `keys`
+_COMMON = ("kind", "train_file", "validation_file", "test_file", "split", "subsample")
+_COMMON += ("monitor", "mode")
+_TABLE = ("format", "encoding", "header", "names", "pooling", "label_column", "group_column")
+
+
 class Task:
-    """Sentence-level tasks read a table: `text_column` (+ `text_pair_column`), labels, groups."""
+    """Sentence-level tasks read a table: `text_column` (+ `text_pair_column`), labels, groups.
+    `keys`: every key its config may hold; `make_task` refuses others (a misspelt key would
+    otherwise fall back to a default without a word)."""
 
     head = BertForSequenceClassification
+    keys = (*_COMMON, *_TABLE, "text_column", "text_pair_column")
 
     def __init__(self, cfg: dict):
         self.cfg = dict(cfg)
@@ -112,6 +122,8 @@ class SeqClassification(Task):
     not given). Metrics: accuracy, F1 (of the second label for two classes, macro above),
     Matthews correlation."""
 
+    keys = (*Task.keys, "labels")
+
     def fit(self, train):
         if not self.cfg.get("labels"):
             self.cfg["labels"] = sorted({str(v) for v in train["raw"]["label_column"]})
@@ -154,6 +166,8 @@ class SeqClassification(Task):
 class Regression(Task):
     """A real target (e.g. a bid), learnt standardised by the train file's mean and std; MSE
     loss; metrics on the original scale."""
+
+    keys = (*Task.keys, "target_mean", "target_std")
 
     def fit(self, train):
         if self.cfg.get("target_mean") is None:
@@ -199,6 +213,10 @@ class AdRelevance(Task):
     clicks / impressions. Loss: `pointwise` BCE on the score, or `pairwise` within a query
     (`pairwise_loss: logistic` log(1 + e^-(s_i - s_j)) or `margin` max(0, m - (s_i - s_j))
     over pairs with target_i > target_j)."""
+
+    keys = (*_COMMON, *_TABLE, "query_column", "ad_column", "label_type", "grade_min")
+    keys += ("grade_max", "graded_to", "threshold", "clicks_column", "impressions_column")
+    keys += ("loss", "pairwise_loss", "margin")
 
     @property
     def label_keys(self):
@@ -295,6 +313,7 @@ class TokenClassification(Task):
     counts as predicted `O`."""
 
     head = BertForTokenClassification
+    keys = (*_COMMON, "labels", "pooling")
 
     def build_model(self, config) -> nn.Module:
         if self.cfg.get("pooling", "cls") != "cls":
@@ -388,7 +407,9 @@ TASKS = {
 def make_task(cfg: dict) -> Task:
     if cfg.get("kind") not in TASKS:
         raise ValueError(f"task.kind={cfg.get('kind')!r}; expected one of {sorted(TASKS)}")
-    return TASKS[cfg["kind"]](cfg)
+    cls = TASKS[cfg["kind"]]
+    check_keys(cfg, cls.keys, f"task (kind={cfg['kind']})")
+    return cls(cfg)
 
 
 def load_splits(task: Task, seed: int) -> dict[str, dict]:

@@ -20,6 +20,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from bert_lightning.atomic import atomic_path
 from bert_lightning.data.masking import MaskingConfig, MLMCollator
 from bert_lightning.data.tokenizer import save_tokenizer, symbol_tokenizer
+from bert_lightning.fields import from_dict
 
 OPENERS = list("abcdefgh")
 CLOSERS = list("ABCDEFGH")
@@ -103,7 +104,7 @@ class BracketsDataModule(L.LightningDataModule):
             raise ValueError(f"data.max_seq_length={max_seq_length}; expected 2 * pairs + 1")
         self.n_train, self.n_val, self.pairs = n_train, n_val, pairs
         self.batch_size, self.num_workers, self.seed = batch_size, num_workers, seed
-        self.masking = MaskingConfig(**(masking or {}))
+        self.masking = from_dict(MaskingConfig, masking, "data.masking")
         self.tokenizer: Tokenizer | None = None
         self.train_set = self.val_set = None
 
