@@ -22,18 +22,17 @@ from pathlib import Path
 
 import lightning as L
 import torch
-from omegaconf import OmegaConf
+from hydra.utils import instantiate
 from train_step import make_step, timed
 
 from bert_lightning.config import compose
 from bert_lightning.training.pretrain import build
-from bert_lightning.training.pretrain_module import adamw
 
 
 class AlternateBareStep(L.Callback):
     """After each fit step: the fit interval ends; one bare step is timed; the next begins."""
 
-    def __init__(self, model, optim: dict, batch: dict, dtype, warmup: int):
+    def __init__(self, model, optim, batch: dict, dtype, warmup: int):
         self.model, self.optim, self.batch, self.dtype = model, optim, batch, dtype
         self.warmup = warmup
         self.fit, self.bare = [], []
@@ -43,7 +42,7 @@ class AlternateBareStep(L.Callback):
         self.device = pl_module.device
         model = self.model.to(self.device).train()
         batch = {k: v.to(self.device) for k, v in self.batch.items()}
-        self.step = make_step(model, adamw(model, self.optim), batch, self.dtype)
+        self.step = make_step(model, self.optim(model, run_steps=1)["optimizer"], batch, self.dtype)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if self.device.type == "cuda":
@@ -84,7 +83,7 @@ def main():
     batch = next(iter(dm.train_dataloader()))
     precision = str(cfg.trainer.precision)
     dtype = torch.bfloat16 if precision.startswith("bf16") else None
-    optim = OmegaConf.to_container(cfg.optim, resolve=True)
+    optim = instantiate(cfg.optim)  # the run's own AdamW, built for the bare step
     probe = AlternateBareStep(copy.deepcopy(module.model), optim, batch, dtype, args.warmup)
     trainer.callbacks.append(probe)
     trainer.fit(module, datamodule=dm)

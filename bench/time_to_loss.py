@@ -27,7 +27,7 @@ from train_step import hf_model, model_config
 from bert_lightning.data.mlm import PretrainDataModule
 from bert_lightning.data.tokenizer import special_ids
 from bert_lightning.model import BertForPreTraining
-from bert_lightning.training.pretrain_module import adamw, warmup_linear_decay
+from bert_lightning.training.optim import adamw, warmup_linear_decay
 
 SCHEDULE_STEPS = 1000  # the schedule's resolution over the budget
 
@@ -51,7 +51,7 @@ class Trainee:
 
     def __init__(self, name, model, loss, loader, optim: dict, budget: float, warmup: float):
         self.name, self.model, self.loss, self.loader = name, model.train(), loss, loader
-        self.opt, self.lr = adamw(model, optim), optim["lr"]
+        self.opt, self.lr = adamw(model, 1, **optim)["optimizer"], optim["lr"]
         self.factor = warmup_linear_decay(int(warmup * SCHEDULE_STEPS), SCHEDULE_STEPS)
         self.budget, self.spent, self.steps = budget, 0.0, 0
         self.batches = iter(loader)

@@ -10,6 +10,11 @@ from bert_lightning.data.corpus import iter_documents
 from bert_lightning.data.tokenizer import train_wordpiece
 
 SAMPLE = bundled("c4_sample.jsonl")
+OPTIM = {
+    "_target_": "bert_lightning.training.optim.adamw",
+    "_partial_": True,
+    "lr": 1e-3,
+}  # conf/optim
 
 
 def tiny_overrides(out_dir: Path, *extra: str) -> list[str]:

@@ -34,3 +34,30 @@ def read_probes(run_dir: Path) -> list[dict]:
         p["losses"] = {int(k): v for k, v in p["losses"].items()}
         probes.append(p)
     return probes
+
+
+class GradProbe(L.Callback):
+    """Writes, per rank, each step's loss and gradient norm before and after clipping: the run
+    matrix's proof that a step was taken and clipped (Lightning clips after
+    `on_before_optimizer_step` and zeroes the gradients only at the next step)."""
+
+    def __init__(self):
+        self.steps: list[dict] = []
+
+    @staticmethod
+    def grad_norm(pl_module) -> float:
+        import torch
+
+        grads = [p.grad for p in pl_module.parameters() if p.grad is not None]
+        norm = torch.nn.utils.get_total_norm(grads)
+        return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer):
+        self.steps.append({"before_clip": self.grad_norm(pl_module)})
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.steps[-1].update(after_clip=self.grad_norm(pl_module), loss=float(outputs["loss"]))
+
+    def on_train_end(self, trainer, pl_module):
+        out = Path(trainer.default_root_dir) / f"grads-rank{trainer.global_rank}.json"
+        out.write_text(json.dumps({"steps": self.steps, "global_step": trainer.global_step}))

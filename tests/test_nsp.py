@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from bert_lightning.data.nsp import NSPDataModule, document_pairs, frame_pair, split_sentences
-from conftest import write_corpus
+from conftest import OPTIM, write_corpus
 
 
 def synthetic_documents(n_docs: int, seed: int = 0, sentences=(1, 12)) -> list[list[list[int]]]:
@@ -147,15 +147,15 @@ def test_objective_selects_the_nsp_loss():
         "labels": torch.randint(5, 50, (4, 10)),
         "next_sentence_label": torch.tensor([0, 1, 0, 1]),
     }
-    both = BertPretrainModule(config, {"lr": 1e-3}, objective="mlm_nsp")
+    both = BertPretrainModule(config, OPTIM, objective="mlm_nsp")
     out = both(batch)
     assert out.nsp_loss is not None and torch.allclose(out.loss, out.mlm_loss + out.nsp_loss)
-    mlm = BertPretrainModule(config, {"lr": 1e-3}, objective="mlm")
+    mlm = BertPretrainModule(config, OPTIM, objective="mlm")
     assert mlm(batch).nsp_loss is None
     frozen = {n for n, p in mlm.named_parameters() if not p.requires_grad}
     assert frozen and all(".pooler." in n or "seq_relationship" in n for n in frozen)
     with pytest.raises(ValueError, match="objective='nsp'"):
-        BertPretrainModule(config, {"lr": 1e-3}, objective="nsp")
+        BertPretrainModule(config, OPTIM, objective="nsp")
 
 
 def test_nsp_loss_falls_on_a_fixed_batch(tmp_path, tiny_tokenizer):
@@ -171,7 +171,7 @@ def test_nsp_loss_falls_on_a_fixed_batch(tmp_path, tiny_tokenizer):
         num_attention_heads=2,
         intermediate_size=64,
     )
-    module = BertPretrainModule(config, {"lr": 1e-3}, objective="mlm_nsp")
+    module = BertPretrainModule(config, OPTIM, objective="mlm_nsp")
     opt = torch.optim.AdamW(module.parameters(), lr=3e-3)
     first = None
     for _ in range(80):

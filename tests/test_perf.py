@@ -2,7 +2,7 @@ import torch
 
 from bert_lightning.model import BertConfig, BertForPreTraining
 from bert_lightning.training.callbacks import device_peak_flops
-from bert_lightning.training.pretrain_module import adamw
+from bert_lightning.training.optim import adamw
 
 
 def test_adamw_is_fused_and_decays_matrices_only():
@@ -15,7 +15,7 @@ def test_adamw_is_fused_and_decays_matrices_only():
             intermediate_size=32,
         )
     )
-    opt = adamw(model, {"lr": 1e-3, "weight_decay": 0.1})
+    opt = adamw(model, run_steps=10, lr=1e-3, weight_decay=0.1)["optimizer"]
     assert opt.defaults["fused"]  # the CPU has a fused AdamW since torch 2.4
     decay, no_decay = opt.param_groups
     assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0

@@ -12,6 +12,7 @@ from bert_lightning.config import compose
 from bert_lightning.interop import export_hf_folder
 from bert_lightning.training.pretrain_module import BertPretrainModule
 from bert_lightning.training.strategies import FSDP2Strategy
+from conftest import OPTIM
 
 
 def test_fsdp_config_is_fsdp2_with_full_state_checkpoints(tmp_path):
@@ -30,7 +31,7 @@ def test_deepspeed_config_is_zero_stage_2(tmp_path):
 
 def test_model_compile_keeps_checkpoint_keys(tmp_path):
     config = dict(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=2)
-    module = BertPretrainModule(config, {"lr": 1e-3}, compile=True)
+    module = BertPretrainModule(config, OPTIM, compile=True)
     keys = list(module.state_dict())
     module.configure_model()
     module.configure_model()  # Lightning calls it before validate and again before fit

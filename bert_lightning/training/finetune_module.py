@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import lightning as L
 import torch
 from torch import nn
 
 from bert_lightning.model import BertConfig
 from bert_lightning.tasks.kinds import make_task
-from bert_lightning.training.pretrain_module import param_groups, warmup_linear_decay
+from bert_lightning.training.module_base import EncoderModule
 
 
-class FinetuneModule(L.LightningModule):
+class FinetuneModule(EncoderModule):
     """`config`: BertConfig fields; `task`: the task config with what the train file fixed
-    (label set, target scale); `optim`: lr, weight_decay, betas, eps, warmup_ratio.
+    (label set, target scale); `optim`: the `conf/optim` config (see `optim.py`).
     `freeze_encoder` trains the head only, with the encoder in eval mode (no dropout): the
     features stay those of the pretrained model. The tokenizer travels in every checkpoint, and
     `max_seq_length` (what the model was fine-tuned on) in its hyper_parameters: `bert-lightning
@@ -79,22 +78,3 @@ class FinetuneModule(L.LightningModule):
 
     def on_test_epoch_end(self):
         self._eval_epoch_end("test")
-
-    def configure_optimizers(self):
-        o = self.hparams.optim
-        opt = torch.optim.AdamW(
-            param_groups(self.model, o.get("weight_decay", 0.01)),
-            lr=o["lr"],
-            betas=tuple(o.get("betas", (0.9, 0.999))),
-            eps=o.get("eps", 1e-6),
-        )
-        total = int(self.trainer.estimated_stepping_batches)
-        warmup = round(o.get("warmup_ratio", 0.1) * total)
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_linear_decay(warmup, total))
-        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
-
-    def on_save_checkpoint(self, checkpoint: dict) -> None:
-        checkpoint["tokenizer"] = self.tokenizer_json
-
-    def on_load_checkpoint(self, checkpoint: dict) -> None:
-        self.tokenizer_json = checkpoint.get("tokenizer", self.tokenizer_json)

@@ -3,53 +3,16 @@ the data are sentence pairs."""
 
 from __future__ import annotations
 
-import lightning as L
-import torch
 from torchmetrics.classification import BinaryAccuracy, MulticlassAccuracy
 from torchmetrics.text import Perplexity
 
 from bert_lightning.data.mlm import OBJECTIVES
 from bert_lightning.model import BertConfig, BertForPreTraining, pretraining_flops, query_rows
+from bert_lightning.training.module_base import EncoderModule
 
 
-def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
-    """BERT's rule: decay matrices (linear and embedding weights), not biases or LayerNorm."""
-    decay = [p for p in model.parameters() if p.requires_grad and p.ndim >= 2]
-    no_decay = [p for p in model.parameters() if p.requires_grad and p.ndim < 2]
-    return [
-        {"params": decay, "weight_decay": weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
-
-
-def adamw(model: torch.nn.Module, optim: dict) -> torch.optim.AdamW:
-    """AdamW over `param_groups`, fused (one kernel for all parameters) where torch has it for
-    the parameters' device, else the multi-tensor (foreach) implementation."""
-    device = next(model.parameters()).device.type
-    fused = device in ("cpu", "cuda", "mps", "xpu")
-    return torch.optim.AdamW(
-        param_groups(model, optim.get("weight_decay", 0.01)),
-        lr=optim["lr"],
-        betas=tuple(optim.get("betas", (0.9, 0.999))),
-        eps=optim.get("eps", 1e-6),
-        fused=fused or None,
-        foreach=None if fused else True,
-    )
-
-
-def warmup_linear_decay(warmup_steps: int, total_steps: int):
-    """LambdaLR factor: linear warmup from 0 to 1, then linear decay to 0 at `total_steps`."""
-
-    def factor(step: int) -> float:
-        if step < warmup_steps:
-            return (step + 1) / warmup_steps
-        return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
-
-    return factor
-
-
-class BertPretrainModule(L.LightningModule):
-    """`config`: BertConfig fields; `optim`: lr, weight_decay, betas, eps, warmup_steps.
+class BertPretrainModule(EncoderModule):
+    """`config`: BertConfig fields; `optim`: the `conf/optim` config (see `optim.py`).
     `tokenizer_json` travels inside every checkpoint, so a checkpoint is self-contained.
     `objective`: `mlm`, or `mlm_nsp` (loss = MLM + NSP; the data module decides). Under `mlm`
     the pooler and NSP head get no gradient and are frozen, so that DDP finds no unused
@@ -80,24 +43,6 @@ class BertPretrainModule(L.LightningModule):
         self.val_ppl = Perplexity()
         # NSP accuracy, with objective=mlm_nsp (data=c4_nsp); the loss is then MLM + NSP
         self.train_nsp_acc, self.val_nsp_acc = BinaryAccuracy(), BinaryAccuracy()
-
-    def configure_model(self) -> None:
-        """Under FSDP2 (`trainer=fsdp`: Lightning's ModelParallelStrategy) shard each encoder
-        layer as its own unit, then the rest (embeddings, tied MLM head) at the root; then
-        `compile=true` compiles in place (state-dict keys unchanged). Lightning calls this
-        before each of validate/fit: it acts once."""
-        if getattr(self, "_model_configured", False):
-            return
-        self._model_configured = True
-        if self.device_mesh is not None:
-            from torch.distributed.fsdp import fully_shard
-
-            mesh = self.device_mesh["data_parallel"]
-            for layer in self.model.bert.encoder.layer:
-                fully_shard(layer, mesh=mesh)
-            fully_shard(self.model, mesh=mesh)
-        if self.hparams.compile:
-            self.model.compile()
 
     def forward(self, batch: dict):
         return self.model(
@@ -144,18 +89,3 @@ class BertPretrainModule(L.LightningModule):
         self.log(f"{stage}/nsp_loss", out.nsp_loss, batch_size=B, sync_dist=stage == "val")
         acc(out.nsp_logits.detach().argmax(-1), batch["next_sentence_label"])  # (B,) vs (B,)
         self.log(f"{stage}/nsp_acc", acc, batch_size=B)
-
-    def configure_optimizers(self):
-        o = self.hparams.optim
-        opt = adamw(self.model, o)
-        total = int(self.trainer.estimated_stepping_batches)
-        sched = torch.optim.lr_scheduler.LambdaLR(
-            opt, warmup_linear_decay(int(o.get("warmup_steps", 0)), total)
-        )
-        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
-
-    def on_save_checkpoint(self, checkpoint: dict) -> None:
-        checkpoint["tokenizer"] = self.tokenizer_json
-
-    def on_load_checkpoint(self, checkpoint: dict) -> None:
-        self.tokenizer_json = checkpoint.get("tokenizer", self.tokenizer_json)

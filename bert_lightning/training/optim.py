@@ -1,0 +1,116 @@
+"""The one optimizer of pretraining and fine-tuning: AdamW over BERT's two parameter groups, a
+linear warmup, then a linear decay to 0 at `total_steps`; and the gradient clipping that goes
+with it under every precision.
+
+`conf/optim/adamw.yaml` names `adamw` with `_partial_: true`; a LightningModule keeps that
+config as a plain dict (checkpoints stay loadable with `weights_only=True`) and builds it in
+`configure_optimizers`."""
+
+from __future__ import annotations
+
+import torch
+from hydra.utils import instantiate
+from lightning.pytorch.plugins.precision import MixedPrecision
+
+FUSED_DEVICES = ("cpu", "cuda", "mps", "xpu")  # where torch has a fused AdamW kernel
+
+
+def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+    """BERT's rule: decay matrices (linear and embedding weights), not biases or LayerNorm."""
+    decay = [p for p in model.parameters() if p.requires_grad and p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.requires_grad and p.ndim < 2]
+    return [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+
+
+def warmup_linear_decay(warmup_steps: int, total_steps: int):
+    """LambdaLR factor: linear warmup from 0 to 1, then linear decay to 0 at `total_steps`
+    (and 0 after it)."""
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
+
+    return factor
+
+
+def warmup_length(total_steps: int, warmup_steps: int | None, warmup_ratio: float | None) -> int:
+    """One warmup schema for pretraining and fine-tuning: a step count or a fraction of the
+    schedule, never both."""
+    if warmup_steps is not None and warmup_ratio is not None:
+        raise ValueError(
+            f"optim.warmup_steps={warmup_steps} and optim.warmup_ratio={warmup_ratio}: "
+            "set one of them (the other to null)"
+        )
+    if warmup_ratio is not None:
+        return round(warmup_ratio * total_steps)
+    return warmup_steps or 0
+
+
+def adamw(
+    model: torch.nn.Module,
+    run_steps: int,
+    fused: bool = True,
+    lr: float = 1e-3,
+    weight_decay: float = 0.01,
+    betas: tuple[float, float] = (0.9, 0.999),
+    eps: float = 1e-6,
+    warmup_steps: int | None = None,
+    warmup_ratio: float | None = None,
+    total_steps: int | None = None,
+) -> dict:
+    """What `configure_optimizers` returns. `run_steps`: the optimizer steps of this fit;
+    `total_steps` (default `run_steps`) is where the decay reaches 0, a value of its own so that
+    a run continued past its end keeps a schedule one can predict. `fused`: one kernel for all
+    parameters where the device has it (else the multi-tensor implementation)."""
+    device = next(model.parameters()).device.type
+    fused = fused and device in FUSED_DEVICES
+    opt = torch.optim.AdamW(
+        param_groups(model, weight_decay),
+        lr=lr,
+        betas=tuple(betas),
+        eps=eps,
+        fused=fused or None,
+        foreach=None if fused else True,
+    )
+    total = total_steps or run_steps
+    warmup = warmup_length(total, warmup_steps, warmup_ratio)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_linear_decay(warmup, total))
+    return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+
+def configure_optimizers(module) -> dict:
+    """A LightningModule's `configure_optimizers`: builds `module.hparams.optim` (the
+    `conf/optim` partial) over `module.model`. The AdamW is fused unless a gradient scaler
+    exists (`16-mixed`): see `clip_gradients`."""
+    trainer = module.trainer
+    scaler = getattr(trainer.precision_plugin, "scaler", None)
+    build = instantiate(module.hparams.optim)
+    return build(
+        module.model, run_steps=int(trainer.estimated_stepping_batches), fused=scaler is None
+    )
+
+
+def clip_gradients(module, optimizer, clip_val, algorithm) -> None:
+    """A LightningModule's `configure_gradient_clipping`.
+
+    Lightning's `MixedPrecision.clip_gradients` refuses any optimizer that unscales its own
+    gradients (a fused AdamW), whatever the dtype. That is only wrong with a gradient scaler
+    (`16-mixed`: the gradients are scaled); then `configure_optimizers` made a non-fused AdamW,
+    Lightning unscales before this hook and clips as usual. Without a scaler (`bf16-mixed`) the
+    gradients are the true ones: clip them with the plugin's own functions and keep the fused
+    step. Other plugins (32-true, bf16-true, DeepSpeed, which clips inside its engine) take
+    Lightning's path unchanged."""
+    if not clip_val:
+        return
+    plugin = module.trainer.precision_plugin
+    if isinstance(plugin, MixedPrecision) and plugin.scaler is None:
+        if algorithm == "value":
+            plugin.clip_grad_by_value(optimizer, clip_val)
+        else:
+            plugin.clip_grad_by_norm(optimizer, clip_val)
+    else:
+        module.clip_gradients(optimizer, clip_val, algorithm)

@@ -1,0 +1,90 @@
+"""The run matrix: every `trainer` preset x every precision a CPU takes, each running MLM,
+MLM+NSP and one fine-tuning task for two optimizer steps with gradient clipping on, forced onto
+`accelerator=cpu` (trainer=deepspeed, which needs CUDA, runs only where a GPU is).
+`tests/test_run_matrix.py` runs the one-process presets in its own process; the multi-process
+ones share one 2-process `torchrun` launch of this file (`python -m torch.distributed.run
+--nproc_per_node=2 tests/run_matrix.py OUT`), so that a launch is paid once, not 36 times.
+Each rank of each job writes `grads-rank<r>.json` (probe.GradProbe)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from bert_lightning.config import compose
+from bert_lightning.training.finetune import finetune
+from bert_lightning.training.pretrain import train
+from conftest import tiny_overrides, write_corpus
+from finetune_fixtures import sentiment_rows, write_csv, write_tokenizer
+
+SINGLE = ["default", "cpu", "gpu"]
+MULTI = ["ddp", "ddp_sim", "fsdp"]
+PRECISIONS = ["32-true", "bf16-mixed", "bf16-true", "16-mixed"]  # 16-mixed: a gradient scaler
+JOBS = ["mlm", "mlm_nsp", "finetune"]
+REFUSED = {("fsdp", "16-mixed")}  # Lightning's ModelParallelStrategy refuses a gradient scaler
+CLIP = 1e-3  # far below a tiny model's first gradient norms: every step is clipped
+STEPS = 2
+
+
+def trainer_overrides(preset: str, precision: str, accelerator: str = "cpu") -> list[str]:
+    devices = 2 if preset in MULTI else 1
+    return [
+        f"trainer={preset}",
+        f"trainer.accelerator={accelerator}",
+        f"trainer.devices={devices}",
+        f"trainer.precision={precision}",
+        f"trainer.max_steps={STEPS}",
+        f"trainer.gradient_clip_val={CLIP}",
+        "trainer.log_every_n_steps=1",
+        "trainer.enable_progress_bar=false",
+        "trainer.enable_model_summary=false",
+        "+callbacks.probe._target_=probe.GradProbe",
+    ]
+
+
+def run_case(preset: str, precision: str, job: str, out: Path, accelerator: str = "cpu") -> None:
+    trainer = trainer_overrides(preset, precision, accelerator)
+    if job == "finetune":
+        tok = out.parent / "tokenizer.json"
+        if not tok.is_file():
+            write_tokenizer(tok)
+        train_file = out.parent / "train.csv"
+        if not train_file.is_file():
+            write_csv(train_file, sentiment_rows(48))
+        finetune(
+            compose(
+                "finetune",
+                [
+                    f"paths.output_dir={out}",
+                    f"tokenizer={tok}",
+                    f"task.train_file={train_file}",
+                    "model.hidden_size=32",
+                    "model.num_hidden_layers=2",
+                    "model.num_attention_heads=2",
+                    "model.intermediate_size=64",
+                    "max_seq_length=32",
+                    "batch_size=8",
+                    *trainer,
+                ],
+            )
+        )
+        return
+    corpus = out.parent / "corpus.jsonl"
+    if not corpus.is_file():
+        write_corpus(corpus, 30)
+    data = ["data=c4_nsp"] if job == "mlm_nsp" else []
+    overrides = tiny_overrides(out, *data, *trainer, "validate_before_fit=false")
+    overrides = [o.replace(str(out / "corpus.jsonl"), str(corpus)) for o in overrides]
+    train(compose(overrides=[*overrides, f"trainer.val_check_interval={STEPS}"]))
+
+
+def case_dir(root: Path, preset: str, precision: str, job: str) -> Path:
+    return root / f"{preset}-{precision}-{job}"
+
+
+if __name__ == "__main__":  # under torchrun: every multi-process case, one after the other
+    root = Path(sys.argv[1])
+    for preset in MULTI:
+        for precision in PRECISIONS:
+            for job in JOBS if (preset, precision) not in REFUSED else []:
+                run_case(preset, precision, job, case_dir(root, preset, precision, job))

@@ -1,0 +1,80 @@
+"""Every trainer preset x precision takes optimizer steps with gradient clipping on (see
+run_matrix.py): a combination users run that no test steps is a bug waiting (bf16-mixed with
+a fused AdamW and clipping once stopped every GPU run at its first step)."""
+
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from run_matrix import CLIP, JOBS, MULTI, PRECISIONS, REFUSED, SINGLE, STEPS, case_dir, run_case
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def assert_clipped_steps(out: Path, ranks: int) -> None:
+    probes = sorted(out.glob("grads-rank*.json"))
+    assert len(probes) == ranks, f"{out.name}: {len(probes)} of {ranks} ranks reported"
+    for path in probes:
+        p = json.loads(path.read_text())
+        assert p["global_step"] == STEPS and len(p["steps"]) == STEPS, (out.name, p)
+        for s in p["steps"]:
+            assert math.isfinite(s["loss"]), (out.name, s)
+            assert s["before_clip"] > CLIP, (out.name, s)  # there was something to clip
+            assert s["after_clip"] <= CLIP * 1.02, (out.name, s)  # and it was clipped
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("preset", SINGLE)
+def test_single_process_preset_steps_with_clipping(tmp_path, preset, precision):
+    for job in JOBS:
+        out = case_dir(tmp_path, preset, precision, job)
+        run_case(preset, precision, job, out)
+        assert_clipped_steps(out, ranks=1)
+
+
+@pytest.fixture(scope="module")
+def multi_launch(tmp_path_factory):
+    """One 2-process torchrun launch runs every multi-process case (gloo on the CPU)."""
+    root = tmp_path_factory.mktemp("matrix")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT)]))
+    env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    r = subprocess.run(
+        [*cmd, str(ROOT / "tests" / "run_matrix.py"), str(root)],
+        env=env,
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert r.returncode == 0, r.stderr[-4000:]
+    return root
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("job", JOBS)
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("preset", MULTI)
+def test_multi_process_preset_steps_with_clipping(multi_launch, preset, precision, job):
+    if (preset, precision) in REFUSED:
+        pytest.skip(f"trainer={preset} refuses precision={precision} (Lightning)")
+    assert_clipped_steps(case_dir(multi_launch, preset, precision, job), ranks=2)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not torch.cuda.is_available() or importlib.util.find_spec("deepspeed") is None,
+    reason="trainer=deepspeed: Lightning's DeepSpeed strategy needs CUDA and the deepspeed extra",
+)
+def test_deepspeed_preset_steps_with_clipping(tmp_path):
+    for job in JOBS:
+        out = case_dir(tmp_path, "deepspeed", "bf16-mixed", job)
+        run_case("deepspeed", "bf16-mixed", job, out, accelerator="gpu")
+        assert_clipped_steps(out, ranks=1)
