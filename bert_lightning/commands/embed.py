@@ -11,23 +11,7 @@ from tqdm import tqdm
 
 from bert_lightning.checkpoint import atomic_path, encoder_from, read_checkpoint
 from bert_lightning.data.tables import column, read_table, text_values
-from bert_lightning.model.heads import pool_tokens
-
-POOLINGS = ("cls", "mean", "max", "last4")
-
-
-def pool(hidden: list[torch.Tensor], mask: torch.Tensor, pooling: str) -> torch.Tensor:
-    """hidden: L + 1 tensors (B, T, H); mask (B, T). `cls`: the last layer's [CLS]; `mean` /
-    `max`: over real tokens; `last4`: the [CLS] of the last four layers, concatenated."""
-    if pooling == "cls":
-        return hidden[-1][:, 0]  # (B, H)
-    if pooling in ("mean", "max"):
-        return pool_tokens(hidden[-1], mask, pooling)  # (B, H)
-    if pooling == "last4":
-        if len(hidden) < 5:
-            raise ValueError(f"pooling=last4 needs 4 layers; the model has {len(hidden) - 1}")
-        return torch.cat([h[:, 0] for h in hidden[-4:]], dim=-1)  # (B, 4H)
-    raise ValueError(f"pooling={pooling!r}; expected one of {POOLINGS}")
+from bert_lightning.model.heads import POOLINGS, pool
 
 
 @torch.no_grad()
@@ -61,7 +45,7 @@ def register(sub) -> None:
     p.add_argument("input", help=".txt (one text a line) or CSV/TSV/JSONL/Parquet with --column")
     p.add_argument("output", help="the .npy file: one row per text, in input order")
     p.add_argument("--column", default="text")
-    p.add_argument("--pooling", choices=POOLINGS, default="cls")
+    p.add_argument("--pooling", choices=list(POOLINGS), default="cls")
     p.add_argument("--jsonl", help="also write {text, embedding} lines here")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--max-seq-length", type=int, default=128)

@@ -9,7 +9,16 @@ from torch import nn
 
 from bert_lightning.model.bert import BertConfig, BertModel, init_weights
 
-POOLINGS = ("cls", "mean", "max")
+# One vocabulary of poolings for the sequence head (`task.pooling`) and `bert-lightning embed`
+# (`--pooling`): what vector of the encoder's output stands for the sequence.
+POOLINGS = {
+    "cls": "the last layer's [CLS] row (the sequence head passes it through BERT's pooler, "
+    "dense + tanh, as HF's classifier does; embed returns the row itself)",
+    "mean": "the mean of the last layer over the real tokens",
+    "max": "the max of the last layer over the real tokens",
+    "last4": "the [CLS] rows of the last four layers, concatenated (embed only)",
+}
+HEAD_POOLINGS = ("cls", "mean", "max")
 
 
 def pool_tokens(h: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> torch.Tensor:
@@ -22,6 +31,20 @@ def pool_tokens(h: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> 
     raise ValueError(f"pooling={pooling!r}; expected mean or max")
 
 
+def pool(hidden: list[torch.Tensor], mask: torch.Tensor, pooling: str) -> torch.Tensor:
+    """hidden: L + 1 tensors (B, T, H) (embeddings, then each layer); mask (B, T) -> one row
+    per sequence, by `POOLINGS`."""
+    if pooling == "cls":
+        return hidden[-1][:, 0]  # (B, H)
+    if pooling in ("mean", "max"):
+        return pool_tokens(hidden[-1], mask, pooling)  # (B, H)
+    if pooling == "last4":
+        if len(hidden) < 5:
+            raise ValueError(f"pooling=last4 needs 4 layers; the model has {len(hidden) - 1}")
+        return torch.cat([h[:, 0] for h in hidden[-4:]], dim=-1)  # (B, 4H)
+    raise ValueError(f"pooling={pooling!r}; expected one of {list(POOLINGS)}")
+
+
 class BertForSequenceClassification(nn.Module):
     """One row of logits per sequence (num_labels=1: a score). `pooling="cls"` reads the pooled
     `[CLS]` as BERT (and HF's class) does; `mean` / `max` pool the last layer over the real
@@ -30,8 +53,8 @@ class BertForSequenceClassification(nn.Module):
 
     def __init__(self, config: BertConfig, num_labels: int, pooling: str = "cls"):
         super().__init__()
-        if pooling not in POOLINGS:
-            raise ValueError(f"task.pooling={pooling!r}; expected one of {POOLINGS}")
+        if pooling not in HEAD_POOLINGS:
+            raise ValueError(f"task.pooling={pooling!r}; expected one of {HEAD_POOLINGS}")
         self.config, self.num_labels, self.pooling = config, num_labels, pooling
         self.bert = BertModel(config, add_pooling_layer=pooling == "cls")
         self.dropout = nn.Dropout(config.hidden_dropout_prob)

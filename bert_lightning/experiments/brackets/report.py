@@ -17,6 +17,7 @@ import torch
 from tokenizers import Tokenizer
 
 from bert_lightning.atomic import write_json
+from bert_lightning.checkpoint import read_checkpoint
 from bert_lightning.data.masking import MaskingConfig, MLMCollator
 from bert_lightning.experiments.brackets.data import (
     brackets_tokenizer,
@@ -160,10 +161,11 @@ def finetune_variant(out_dir: Path, overrides: list[str], extra: list[str]) -> f
 
 
 def load_pretrained(ckpt: Path) -> BertForPreTraining:
-    from bert_lightning.training.pretrain_module import BertPretrainModule
-
-    module = BertPretrainModule.load_from_checkpoint(ckpt, map_location="cpu", weights_only=True)
-    return module.model
+    """The MLM model of a brackets run, through the one checkpoint reader."""
+    pre = read_checkpoint(ckpt)
+    model = BertForPreTraining(pre.config)
+    model.load_state_dict(pre.state_dict)
+    return model.eval()
 
 
 def logged(run_dir: Path, key: str) -> list[tuple[int, float]]:
