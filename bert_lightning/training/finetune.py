@@ -16,6 +16,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 
 from bert_lightning.atomic import write_json
 from bert_lightning.checkpoint import load_encoder, read_checkpoint
+from bert_lightning.data.sampling import ResumableShuffle
 from bert_lightning.data.tables import GroupBatchSampler, collate
 from bert_lightning.data.tokenizer import load_tokenizer, special_ids, train_wordpiece
 from bert_lightning.tasks.kinds import load_splits, make_task
@@ -84,7 +85,10 @@ def finetune(cfg: DictConfig) -> dict:
         sampler = GroupBatchSampler([f["group"] for f in feats["train"]], cfg.batch_size, cfg.seed)
         train_dl = StatefulDataLoader(feats["train"], batch_sampler=sampler, collate_fn=pad)
     else:  # stateful: a resumed run continues at the same batch of the same shuffled epoch
-        train_dl = StatefulDataLoader(feats["train"], cfg.batch_size, shuffle=True, collate_fn=pad)
+        shuffle = ResumableShuffle(feats["train"])  # a shuffled DataLoader's order
+        train_dl = StatefulDataLoader(
+            feats["train"], cfg.batch_size, sampler=shuffle, collate_fn=pad
+        )
     eval_dl = {
         k: DataLoader(feats[k], cfg.eval_batch_size, collate_fn=pad) for k in ("validation", "test")
     }
