@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import math
+from itertools import islice
 from pathlib import Path
 
 import numpy as np
@@ -204,11 +205,39 @@ class GroupBatchSampler(torch.utils.data.Sampler):
             yield batch
 
     def __iter__(self):
-        self.epoch += 1
-        yield from self._batches(self.epoch - 1)
+        return _GroupBatches(self)
 
     def __len__(self):  # of the coming epoch: batch counts vary with the order
         return sum(1 for _ in self._batches(self.epoch))
+
+
+class _GroupBatches:
+    """One epoch of a GroupBatchSampler; its state (epoch, batches handed out) travels in a
+    StatefulDataLoader's checkpoint, so a resumed run continues the same epoch's order."""
+
+    def __init__(self, sampler: GroupBatchSampler):
+        self.sampler, self.epoch, self.yielded, self.batches = sampler, None, 0, None
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> list[int]:
+        if self.batches is None:  # lazily, as the epoch counter moved in a generator
+            if self.epoch is None:
+                self.epoch = self.sampler.epoch
+                self.sampler.epoch += 1
+            self.batches = islice(self.sampler._batches(self.epoch), self.yielded, None)
+        batch = next(self.batches)
+        self.yielded += 1
+        return batch
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "yielded": self.yielded}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.epoch, self.yielded, self.batches = state["epoch"], state["yielded"], None
+        if self.epoch is not None:
+            self.sampler.epoch = self.epoch + 1
 
 
 def collate(features: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
