@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import statistics
 import tempfile
 import time
@@ -61,6 +62,7 @@ def main():
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--ckpt-every", type=int, default=20)
+    p.add_argument("--json", help="also write the figures to this JSON file")
     p.add_argument("overrides", nargs="*", help="train.py overrides (default model=bert_mini)")
     args = p.parse_args()
     out = Path(tempfile.mkdtemp(prefix="fit_overhead_"))
@@ -99,6 +101,12 @@ def main():
         f"tokens/s (median step):     fit {tokens / fit_med:.0f}, bare step "
         f"{tokens / bare_med:.0f} -> {fit_med / bare_med - 1:+.1%}"
     )
+    if args.json:
+        figures = {
+            "mean_overhead": fit_mean / bare_mean - 1,
+            "median_overhead": fit_med / bare_med - 1,
+        }
+        Path(args.json).write_text(json.dumps({**figures, "overrides": args.overrides}))
 
 
 if __name__ == "__main__":

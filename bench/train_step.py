@@ -13,6 +13,7 @@ noise), or, on a GPU, the device table.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
 from contextlib import nullcontext
@@ -196,6 +197,7 @@ def main():
     p.add_argument("--compile", action="store_true", help="torch.compile our model")
     p.add_argument("--no-bf16", action="store_true", help="skip our CPU bf16-mixed step")
     p.add_argument("--profile", action="store_true", help="print torch.profiler top-ops tables")
+    p.add_argument("--json", help="also write the rows to this JSON file (bench/gpu_check.sh)")
     args = p.parse_args()
     device = torch.device(args.device)
     if device.type == "cuda":
@@ -225,6 +227,9 @@ def main():
                 f"{r['bf16_peak_gflops']:.0f})"
             )
         print(line, flush=True)
+        if args.json:
+            meta = {"device": name, "compile": args.compile, "batch": args.batch_size}
+            Path(args.json).write_text(json.dumps([{**meta, **r} for r in rows], indent=1))
 
 
 if __name__ == "__main__":

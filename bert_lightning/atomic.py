@@ -24,6 +24,13 @@ def _remove(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
+def current_umask() -> int:
+    """The process umask (os.umask can only be read by setting it)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 @contextmanager
 def atomic_path(
     path: str | os.PathLike, folder: bool = False, replace: bool = True
@@ -41,6 +48,11 @@ def atomic_path(
         tmp = path.with_name(f".{path.name}.tmp{os.getpid()}{path.suffix}")
     try:
         yield tmp
+        if folder:  # mkdtemp makes the folder 0700 (and some writers 0600 files): the umask
+            umask = current_umask()  # decides, as for anything else the user writes
+            os.chmod(tmp, 0o777 & ~umask)
+            for f in tmp.rglob("*"):
+                os.chmod(f, (0o777 if f.is_dir() else 0o666) & ~umask)
         if path.exists() and not replace:
             _remove(tmp)
         elif folder and path.exists():

@@ -11,7 +11,7 @@ import sys
 
 # modules of bert_lightning.commands
 COMMANDS = ["pretrain", "finetune", "score", "fill_mask", "embed", "export_hf", "report"]
-COMMANDS += ["brackets_data"]
+COMMANDS += ["download_c4", "brackets_data"]
 HYDRA_COMMANDS = ("pretrain", "finetune")  # the rest of the command line is Hydra's
 
 
@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> None:
     if argv and argv[0] in HYDRA_COMMANDS:
         importlib.import_module(f"bert_lightning.commands.{argv[0]}").run(argv[1:])
         return
-    parser = argparse.ArgumentParser(prog="bert-lightning", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="bert-lightning", description=" ".join(__doc__.split()))
     sub = parser.add_subparsers(dest="command", required=True)
     for name in COMMANDS:
         importlib.import_module(f"bert_lightning.commands.{name}").register(sub)

@@ -11,9 +11,10 @@ from omegaconf import OmegaConf
 
 from bert_lightning.checkpoint import read_checkpoint
 from bert_lightning.cli import main
-from bert_lightning.commands.embed import embed
+from bert_lightning.commands.embed import embed, read_texts
 from bert_lightning.commands.fill_mask import fill_mask
 from bert_lightning.config import compose
+from bert_lightning.data.tables import DataError
 from bert_lightning.model import BertForPreTraining
 from bert_lightning.training.finetune_module import FinetuneModule
 from finetune_fixtures import (
@@ -21,6 +22,7 @@ from finetune_fixtures import (
     tiny_config,
     write_csv,
     write_hf_folder,
+    write_jsonl,
     write_our_ckpt,
     write_tokenizer,
 )
@@ -122,3 +124,14 @@ def test_embed_pools_and_ignores_padding(tmp_path, tok):
     np.testing.assert_allclose(np.load(out), embed(tmp_path / "hf", texts, "mean"), atol=1e-6)
     lines = [json.loads(line) for line in (tmp_path / "v.jsonl").read_text().splitlines()]
     assert [line["text"] for line in lines] == texts and len(lines[0]["embedding"]) == 32
+
+
+def test_embed_refuses_empty_lines_by_number(tmp_path, tok):
+    write_hf_folder(tmp_path / "hf", tok)
+    (tmp_path / "texts.txt").write_text("the film\n\nbob\n")
+    with pytest.raises(DataError, match=r"texts.txt: line 2: empty text"):
+        main(["embed", str(tmp_path / "hf"), str(tmp_path / "texts.txt"), str(tmp_path / "v.npy")])
+    assert not (tmp_path / "v.npy").exists()
+    write_jsonl(tmp_path / "t.jsonl", [{"text": "a film"}, {"text": " "}])
+    with pytest.raises(DataError, match=r"t.jsonl: row 2, column 'text': empty text"):
+        read_texts(str(tmp_path / "t.jsonl"))

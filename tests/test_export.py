@@ -2,6 +2,8 @@
 what ours computes; a real checkpoint (all-MiniLM-L6-v2) imported into ours matches HF."""
 
 import json
+import os
+import stat
 import subprocess
 import sys
 
@@ -289,3 +291,16 @@ def test_bad_inputs_are_named(tmp_path, tiny_tokenizer, pretrained):
         read_checkpoint(tmp_path / "other.ckpt")
     with pytest.raises(FileNotFoundError, match="missing.ckpt"):
         read_checkpoint(tmp_path / "missing.ckpt")
+
+
+def test_exported_folder_follows_the_umask(tmp_path, pretrained, tiny_tokenizer):
+    old = os.umask(0o022)
+    try:
+        out = export_hf_folder(
+            pretrained.state_dict(), pretrained.config, tiny_tokenizer, tmp_path / "hf"
+        )
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o755
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in out.iterdir()}
+    assert "model.safetensors" in modes and set(modes.values()) == {0o644}, modes

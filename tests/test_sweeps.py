@@ -68,6 +68,13 @@ def test_basic_sweep_runs_each_job_in_its_own_folder(tmp_path):
         assert (job / "checkpoints" / "last.ckpt").is_file()
         lrs.append(yaml.safe_load((job / "config_resolved.yaml").read_text())["optim"]["lr"])
     assert lrs == [1e-3, 3e-3]
+    with open(sweep / "multirun_summary.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["job"] for r in rows] == ["0", "1"]
+    assert [r["status"] for r in rows] == ["COMPLETED", "COMPLETED"]
+    for row, lr, job in zip(rows, ("0.001", "0.003"), jobs, strict=True):
+        assert row["overrides"] == f"optim.lr={lr}"  # what all jobs share is left out
+        assert float(row["val/loss"]) == pytest.approx(last_val_loss(job), abs=1e-5)
 
 
 @pytest.mark.slow

@@ -1,9 +1,11 @@
 import csv
 import os
+import sys
 
 import pytest
 import torch
 from hydra.errors import InstantiationException
+from hydra.utils import instantiate
 
 from bert_lightning.config import compose
 from bert_lightning.data.corpus import BadRecordError
@@ -78,3 +80,26 @@ def test_missing_data_path_is_named(tmp_path):
     # Hydra wraps errors raised while instantiating; the message keeps ours
     with pytest.raises(InstantiationException, match="nope/\\*.json.gz: no file matches"):
         train(cfg)
+
+
+@pytest.mark.parametrize("option", ["wandb", "tensorboard"])
+def test_logger_without_its_package_is_a_one_line_hint(tmp_path, monkeypatch, option):
+    monkeypatch.setitem(sys.modules, option, None)  # as if not installed
+    cfg = compose(overrides=tiny_overrides(tmp_path, f"logger={option}"))
+    with pytest.raises(SystemExit) as e:
+        instantiate(cfg.logger[option])
+    assert str(e.value) == f'logger={option} needs {option}: pip install "bert-lightning[{option}]"'
+
+
+@pytest.mark.slow
+def test_tensorboard_logger_writes_event_files(tmp_path):
+    pytest.importorskip("tensorboard")
+    out = tmp_path / "run"
+    run(out, "logger=tensorboard", "trainer.max_steps=2", "validate_before_fit=false")
+    (events,) = (out / "tensorboard").glob("events.out.tfevents.*")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(events))
+    acc.Reload()
+    assert "train/loss" in acc.Tags()["scalars"]
+    assert (out / "metrics.csv").is_file()  # the CSV logger still runs beside it

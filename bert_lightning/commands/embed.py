@@ -10,7 +10,7 @@ import torch
 from tqdm import tqdm
 
 from bert_lightning.checkpoint import atomic_path, encoder_from, read_checkpoint
-from bert_lightning.data.tables import column, read_table, text_values
+from bert_lightning.data.tables import DataError, column, read_table, text_values
 from bert_lightning.model.heads import POOLINGS, pool
 
 
@@ -33,10 +33,18 @@ def embed(
 
 
 def read_texts(path: str, column_name: str = "text") -> list[str]:
-    """A `.txt` file (one text a line) or a table's `column_name`."""
+    """A `.txt` file (one text a line) or a table's `column_name`. A blank text is an error:
+    its vector would be [CLS]/[SEP] alone, a silent row that matches nothing."""
     if Path(path).suffix == ".txt":
-        return Path(path).read_text(encoding="utf-8").splitlines()
-    return text_values(column(read_table(path), column_name, path), path, column_name)
+        texts = Path(path).read_text(encoding="utf-8").splitlines()
+        where = "line {}"
+    else:
+        texts = text_values(column(read_table(path), column_name, path), path, column_name)
+        where = f"row {{}}, column {column_name!r}"
+    for i, text in enumerate(texts):
+        if not text.strip():
+            raise DataError(f"{path}: {where.format(i + 1)}: empty text (one vector per text)")
+    return texts
 
 
 def register(sub) -> None:

@@ -281,7 +281,8 @@ class PretrainDataModule(L.LightningDataModule):
             sampler=sampler,
             collate_fn=self.collator(),
             num_workers=self.num_workers,
-            persistent_workers=self.num_workers > 0,
+            persistent_workers=self.num_workers > 0,  # no worker restart at each epoch
+            pin_memory=torch.cuda.is_available(),  # asynchronous host-to-GPU copies
         )
 
     def train_dataloader(self):

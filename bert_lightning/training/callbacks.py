@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import time
-from collections import deque
 from pathlib import Path
 
 import lightning as L
@@ -42,42 +41,51 @@ class TokenThroughput(L.Callback):
     """Logs `train/tokens_per_s` (real tokens, padding excluded), `train/samples_per_s` and,
     when the module has `flops_per_batch(batch)`, `train/flops_per_s` (useful FLOPs) and
     `train/mfu` against `peak_flops` (per device; None: the device table, and no MFU where the
-    peak is unknown). Averaged over the last `window` steps, wall clock between step ends (data
-    loading included)."""
+    peak is unknown).
 
-    def __init__(self, window: int = 20, peak_flops: float | None = None):
-        self.window, self.peak_flops = window, peak_flops
-        self.marks: deque = deque(maxlen=window + 1)  # (time, tokens, samples, flops) so far
+    The counts add up on the device and are read once per logged step (`log_every_n_steps`):
+    a host-device synchronisation on every step would stall a GPU's queue. Each figure is the
+    rate over the steps since the previous read, wall clock between the reads (data loading
+    included)."""
+
+    def __init__(self, peak_flops: float | None = None):
+        self.peak_flops = peak_flops
         self.peak: float | None = None
+        self.counts = None  # (3,) tokens, samples, FLOPs since the start of the fit, on device
+        self.mark: tuple[float, list[float]] | None = None  # (time, counts) at the last read
 
     def on_train_start(self, trainer, pl_module):
-        self.marks.clear()
+        self.counts, self.mark = None, None
         self.peak = self.peak_flops or device_peak_flops(
             pl_module.device, trainer.precision_plugin.precision
         )
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        import torch
+
+        ids = batch["input_ids"]
         mask = batch.get("attention_mask")
-        tokens = mask.sum() if mask is not None else batch["input_ids"].numel()
-        samples = batch["input_ids"].size(0)
+        tokens = mask.sum() if mask is not None else torch.tensor(ids.numel(), device=ids.device)
         flops_fn = getattr(pl_module, "flops_per_batch", None)
-        flops = flops_fn(batch) if flops_fn else 0
-        prev = self.marks[-1][1:] if self.marks else (0, 0, 0)
-        counts = [a + b for a, b in zip(prev, (tokens, samples, flops), strict=True)]
-        self.marks.append((time.perf_counter(), *counts))
-        if len(self.marks) < 2:
+        flops = flops_fn(batch) if flops_fn else tokens.new_zeros(())
+        step = torch.stack([tokens, tokens.new_tensor(ids.size(0)), flops]).double()  # (3,)
+        self.counts = step if self.counts is None else self.counts + step
+        if not trainer._logger_connector.should_update_logs and self.mark is not None:
             return
-        (t0, *c0), (t1, *c1) = self.marks[0], self.marks[-1]
-        # ranks see equal shares on average
-        tok, smp, flo = (
-            float(b - a) * trainer.world_size / (t1 - t0) for a, b in zip(c0, c1, strict=True)
-        )
-        pl_module.log("train/tokens_per_s", tok, prog_bar=True)
-        pl_module.log("train/samples_per_s", smp)
-        if flops_fn:
-            pl_module.log("train/flops_per_s", flo)
-            if self.peak:
-                pl_module.log("train/mfu", flo / (self.peak * trainer.world_size))
+        now, counts = time.perf_counter(), self.counts.tolist()  # the one read
+        if self.mark is not None and now > self.mark[0]:
+            # ranks see equal shares on average
+            rate = [
+                (b - a) * trainer.world_size / (now - self.mark[0])
+                for a, b in zip(self.mark[1], counts, strict=True)
+            ]
+            pl_module.log("train/tokens_per_s", rate[0], prog_bar=True)
+            pl_module.log("train/samples_per_s", rate[1])
+            if flops_fn:
+                pl_module.log("train/flops_per_s", rate[2])
+                if self.peak:
+                    pl_module.log("train/mfu", rate[2] / (self.peak * trainer.world_size))
+        self.mark = (now, counts)
 
 
 def _csv_metrics(trainer: L.Trainer) -> Path | None:

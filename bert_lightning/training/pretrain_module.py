@@ -3,11 +3,12 @@ the data are sentence pairs."""
 
 from __future__ import annotations
 
+import torch
 from torchmetrics.classification import BinaryAccuracy, MulticlassAccuracy
 from torchmetrics.text import Perplexity
 
 from bert_lightning.data.mlm import OBJECTIVES
-from bert_lightning.model import BertConfig, BertForPreTraining, pretraining_flops, query_rows
+from bert_lightning.model import BertConfig, BertForPreTraining, pretraining_flops
 from bert_lightning.training.module_base import EncoderModule
 
 
@@ -53,12 +54,14 @@ class BertPretrainModule(EncoderModule):
             batch.get("next_sentence_label") if self.nsp else None,
         )
 
-    def flops_per_batch(self, batch: dict) -> int:
-        """Useful FLOPs of a training step on `batch` (TokenThroughput's MFU)."""
+    def flops_per_batch(self, batch: dict) -> torch.Tensor:
+        """Useful FLOPs of a training step on `batch` (TokenThroughput's MFU), as a device
+        tensor: `pretraining_flops` is linear in its counts, so nothing is read to the host."""
         B, T = batch["input_ids"].shape
-        picked = batch["labels"] != -100
-        rows = query_rows(picked)[0].numel()
-        return pretraining_flops(self.model.config, B, T, int(picked.sum()), rows)
+        picked = batch["labels"] != -100  # (B, T)
+        keep = picked.clone()
+        keep[:, 0] = True  # the last layer's rows: [CLS] and the picked (query_rows' B x R)
+        return pretraining_flops(self.model.config, B, T, picked.sum(), B * keep.sum(1).max())
 
     def training_step(self, batch, batch_idx):
         out = self(batch)

@@ -1,0 +1,66 @@
+"""The one table of `bench/gpu_check.sh`: `python bench/gpu_summary.py OUT` reads the JSON each
+check wrote in OUT (and the GPU run's metrics.csv) and prints markdown; a check that did not
+finish shows as `-`."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+
+
+def load(path: Path):
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def step_rows(out: Path) -> list[str]:
+    rows = []
+    for mode in ("eager", "compiled"):
+        for r in load(out / f"step_{mode}.json") or []:
+            peak = r.get("table_peak_gflops")
+            mfu = f"{r['gflops'] / peak:.1%}" if peak else "-"
+            measured = f"{r['gflops'] / r['peak_gflops']:.0%}"
+            rows.append(
+                f"| {r['size']} bare step, {mode}, batch {r['batch']} x 128 | {mfu} "
+                f"({measured} of a measured bf16 matmul) | {r['ours_tok_s']:,.0f} tok/s vs "
+                f"transformers {r['theirs_tok_s']:,.0f} ({r['ratio']:.2f}x) |"
+            )
+    return rows or ["| step bench | - | - |"]
+
+
+def fit_row(out: Path) -> str:
+    f = load(out / "fit_overhead.json")
+    if not f:
+        return "| train.py fit vs bare step, bert_base | - | - |"
+    return (
+        f"| train.py fit vs bare step, bert_base | median step {f['median_overhead']:+.1%}, "
+        f"mean {f['mean_overhead']:+.1%} (checkpoints included) | |"
+    )
+
+
+def train_row(out: Path) -> str:
+    metrics = sorted((out / "train_gpu").glob("**/metrics.csv"))
+    if not metrics:
+        return "| 2-minute train.py trainer=gpu model=bert_base | - | - |"
+    with open(metrics[-1], newline="") as f:
+        rows = list(csv.DictReader(f))
+    last = lambda k: next((r[k] for r in reversed(rows) if r.get(k)), None)  # noqa: E731
+    tok, mfu, val = last("train/tokens_per_s"), last("train/mfu"), last("val/loss")
+    steps = max(int(r["step"]) for r in rows)
+    figures = f"{steps} steps; tokens/s {float(tok):,.0f}" if tok else f"{steps} steps"
+    if mfu:
+        figures += f"; MFU {float(mfu):.1%}"
+    return f"| 2-minute train.py trainer=gpu model=bert_base | {figures} | val/loss {val} |"
+
+
+def main(out: Path) -> None:
+    gpu = (out / "gpu.txt").read_text().strip() if (out / "gpu.txt").is_file() else "?"
+    print(f"GPU: {gpu}\n")
+    print("| check | figure | against |\n|---|---|---|")
+    for row in [*step_rows(out), fit_row(out), train_row(out)]:
+        print(row)
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))

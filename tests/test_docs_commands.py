@@ -1,0 +1,187 @@
+"""Every `python train.py`, `python finetune.py` and `bert-lightning` command in README.md and
+docs/ runs, with tiny overrides appended (a tiny model, 2 steps, a small slice of the bundled
+sample, a temporary folder), or is skipped with its reason (GPUs, real C4 shards). The files a
+command names (`ads.csv`, `path/to/hf_bert_folder`, a run's `last.ckpt`, ...) are made in the
+temporary working folder first, so a command added to the docs is tested without anyone
+remembering to."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from bert_lightning import cli
+from bert_lightning.config import compose
+from bert_lightning.training.finetune import finetune
+from bert_lightning.training.pretrain import train
+from conftest import tiny_overrides, write_corpus
+from finetune_fixtures import (
+    ad_rows,
+    regression_rows,
+    sentiment_rows,
+    write_conll,
+    write_csv,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+STARTS = ("python train.py", "python finetune.py", "bert-lightning ", "python -m bert_lightning ")
+SKIPS = [  # (pattern in the command, why it cannot run on a CPU test machine)
+    (r"trainer\.devices=(?:[2-9]|\d\d|\$)|trainer=(?:gpu|ddp|fsdp|deepspeed)\b", "needs GPUs"),
+    (r"experiment=bert_base_c4|/data/c4", "needs real C4 shards (and GPUs)"),
+    (r"\.\.\.", "elided arguments: a form, not a command"),
+    (r"download-c4", "downloads from the Hugging Face hub (test_download_c4 serves it locally)"),
+]
+TINY_MODEL = [
+    "model.hidden_size=32",
+    "model.num_hidden_layers=2",
+    "model.num_attention_heads=2",
+    "model.intermediate_size=64",
+]
+STEPS = ["trainer.max_steps=2", "trainer.accelerator=cpu", "trainer.enable_progress_bar=false"]
+
+
+def doc_commands() -> list[tuple[str, str]]:
+    """(where, command) for each command line in a fenced block, and each inline code span that
+    is a whole `python train.py|finetune.py ...` command (inline `bert-lightning x` are names)."""
+    found, seen = [], set()
+    for doc in DOCS:
+        text = doc.read_text()
+        fenced = False
+        lines = text.splitlines()
+        i = 0
+        while i < len(lines):
+            line, where = lines[i], f"{doc.name}:{i + 1}"
+            while line.endswith("\\") and i + 1 < len(lines):
+                i += 1
+                line = line[:-1] + " " + lines[i].strip()
+            i += 1
+            if line.lstrip().startswith("```"):
+                fenced = not fenced
+                continue
+            spans = [line] if fenced else re.findall(r"`(python [^`]+)`", line)
+            for span in spans:
+                for part in re.split(r"&&|;", span):
+                    part = re.sub(r"\s+#\s.*$", "", part).strip()
+                    if part.startswith(STARTS) and part not in seen:
+                        seen.add(part)
+                        found.append((where, part))
+    return found
+
+
+COMMANDS = doc_commands()
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    """A working folder holding every file the docs' commands name."""
+    ws = tmp_path_factory.mktemp("docs")
+    pre = ws / "outputs/pretrain/runs/RUN"
+    corpus = write_corpus(pre / "corpus.jsonl", 30)
+    train(compose(overrides=tiny_overrides(pre, *STEPS, "validate_before_fit=false")))
+    binary = [{**r, "label": int(r["label"] >= 2)} for r in ad_rows(12)]  # task default
+    write_csv(ws / "ads.csv", binary)
+    write_csv(ws / "pairs.csv", binary[:6])
+    write_csv(ws / "train.tsv", sentiment_rows(48), sep="\t")
+    write_csv(ws / "dev.tsv", sentiment_rows(16, seed=1), sep="\t")
+    write_conll(ws / "train.conll")
+    rows = pd.DataFrame(regression_rows(48)).rename(columns={"text": "title", "target": "bid"})
+    rows.to_parquet(ws / "bids.parquet")
+    (ws / "texts.txt").write_text("the cat sat\non the mat\n")
+    ckpt = pre / "checkpoints" / "last.ckpt"
+    fine = ws / "outputs/finetune/runs/RUN"
+    finetune(
+        compose(
+            "finetune",
+            [
+                "task=ad_relevance",
+                f"task.train_file={ws / 'ads.csv'}",
+                f"pretrained={ckpt}",
+                f"paths.output_dir={fine}",
+                *STEPS,
+            ],
+        )
+    )
+    hf = ws / "path/to/hf_bert_folder"
+    cli.main(["export-hf", str(ckpt), str(hf)])
+    (ws / "path/to/model").symlink_to(hf)
+    (ws / "path/to/bert-base-uncased").mkdir(parents=True)
+    (ws / "path/to/bert-base-uncased/vocab.txt").write_bytes((hf / "vocab.txt").read_bytes())
+    return {"ws": ws, "corpus": corpus, "pretrain": ckpt, "finetune": fine / "checkpoints"}
+
+
+def substitute(command: str, ws: dict) -> str:
+    """Placeholders of the docs -> the workspace's files."""
+
+    def ckpt(m: re.Match) -> str:
+        if "finetune" in m.group(0):
+            return str(next(ws["finetune"].glob("best-step*.ckpt")))
+        return str(ws["pretrain"])
+
+    command = re.sub(r"[^\s=<]*<[^>]+>[^\s=]*\.ckpt", ckpt, command)
+    return command.replace("/path/to/", "path/to/")
+
+
+def run_command(args: list[str], tmp: Path, ws: dict) -> None:
+    out = f"paths.output_dir={tmp / 'out'}"
+    if args[0] == "bert-lightning" or args[:3] == ["python", "-m", "bert_lightning"]:
+        argv = args[1:] if args[0] == "bert-lightning" else args[3:]
+        report = ["trainer.max_steps=2", "trainer.log_every_n_steps=1"]  # its runs' overrides
+        cli.main(argv + report * (argv[0] == "report"))
+        return
+    script, overrides = args[1], args[2:]
+    chosen = " ".join(overrides)
+    tiny = [*STEPS, out]
+    if "experiment=" not in chosen:
+        tiny += TINY_MODEL
+    if script == "train.py":
+        tiny += ["validate_before_fit=false", "trainer.val_check_interval=2"]
+        if "experiment=" not in chosen:
+            tiny += [f"data.train_files={ws['corpus']}", "data.val_docs=5"]
+            tiny += ["data.tokenizer.vocab_size=600", "data.max_seq_length=32"]
+            tiny += ["data.batch_size=8", f"data.cache_dir={tmp / 'cache'}"]
+    else:
+        tiny += ["max_seq_length=32", "batch_size=8"]
+    if "hparams_search=" in chosen:
+        tiny.append("hydra.sweeper.n_trials=2")
+    if "-m" in overrides or "hparams_search=" in chosen:  # a multirun needs Hydra's launcher
+        multirun = [o for o in overrides if o != "-m"] + [o for o in tiny if o != out]
+        multirun.append(f"hydra.sweep.dir={tmp / 'sweep'}")
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        r = subprocess.run(
+            [sys.executable, str(ROOT / script), "-m", *multirun],
+            cwd=ws["ws"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert r.returncode == 0, r.stderr[-3000:]
+        return
+    name = "train" if script == "train.py" else "finetune"
+    cfg = compose(name, [*overrides, *tiny])
+    train(cfg) if name == "train" else finetune(cfg)
+
+
+def test_the_docs_have_commands():
+    kinds = {c.split()[1] if c.startswith("python") else "cli" for _, c in COMMANDS}
+    assert {"train.py", "finetune.py", "cli"} <= kinds, COMMANDS
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where, command", COMMANDS, ids=[w for w, _ in COMMANDS])
+def test_documented_command_runs(where, command, workspace, tmp_path, monkeypatch):
+    for pattern, why in SKIPS:
+        if re.search(pattern, command):
+            pytest.skip(f"{why}: {command}")
+    monkeypatch.chdir(workspace["ws"])
+    args = shlex.split(substitute(command, workspace))
+    args = [a.replace("my-bert-hf", str(tmp_path / "my-bert-hf")) for a in args]
+    run_command(args, tmp_path, workspace)
