@@ -89,7 +89,7 @@ def test_report_command_prints_tables_and_saves_plots(tmp_path, monkeypatch, cap
     """`bert-lightning report brackets OUT overrides...`: the overrides reach every run, the
     tables carry the reported numbers, results.json and both plots are written."""
     from bert_lightning.cli import main
-    from bert_lightning.experiments.brackets.report import report as brackets
+    from bert_lightning.experiments.brackets import report as brackets
 
     seen = {}
 
