@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import csv
+import logging
+import sys
 import time
 from pathlib import Path
 
 import lightning as L
+from lightning.pytorch.callbacks import ModelSummary, ProgressBar
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.utilities import rank_zero_only
 
 from bert_lightning.atomic import atomic_path
+
+log = logging.getLogger(__name__)
 
 # Dense (no sparsity) bf16/fp16 tensor-core peaks from NVIDIA's datasheets, FLOP/s, matched by
 # substring of torch.cuda.get_device_name (most specific first). Lightning's own table lists the
@@ -86,6 +91,125 @@ class TokenThroughput(L.Callback):
                 if self.peak:
                     pl_module.log("train/mfu", rate[2] / (self.peak * trainer.world_size))
         self.mark = (now, counts)
+
+
+def _fmt(v) -> str:
+    v = float(v)
+    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
+
+
+def _eta(seconds: float) -> str:
+    m, s = divmod(int(seconds), 60)
+    h, m = divmod(m, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
+
+
+class StepProgressBar(ProgressBar):
+    """Progress over the run's optimizer steps, not epochs (pretraining counts steps; an
+    epoch count of -1 showed as `Epoch 0/-2`): on a terminal one tqdm bar, step / total with
+    loss, tokens/s and ETA; otherwise (CI, files, SLURM logs) a plain line every `every`
+    steps. Either way a line with the validation metrics after each validation. The metrics
+    are read (a host sync) only when shown: every `refresh` steps on the bar."""
+
+    def __init__(self, every: int = 50, refresh: int = 10, tty: bool | None = None):
+        super().__init__()
+        self.every, self.refresh, self.tty = every, refresh, tty
+        self.enabled, self.bar, self.t0, self.step0 = True, None, 0.0, 0
+
+    def disable(self) -> None:
+        self.enabled = False
+
+    def enable(self) -> None:
+        self.enabled = True
+
+    def _total(self, trainer) -> int | None:
+        if trainer.max_steps and trainer.max_steps > 0:
+            return trainer.max_steps
+        total = trainer.estimated_stepping_batches
+        return int(total) if total != float("inf") else None
+
+    def _shown(self, trainer, pl_module, prefix: str) -> dict[str, str]:
+        metrics = self.get_metrics(trainer, pl_module)
+        return {k.split("/")[-1]: _fmt(v) for k, v in metrics.items() if k.startswith(prefix)}
+
+    def _text(self, trainer, pl_module, prefix: str) -> str:
+        return " ".join(f"{k} {v}" for k, v in self._shown(trainer, pl_module, prefix).items())
+
+    def on_train_start(self, trainer, pl_module):
+        if not self.enabled:
+            return
+        self.t0, self.step0 = time.perf_counter(), trainer.global_step
+        tty = sys.stderr.isatty() if self.tty is None else self.tty
+        if tty:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(
+                total=self._total(trainer),
+                initial=trainer.global_step,
+                desc="train",
+                unit="step",
+                dynamic_ncols=True,
+                file=sys.stderr,
+            )
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if not self.enabled:
+            return
+        step = trainer.global_step
+        if self.bar is not None:
+            self.bar.update(step - self.bar.n)
+            if step % self.refresh == 0:
+                self.bar.set_postfix(self._shown(trainer, pl_module, "train/"), refresh=False)
+        elif step % self.every == 0:
+            total, done = self._total(trainer), step - self.step0
+            rate = done / max(time.perf_counter() - self.t0, 1e-9)
+            line = f"step {step}/{total}" if total else f"step {step}"
+            shown = " ".join(
+                f"{k} {v}" for k, v in self._shown(trainer, pl_module, "train/").items()
+            )
+            eta = f" eta {_eta((total - step) / rate)}" if total and rate > 0 else ""
+            print(f"{line} {shown}{eta}", flush=True)
+
+    def on_validation_end(self, trainer, pl_module):
+        if not self.enabled or trainer.sanity_checking:
+            return
+        shown = self._text(trainer, pl_module, "val/")
+        if shown:
+            self.print(f"validation at step {trainer.global_step}: {shown}")
+
+    def print(self, *args, **kwargs) -> None:
+        (self.bar.write if self.bar is not None else print)(" ".join(map(str, args)))
+
+    def on_train_end(self, trainer, pl_module):
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+class FlopFreeModelSummary(ModelSummary):
+    """Lightning's summary table without its FLOPs column and total: it counts FLOPs only
+    with an example input (it printed `Total FLOPs: 0`); the throughput callback logs the
+    FLOPs of our own step instead."""
+
+    @staticmethod
+    def summarize(
+        summary_data,
+        total_parameters,
+        trainable_parameters,
+        model_size,
+        total_training_modes,
+        total_flops,
+        **kwargs,
+    ) -> None:
+        from lightning.pytorch.utilities.model_summary.model_summary import (
+            _format_summary_table,
+        )
+
+        data = [(k, v) for k, v in summary_data if k != "FLOPs"]
+        table = _format_summary_table(
+            total_parameters, trainable_parameters, model_size, total_training_modes, 0, *data
+        )
+        log.info("\n" + "\n".join(line for line in table.splitlines() if "FLOPs" not in line))
 
 
 def _csv_metrics(trainer: L.Trainer) -> Path | None:

@@ -8,6 +8,7 @@ from typing import Any
 
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from bert_lightning.atomic import atomic_path
@@ -27,6 +28,8 @@ class MultirunSummary(Callback):
         self.rows: list[dict[str, Any]] = []
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
+        if config.hydra.mode != RunMode.MULTIRUN:  # a single run has no job number, no sweep
+            return
         ok = job_return.status == JobStatus.COMPLETED
         value = job_return._return_value if ok else None  # .return_value re-raises a failure
         self.rows.append(
