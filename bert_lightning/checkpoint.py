@@ -26,10 +26,10 @@ class Checkpoint:
     source: str = ""
 
 
-def torch_load(path: str | Path) -> dict:
+def torch_load(path: str | Path, mmap: bool = True) -> dict:
     """Weights-only (never runs pickled code), memory-mapped: a big checkpoint is not read
-    whole to look at its tokenizer."""
-    return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    whole to look at its tokenizer (old HF `.bin` files predate the format mmap needs)."""
+    return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
 
 
 def checkpoint_tokenizer(path: str | Path) -> str:
@@ -56,7 +56,7 @@ def read_hf_weights(folder: Path) -> dict[str, torch.Tensor]:
 
         return load_file(folder / "model.safetensors")
     if (folder / "pytorch_model.bin").is_file():
-        return torch_load(folder / "pytorch_model.bin")
+        return torch_load(folder / "pytorch_model.bin", mmap=False)
     raise FileNotFoundError(f"{folder}: neither model.safetensors nor pytorch_model.bin")
 
 
