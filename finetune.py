@@ -1,10 +1,11 @@
-"""Fine-tune: `python finetune.py task=ad_relevance task.train_file=... pretrained=...`."""
+"""Fine-tune: `python finetune.py task=ad_relevance task.train_file=... pretrained=...`
+(installed: `bert-lightning finetune ...`)."""
 
 import hydra
 from omegaconf import DictConfig
 
 from bert_lightning.config import CONFIG_DIR
-from bert_lightning.finetune.run import finetune
+from bert_lightning.training.finetune import finetune
 
 
 @hydra.main(config_path=str(CONFIG_DIR), config_name="finetune", version_base="1.3")

@@ -1,10 +1,11 @@
-"""Pretrain a BERT encoder: `python train.py [model=bert_mini] [trainer.devices=8] ...`."""
+"""Pretrain a BERT encoder: `python train.py [model=bert_mini] [trainer.devices=8] ...`
+(installed: `bert-lightning pretrain ...`)."""
 
 import hydra
 from omegaconf import DictConfig
 
 from bert_lightning.config import CONFIG_DIR
-from bert_lightning.train import train
+from bert_lightning.training.pretrain import train
 
 
 @hydra.main(config_path=str(CONFIG_DIR), config_name="train", version_base="1.3")

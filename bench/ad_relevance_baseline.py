@@ -1,5 +1,5 @@
 """The baselines of an ad relevance fine-tune without the fine-tune: BM25 and the zero-shot
-cosine of `pretrained=` (bert_lightning/finetune/baselines.py), on the test rows that
+cosine of `pretrained=` (bert_lightning/training/baselines.py), on the test rows that
 `finetune.py` with the same Hydra overrides would test on (same split, subsample and metrics).
 
     python bench/ad_relevance_baseline.py dataset=home_depot data_dir=... pretrained=... [overrides]
@@ -11,8 +11,8 @@ import sys
 from omegaconf import OmegaConf
 
 from bert_lightning.config import compose
-from bert_lightning.finetune.baselines import ad_relevance_baselines
-from bert_lightning.finetune.tasks import load_splits, make_task
+from bert_lightning.tasks.kinds import load_splits, make_task
+from bert_lightning.training.baselines import ad_relevance_baselines
 
 
 def main(overrides: list[str]) -> dict:

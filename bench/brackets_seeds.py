@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from bert_lightning.experiments.brackets import run_all
+from bert_lightning.experiments.brackets.report import run_all
 
 QUIET = ["trainer.enable_progress_bar=false", "trainer.enable_model_summary=false"]
 

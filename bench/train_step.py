@@ -4,9 +4,10 @@
     python bench/train_step.py --sizes bert_base --device cuda --compile   # on a GPU
 
 Same config (vocab 30,522), same weights, same batch (packed, 15% picked, NSP labels), same AdamW
-(`bert_lightning.optim.adamw`). Steps alternate ours/theirs after warm-up; each figure is a median
-over steps. Our achieved FLOP/s counts only the work we do (`pretraining_flops`) and is set
-against a matmul peak measured between the steps (same noise), or, on a GPU, the device table.
+(`bert_lightning.training.optim.adamw`). Steps alternate ours/theirs after warm-up; each
+figure is a median over steps. Our achieved FLOP/s counts only the work we do
+(`pretraining_flops`) and is set against a matmul peak measured between the steps (same
+noise), or, on a GPU, the device table.
 """
 
 from __future__ import annotations
@@ -23,12 +24,12 @@ import torch
 from omegaconf import OmegaConf
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from bert_lightning.callbacks import device_peak_flops
 from bert_lightning.interop import ours_to_hf
 from bert_lightning.model import BertConfig, BertForPreTraining, pretraining_flops, query_rows
-from bert_lightning.optim import adamw
+from bert_lightning.training.callbacks import device_peak_flops
+from bert_lightning.training.optim import adamw
 
-CONF = Path(__file__).resolve().parents[1] / "conf" / "model"
+CONF = Path(__file__).resolve().parents[1] / "bert_lightning" / "conf" / "model"
 STEPS = {"bert_mini": 12, "bert_small": 8, "bert_base": 4}  # timed steps per model, CPU
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-CONFIG_DIR = Path(__file__).resolve().parents[1] / "conf"
+CONFIG_DIR = Path(__file__).resolve().parent / "conf"
 ASSETS = Path(__file__).resolve().parent / "assets"
 
 
@@ -17,13 +17,6 @@ def bundled(name: str) -> str:
     if not path.is_file():
         raise FileNotFoundError(f"no bundled file {name!r} in {ASSETS}")
     return str(path)
-
-
-def brackets_grammar(folder: str, name: str) -> str:
-    """A file of the brackets grammar task (generated on first use under `folder`)."""
-    from bert_lightning.data.brackets import write_grammar_data
-
-    return str(write_grammar_data(folder) / name)
 
 
 def package_dir(name: str, *parts: str) -> str:
@@ -38,7 +31,6 @@ def package_dir(name: str, *parts: str) -> str:
 
 OmegaConf.register_new_resolver("bundled", bundled, replace=True)
 OmegaConf.register_new_resolver("package_dir", package_dir, replace=True)
-OmegaConf.register_new_resolver("brackets_grammar", brackets_grammar, replace=True)
 
 
 def compose(config_name: str = "train", overrides: list[str] | None = None) -> DictConfig:

@@ -1,4 +1,5 @@
-"""Hugging Face BERT checkpoints <-> this model: the one key map, used both ways.
+"""Hugging Face BERT checkpoints <-> this model: the one key map, used both ways, and the
+export to a Hugging Face folder (reading one is `bert_lightning.checkpoint`).
 
 Our parameter names are HF BERT's (`BertForPreTraining` key space: `bert.*`, `cls.*`, task
 heads such as `classifier.*`), so the map is mostly identity; it only bridges what HF files
@@ -9,17 +10,14 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import shutil
-import tempfile
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, fields
 from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer
 
+from bert_lightning.atomic import atomic_path
 from bert_lightning.model import BertConfig
-from bert_lightning.tokenizer import load_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -62,43 +60,6 @@ def config_from_hf(path: str | Path) -> BertConfig:
         raise ValueError(f"{path}: only absolute position embeddings are supported")
     names = {f.name for f in fields(BertConfig)}
     return BertConfig(**{k: v for k, v in raw.items() if k in names})
-
-
-def read_hf_weights(folder: Path) -> dict[str, torch.Tensor]:
-    """`model.safetensors`, else `pytorch_model.bin` loaded weights-only (never unpickled)."""
-    if (folder / "model.safetensors").is_file():
-        from safetensors.torch import load_file
-
-        return load_file(folder / "model.safetensors")
-    if (folder / "pytorch_model.bin").is_file():
-        return torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
-    raise FileNotFoundError(f"{folder}: neither model.safetensors nor pytorch_model.bin")
-
-
-@dataclass
-class HFCheckpoint:
-    config: BertConfig
-    state_dict: dict[str, torch.Tensor]  # our key space
-    tokenizer: Tokenizer
-
-
-def load_hf_folder(folder: str | Path) -> HFCheckpoint:
-    """A Hugging Face BERT folder: config.json, weights, tokenizer.json or vocab.txt."""
-    folder = Path(folder)
-    if not (folder / "config.json").is_file():
-        raise FileNotFoundError(f"{folder}: no config.json (not a Hugging Face model folder)")
-    for name in ("tokenizer.json", "vocab.txt"):
-        if (folder / name).is_file():
-            tokenizer = load_tokenizer(folder / name)
-            break
-    else:
-        raise FileNotFoundError(f"{folder}: neither tokenizer.json nor vocab.txt")
-    # HF files often fix padding/truncation (e.g. pad to 128): framing is our pipeline's job
-    tokenizer.no_padding()
-    tokenizer.no_truncation()
-    return HFCheckpoint(
-        config_from_hf(folder / "config.json"), hf_to_ours(read_hf_weights(folder)), tokenizer
-    )
 
 
 def load_into(model: torch.nn.Module, state: dict[str, torch.Tensor], prefix: str = "") -> None:
@@ -222,13 +183,6 @@ def hf_tokenizer_files(tok: Tokenizer, model_max_length: int) -> dict[str, str]:
     }
 
 
-def current_umask() -> int:
-    """The process umask (os.umask can only be read by setting it)."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
 def export_hf_folder(
     state: dict[str, torch.Tensor],
     config: BertConfig,
@@ -268,49 +222,9 @@ def export_hf_folder(
     files = {"config.json": json.dumps(hf_config(config, arch, dtype, **head), indent=2) + "\n"}
     files.update(hf_tokenizer_files(tokenizer, config.max_position_embeddings))
 
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-    try:
+    with atomic_path(out_dir, folder=True) as tmp:  # an old folder goes once the new is whole
         save_file(weights, tmp / "model.safetensors", metadata={"format": "pt"})
         for name, text in files.items():
             (tmp / name).write_text(text, encoding="utf-8")
-        umask = current_umask()  # mkdtemp makes the folder 0700; the user's umask decides
-        os.chmod(tmp, 0o777 & ~umask)
-        for f in tmp.iterdir():
-            os.chmod(f, 0o666 & ~umask)
-        if out_dir.exists():  # overwrite: the old folder goes only once the new one is whole
-            old = out_dir.with_name(f".{out_dir.name}.old{os.getpid()}")
-            os.replace(out_dir, old)
-            os.replace(tmp, out_dir)
-            shutil.rmtree(old)
-        else:
-            os.replace(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     log.info("wrote %s (%s, %d tensors)", out_dir, arch, len(weights))
     return out_dir
-
-
-@dataclass
-class OurCheckpoint:
-    config: BertConfig
-    state_dict: dict[str, torch.Tensor]  # our key space, without Lightning's `model.` prefix
-    tokenizer: Tokenizer
-    hparams: dict
-
-
-def read_checkpoint(path: str | Path) -> OurCheckpoint:
-    """A `.ckpt` of ours (pretraining or fine-tuning), read weights-only."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such checkpoint file")
-    ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    hparams = dict(ckpt.get("hyper_parameters") or {})
-    for key, what in [("state_dict", ckpt), ("config", hparams), ("tokenizer", ckpt)]:
-        if not what.get(key):
-            raise ValueError(f"{path}: no {key!r} in the checkpoint: not a bert_lightning .ckpt")
-    state = {k[len("model.") :]: v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}
-    return OurCheckpoint(
-        BertConfig(**hparams["config"]), state, Tokenizer.from_str(ckpt["tokenizer"]), hparams
-    )

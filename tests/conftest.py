@@ -7,10 +7,14 @@ import torch
 
 from bert_lightning.config import bundled
 from bert_lightning.data.corpus import iter_documents
-from bert_lightning.tokenizer import train_wordpiece
+from bert_lightning.data.tokenizer import train_wordpiece
 
 SAMPLE = bundled("c4_sample.jsonl")
-OPTIM = {"_target_": "bert_lightning.optim.adamw", "_partial_": True, "lr": 1e-3}  # conf/optim
+OPTIM = {
+    "_target_": "bert_lightning.training.optim.adamw",
+    "_partial_": True,
+    "lr": 1e-3,
+}  # conf/optim
 
 
 def tiny_overrides(out_dir: Path, *extra: str) -> list[str]:

@@ -11,8 +11,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from bert_lightning.data.tokenizer import save_tokenizer, train_wordpiece
 from bert_lightning.model import BertConfig, BertForPreTraining
-from bert_lightning.tokenizer import save_tokenizer, train_wordpiece
 
 GOOD = ["great", "good", "fine", "lovely", "nice"]
 BAD = ["awful", "bad", "poor", "terrible", "ugly"]

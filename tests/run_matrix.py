@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 from bert_lightning.config import compose
-from bert_lightning.finetune.run import finetune
-from bert_lightning.train import train
+from bert_lightning.training.finetune import finetune
+from bert_lightning.training.pretrain import train
 from conftest import tiny_overrides, write_corpus
 from finetune_fixtures import sentiment_rows, write_csv, write_tokenizer
 

@@ -7,17 +7,17 @@ import torch
 from omegaconf import OmegaConf
 from tokenizers import Tokenizer
 
+from bert_lightning.checkpoint import load_encoder, read_checkpoint
 from bert_lightning.config import compose
-from bert_lightning.finetune.baselines import (
+from bert_lightning.data.tables import collate
+from bert_lightning.data.tokenizer import special_ids
+from bert_lightning.tasks.kinds import make_task
+from bert_lightning.training.baselines import (
     bm25_scores,
     score_metrics,
     summary,
     zero_shot_scores,
 )
-from bert_lightning.finetune.data import collate
-from bert_lightning.finetune.tasks import make_task
-from bert_lightning.pretrained import load_encoder, load_pretrained
-from bert_lightning.tokenizer import special_ids
 from finetune_fixtures import write_hf_folder, write_tokenizer
 
 QUERIES = ["red drill", "red drill", "red drill", "oak chair", "oak chair"]
@@ -95,7 +95,7 @@ def test_bi_encoder_starts_from_the_zero_shot_ranking(tmp_path):
         ["dataset=home_depot", "data_dir=.", "paths.output_dir=.", *BI_ENCODER],
     )
     task = make_task(OmegaConf.to_container(cfg.task, resolve=True))
-    pre = load_pretrained(tmp_path / "hf")
+    pre = read_checkpoint(tmp_path / "hf")
     model = task.build_model(pre.config)
     load_encoder(model, pre)
     queries, ads = ["the good movie", "bob", "a"], ["a nice film", "bob in paris was great", "b"]

@@ -1,7 +1,8 @@
 import pytest
 import torch
 
-from bert_lightning.data.brackets import (
+from bert_lightning.data.masking import MaskingConfig
+from bert_lightning.experiments.brackets.data import (
     CLOSERS,
     OPENERS,
     brackets_tokenizer,
@@ -9,8 +10,7 @@ from bert_lightning.data.brackets import (
     to_input_ids,
     ungrammatical,
 )
-from bert_lightning.data.masking import MaskingConfig
-from bert_lightning.experiments.brackets import evaluate, masking_stats, run_all
+from bert_lightning.experiments.brackets.report import evaluate, masking_stats, run_all
 from bert_lightning.model import PreTrainingOutput
 
 TOK = brackets_tokenizer()
@@ -75,7 +75,7 @@ def test_textbook_claims_hold(tmp_path):
 
 
 def test_grammar_rows_are_half_ungrammatical():
-    from bert_lightning.data.brackets import grammar_rows
+    from bert_lightning.experiments.brackets.data import grammar_rows
 
     rows = grammar_rows(2000, 8, torch.Generator().manual_seed(3))
     assert abs(sum(r["label"] for r in rows) / 2000 - 0.5) < 0.05
@@ -89,7 +89,7 @@ def test_report_command_prints_tables_and_saves_plots(tmp_path, monkeypatch, cap
     """`bert-lightning report brackets OUT overrides...`: the overrides reach every run, the
     tables carry the reported numbers, results.json and both plots are written."""
     from bert_lightning.cli import main
-    from bert_lightning.experiments import brackets
+    from bert_lightning.experiments.brackets import report as brackets
 
     seen = {}
 

@@ -9,14 +9,14 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from bert_lightning.checkpoint import read_checkpoint
 from bert_lightning.cli import main
 from bert_lightning.commands.embed import embed, read_texts
 from bert_lightning.commands.fill_mask import fill_mask
 from bert_lightning.config import compose
-from bert_lightning.finetune.data import DataError
-from bert_lightning.finetune.module import FinetuneModule
+from bert_lightning.data.tables import DataError
 from bert_lightning.model import BertForPreTraining
-from bert_lightning.pretrained import load_pretrained
+from bert_lightning.training.finetune_module import FinetuneModule
 from finetune_fixtures import (
     ad_rows,
     tiny_config,
@@ -91,7 +91,7 @@ def test_fill_mask_gives_the_mlm_head_probabilities(tmp_path, tok):
 def test_embed_pools_and_ignores_padding(tmp_path, tok):
     write_hf_folder(tmp_path / "hf", tok, layers=4)
     texts = ["the film", "a lovely story was the plot of the show", "bob"]
-    pre = load_pretrained(tmp_path / "hf")
+    pre = read_checkpoint(tmp_path / "hf")
     model = BertForPreTraining(pre.config).bert.eval()
     model.load_state_dict({k[5:]: v for k, v in pre.state_dict.items()}, strict=False)
     for pooling, width in (("cls", 32), ("mean", 32), ("max", 32), ("last4", 128)):

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from bert_lightning.data.corpus import BadRecordError, iter_documents
-from bert_lightning.data.pretraining import PretrainDataModule
+from bert_lightning.data.mlm import PretrainDataModule
 from conftest import write_corpus
 
 

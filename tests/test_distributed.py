@@ -96,7 +96,7 @@ def test_ddp_two_processes_match_one(tmp_path, reference):
 
 @pytest.mark.slow
 def test_fsdp_two_processes_shard_each_layer_and_match_one(tmp_path, reference):
-    from bert_lightning.interop import read_checkpoint
+    from bert_lightning.checkpoint import read_checkpoint
 
     out = tmp_path / "run"
     probes = run_train(

@@ -10,9 +10,10 @@ import sys
 import pytest
 import torch
 
-from bert_lightning.interop import export_hf_folder, load_hf_folder, load_into, read_checkpoint
+from bert_lightning.checkpoint import load_hf_folder, read_checkpoint
+from bert_lightning.data.tokenizer import special_ids
+from bert_lightning.interop import export_hf_folder, load_into
 from bert_lightning.model import BertConfig, BertForPreTraining, BertModel
-from bert_lightning.tokenizer import special_ids
 
 transformers = pytest.importorskip("transformers")
 
@@ -169,7 +170,7 @@ def test_pre_ln_and_existing_folder_are_refused(tmp_path, tiny_tokenizer, pretra
 
 
 def test_non_cls_pooling_is_refused(tmp_path, tiny_tokenizer):
-    from bert_lightning.finetune.heads import BertForSequenceClassification
+    from bert_lightning.model.heads import BertForSequenceClassification
 
     model = BertForSequenceClassification(
         BertConfig(vocab_size=tiny_tokenizer.get_vocab_size(), **TINY), 2, "max"
@@ -237,7 +238,7 @@ def test_minilm_import_gives_hf_mean_pooled_embeddings(minilm):
 
 
 def test_minilm_tokenizer_gives_hf_ids(minilm):
-    from bert_lightning.tokenizer import load_tokenizer
+    from bert_lightning.data.tokenizer import load_tokenizer
 
     hf = transformers.AutoTokenizer.from_pretrained(minilm)
     ours_json = load_hf_folder(minilm).tokenizer  # tokenizer.json, padding/truncation dropped

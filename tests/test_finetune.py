@@ -5,10 +5,10 @@ import math
 import pytest
 import torch
 
+from bert_lightning.checkpoint import read_checkpoint
 from bert_lightning.commands.export_hf import export_hf
 from bert_lightning.config import compose
-from bert_lightning.finetune.run import finetune
-from bert_lightning.pretrained import load_pretrained
+from bert_lightning.training.finetune import finetune
 from finetune_fixtures import (
     ad_rows,
     regression_rows,
@@ -92,7 +92,7 @@ def test_each_task_trains_and_writes_its_outputs(tmp_path, task):
         rows = list(csv.DictReader(f))
     assert sum(1 for r in rows if r.get("val/loss")) == 2  # one validation an epoch
     # the checkpoint rebuilds the task: label set / target scale travel in it
-    pre = load_pretrained(results["best_checkpoint"])
+    pre = read_checkpoint(results["best_checkpoint"])
     assert pre.hparams["task"]["kind"] == task
     assert set(pre.state_dict) >= {"classifier.weight", "classifier.bias"}
 
@@ -142,7 +142,7 @@ def test_frozen_encoder_stays_bitwise_unchanged(tmp_path, source):
     )
     results = finetune(cfg)
     assert results["pretrained"] and results["freeze_encoder"]
-    after = load_pretrained(tmp_path / "run" / "checkpoints" / "last.ckpt").state_dict
+    after = read_checkpoint(tmp_path / "run" / "checkpoints" / "last.ckpt").state_dict
     encoder = [k for k in before if k.startswith("bert.")]
     assert encoder and all(torch.equal(after[k], before[k]) for k in encoder)
     head = torch.nn.Linear(32, 2)  # a head is trained: it moved from its initial values

@@ -6,17 +6,17 @@ import pytest
 import torch
 
 from bert_lightning.config import compose
-from bert_lightning.finetune.data import (
+from bert_lightning.data.tables import (
     DataError,
     GroupBatchSampler,
     collate,
     grouped_split,
     grouped_subsample,
 )
-from bert_lightning.finetune.heads import BertForSequenceClassification, BertForTokenClassification
-from bert_lightning.finetune.metrics import bio_spans
-from bert_lightning.finetune.tasks import load_splits, make_task, pairwise_loss
 from bert_lightning.interop import ours_to_hf
+from bert_lightning.model.heads import BertForSequenceClassification, BertForTokenClassification
+from bert_lightning.tasks.kinds import load_splits, make_task, pairwise_loss
+from bert_lightning.tasks.metrics import bio_spans
 from finetune_fixtures import (
     regression_rows,
     sentiment_rows,

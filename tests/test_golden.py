@@ -8,7 +8,7 @@ import csv
 import pytest
 
 from bert_lightning.config import compose
-from bert_lightning.train import train
+from bert_lightning.training.pretrain import train
 
 # `python train.py` on a 2-core CPU (torch 2.13, CPU build): validation MLM loss by logged step
 GOLDEN = {0: 9.0285, 99: 7.0129, 199: 6.9067}

@@ -1,9 +1,10 @@
 import pytest
 import torch
 
-from bert_lightning.interop import hf_to_ours, load_hf_folder, load_into, ours_to_hf
+from bert_lightning.checkpoint import load_hf_folder
+from bert_lightning.data.tokenizer import SPECIAL_TOKENS
+from bert_lightning.interop import hf_to_ours, load_into, ours_to_hf
 from bert_lightning.model import BertConfig, BertForPreTraining
-from bert_lightning.tokenizer import SPECIAL_TOKENS
 
 transformers = pytest.importorskip("transformers")
 

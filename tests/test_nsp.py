@@ -116,7 +116,7 @@ def test_train_with_nsp_logs_nsp_metrics(tmp_path):
     import csv
 
     from bert_lightning.config import compose
-    from bert_lightning.train import train
+    from bert_lightning.training.pretrain import train
     from conftest import tiny_overrides
 
     write_corpus(tmp_path / "corpus.jsonl", 60)
@@ -132,7 +132,7 @@ def test_train_with_nsp_logs_nsp_metrics(tmp_path):
 
 
 def test_objective_selects_the_nsp_loss():
-    from bert_lightning.pretrain_module import BertPretrainModule
+    from bert_lightning.training.pretrain_module import BertPretrainModule
 
     config = dict(
         vocab_size=50,
@@ -160,7 +160,7 @@ def test_objective_selects_the_nsp_loss():
 
 def test_nsp_loss_falls_on_a_fixed_batch(tmp_path, tiny_tokenizer):
     """The NSP head and its gradient path learn: a fixed batch of pairs is memorised."""
-    from bert_lightning.pretrain_module import BertPretrainModule
+    from bert_lightning.training.pretrain_module import BertPretrainModule
 
     dm = nsp_datamodule(tmp_path, tiny_tokenizer, n_docs=30, val_docs=5, batch_size=16)
     batch = next(iter(dm.train_dataloader()))

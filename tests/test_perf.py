@@ -1,8 +1,8 @@
 import torch
 
-from bert_lightning.callbacks import device_peak_flops
 from bert_lightning.model import BertConfig, BertForPreTraining
-from bert_lightning.optim import adamw
+from bert_lightning.training.callbacks import device_peak_flops
+from bert_lightning.training.optim import adamw
 
 
 def test_adamw_is_fused_and_decays_matrices_only():
@@ -40,7 +40,7 @@ def test_no_peak_flops_where_unknown():
 
 def test_flops_per_batch_stays_on_the_device_and_equals_the_formula():
     from bert_lightning.model import pretraining_flops, query_rows
-    from bert_lightning.pretrain_module import BertPretrainModule
+    from bert_lightning.training.pretrain_module import BertPretrainModule
     from conftest import OPTIM
 
     config = dict(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2)

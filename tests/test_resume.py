@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from bert_lightning.config import compose
-from bert_lightning.resume import AtomicCheckpointIO
-from bert_lightning.train import train
+from bert_lightning.training.pretrain import train
+from bert_lightning.training.resume import AtomicCheckpointIO
 from conftest import tiny_overrides, write_corpus
 
 

@@ -7,10 +7,11 @@ import torch
 from hydra.utils import instantiate
 from lightning.pytorch.strategies import StrategyRegistry
 
+from bert_lightning.checkpoint import read_checkpoint
 from bert_lightning.config import compose
-from bert_lightning.interop import export_hf_folder, read_checkpoint
-from bert_lightning.pretrain_module import BertPretrainModule
-from bert_lightning.strategies import FSDP2Strategy
+from bert_lightning.interop import export_hf_folder
+from bert_lightning.training.pretrain_module import BertPretrainModule
+from bert_lightning.training.strategies import FSDP2Strategy
 from conftest import OPTIM
 
 
@@ -55,7 +56,7 @@ def test_bf16_true_run_exports_bf16_weights(tmp_path):
 def test_several_devices_by_default_get_plain_ddp_with_frozen_unused_heads(tmp_path):
     """`trainer.devices=8` alone: Lightning's plain DDP; an MLM-only run freezes the pooler and
     NSP head (no gradient there), so DDP finds no unused parameters."""
-    from bert_lightning.train import build
+    from bert_lightning.training.pretrain import build
     from conftest import tiny_overrides, write_corpus
 
     write_corpus(tmp_path / "corpus.jsonl")

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from bert_lightning.data.corpus import BadRecordError, iter_documents
-from bert_lightning.data.pretraining import _frame
+from bert_lightning.data.mlm import _frame
 from bert_lightning.data.streaming import StreamingDataModule
 from conftest import SAMPLE
 
@@ -81,7 +81,7 @@ def test_tokenizer_trains_from_a_sample_of_the_stream(tmp_path):
 def test_train_py_streams_c4_shaped_shards(tmp_path):
     """`data=c4_hub` through train.py, pointed at local shards: it trains and checkpoints."""
     from bert_lightning.config import compose
-    from bert_lightning.train import train
+    from bert_lightning.training.pretrain import train
     from conftest import tiny_overrides
 
     docs = list(iter_documents([SAMPLE]))

@@ -1,7 +1,7 @@
 import pytest
 
 from bert_lightning.data.corpus import iter_documents
-from bert_lightning.tokenizer import (
+from bert_lightning.data.tokenizer import (
     SPECIAL_TOKENS,
     load_tokenizer,
     save_tokenizer,

@@ -9,7 +9,7 @@ from hydra.utils import instantiate
 
 from bert_lightning.config import compose
 from bert_lightning.data.corpus import BadRecordError
-from bert_lightning.train import train
+from bert_lightning.training.pretrain import train
 from conftest import tiny_overrides, write_corpus
 
 

@@ -3,39 +3,22 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
-from bert_lightning.finetune.data import DataError, column, read_table, text_values
-from bert_lightning.finetune.heads import pool_tokens
-from bert_lightning.pretrained import encoder_from, load_pretrained
-
-POOLINGS = ("cls", "mean", "max", "last4")
-
-
-def pool(hidden: list[torch.Tensor], mask: torch.Tensor, pooling: str) -> torch.Tensor:
-    """hidden: L + 1 tensors (B, T, H); mask (B, T). `cls`: the last layer's [CLS]; `mean` /
-    `max`: over real tokens; `last4`: the [CLS] of the last four layers, concatenated."""
-    if pooling == "cls":
-        return hidden[-1][:, 0]  # (B, H)
-    if pooling in ("mean", "max"):
-        return pool_tokens(hidden[-1], mask, pooling)  # (B, H)
-    if pooling == "last4":
-        if len(hidden) < 5:
-            raise ValueError(f"pooling=last4 needs 4 layers; the model has {len(hidden) - 1}")
-        return torch.cat([h[:, 0] for h in hidden[-4:]], dim=-1)  # (B, 4H)
-    raise ValueError(f"pooling={pooling!r}; expected one of {POOLINGS}")
+from bert_lightning.checkpoint import atomic_path, encoder_from, read_checkpoint
+from bert_lightning.data.tables import DataError, column, read_table, text_values
+from bert_lightning.model.heads import POOLINGS, pool
 
 
 @torch.no_grad()
 def embed(
     model_path, texts: list[str], pooling="cls", batch_size=32, max_seq_length=128, progress=False
 ) -> np.ndarray:
-    pre = load_pretrained(model_path)
+    pre = read_checkpoint(model_path)
     model, tok = encoder_from(pre), pre.tokenizer
     tok.enable_truncation(max_seq_length)
     tok.enable_padding(pad_id=tok.token_to_id("[PAD]"), pad_token="[PAD]")
@@ -70,7 +53,7 @@ def register(sub) -> None:
     p.add_argument("input", help=".txt (one text a line) or CSV/TSV/JSONL/Parquet with --column")
     p.add_argument("output", help="the .npy file: one row per text, in input order")
     p.add_argument("--column", default="text")
-    p.add_argument("--pooling", choices=POOLINGS, default="cls")
+    p.add_argument("--pooling", choices=list(POOLINGS), default="cls")
     p.add_argument("--jsonl", help="also write {text, embedding} lines here")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--max-seq-length", type=int, default=128)
@@ -83,14 +66,10 @@ def _main(args) -> None:
         args.model, texts, args.pooling, args.batch_size, args.max_seq_length, progress=True
     )
     out = Path(args.output)
-    tmp = out.with_name(f".{out.stem}.tmp{os.getpid()}.npy")
-    np.save(tmp, vectors)
-    os.replace(tmp, out)
+    with atomic_path(out) as tmp:
+        np.save(tmp, vectors)
     if args.jsonl:
-        path = Path(args.jsonl)
-        tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-        with open(tmp, "w", encoding="utf-8") as f:
+        with atomic_path(args.jsonl) as tmp, open(tmp, "w", encoding="utf-8") as f:
             for text, v in zip(texts, vectors.tolist(), strict=True):
                 f.write(json.dumps({"text": text, "embedding": v}, ensure_ascii=False) + "\n")
-        os.replace(tmp, path)
     print(f"wrote {vectors.shape[0]} x {vectors.shape[1]} embeddings ({args.pooling}) to {out}")

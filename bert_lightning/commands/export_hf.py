@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from bert_lightning.interop import export_hf_folder, read_checkpoint
+from bert_lightning.checkpoint import read_checkpoint
+from bert_lightning.interop import export_hf_folder
 
 
 def export_hf(ckpt_path: str, out_dir: str, overwrite: bool = False) -> str:

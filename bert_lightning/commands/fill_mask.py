@@ -6,13 +6,13 @@ import json
 
 import torch
 
+from bert_lightning.checkpoint import read_checkpoint
 from bert_lightning.interop import load_into
 from bert_lightning.model import BertForPreTraining
-from bert_lightning.pretrained import load_pretrained
 
 
 def load_mlm(path):
-    pre = load_pretrained(path)
+    pre = read_checkpoint(path)
     if "cls.predictions.transform.dense.weight" not in pre.state_dict:
         raise ValueError(
             f"{path}: no MLM head (cls.predictions.*) in these weights; fill-mask needs one"

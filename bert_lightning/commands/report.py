@@ -16,6 +16,6 @@ def register(sub) -> None:
 
 
 def _main(args) -> None:
-    from bert_lightning.experiments import brackets
+    from bert_lightning.experiments.brackets import report as brackets
 
     brackets.main([args.out_dir, *args.overrides])

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from functools import partial
 from pathlib import Path
 
@@ -10,22 +9,27 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from bert_lightning.finetune.data import collate, column, read_table, table_format, text_values
-from bert_lightning.finetune.tasks import make_task
+from bert_lightning.checkpoint import read_checkpoint
+from bert_lightning.data.tables import collate, column, read_table, text_values, write_table
+from bert_lightning.data.tokenizer import special_ids
 from bert_lightning.interop import load_into
-from bert_lightning.pretrained import load_pretrained
-from bert_lightning.tokenizer import special_ids
+from bert_lightning.tasks.kinds import make_task
+
+# what `score` truncates to for a checkpoint written before max_seq_length was stored
+DEFAULT_MAX_SEQ_LENGTH = 128
 
 
 def load_finetuned(path):
-    """(task, model in eval mode, tokenizer) from a `.ckpt` written by finetune.py."""
-    pre = load_pretrained(path)
+    """(task, model in eval mode, tokenizer, max_seq_length it was fine-tuned with) from a
+    `.ckpt` written by finetune.py."""
+    pre = read_checkpoint(path)
     if "task" not in pre.hparams:
         raise ValueError(f"{path}: not a fine-tuned checkpoint (no task in its hyper_parameters)")
     task = make_task(pre.hparams["task"])
     model = task.build_model(pre.config)
     load_into(model, pre.state_dict)
-    return task, model.eval(), pre.tokenizer
+    max_len = pre.hparams.get("max_seq_length") or DEFAULT_MAX_SEQ_LENGTH
+    return task, model.eval(), pre.tokenizer, max_len
 
 
 @torch.no_grad()
@@ -34,13 +38,15 @@ def score(
     rows: pd.DataFrame,
     columns=(None, None),
     batch_size=64,
-    max_seq_length=128,
+    max_seq_length: int | None = None,
     source="input",
     progress=False,
 ) -> list[float]:
     """One score per row: the relevance probability (ad_relevance), the predicted value
-    (regression) or the second label's probability (two-class classification)."""
-    task, model, tok = load_finetuned(model_path)
+    (regression) or the second label's probability (two-class classification).
+    `max_seq_length`: None truncates as the model was fine-tuned."""
+    task, model, tok, trained_len = load_finetuned(model_path)
+    max_seq_length = max_seq_length or trained_len
     a, b = (given or default for given, default in zip(columns, task.text_columns, strict=True))
     table = {
         "text": text_values(column(rows, a, source), source, a),
@@ -57,19 +63,6 @@ def score(
     return out
 
 
-def write_table(df: pd.DataFrame, path: Path) -> None:
-    """CSV, TSV or JSONL by extension, through a temporary name."""
-    fmt = table_format(path)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    if fmt == "jsonl":
-        df.to_json(tmp, orient="records", lines=True, force_ascii=False)
-    elif fmt == "parquet":
-        df.to_parquet(tmp, index=False)
-    else:
-        df.to_csv(tmp, index=False, sep="," if fmt == "csv" else "\t")
-    os.replace(tmp, path)
-
-
 def register(sub) -> None:
     p = sub.add_parser("score", help="score (query, ad) rows with a fine-tuned relevance model")
     p.add_argument("model", help="a .ckpt written by finetune.py")
@@ -78,7 +71,9 @@ def register(sub) -> None:
     p.add_argument("--query-column", help="default: the column the model was trained on")
     p.add_argument("--ad-column", help="default: the column the model was trained on")
     p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--max-seq-length", type=int, default=128)
+    p.add_argument(
+        "--max-seq-length", type=int, help="default: the length the model was fine-tuned with"
+    )
     p.set_defaults(func=_main)
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 from tokenizers import Tokenizer
 
-from bert_lightning.tokenizer import special_ids
+from bert_lightning.data.tokenizer import special_ids
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,8 @@ from functools import lru_cache
 import datasets
 from tokenizers import Tokenizer
 
-from bert_lightning.data.pretraining import PretrainDataModule, _fingerprint
-from bert_lightning.pretrain_module import OBJECTIVES
-from bert_lightning.tokenizer import batch_encode, special_ids
+from bert_lightning.data.mlm import OBJECTIVES, PretrainDataModule, _fingerprint
+from bert_lightning.data.tokenizer import batch_encode, special_ids
 
 Document = Sequence[Sequence[int]]  # token ids of each sentence
 

@@ -21,6 +21,7 @@ from tokenizers import Tokenizer
 from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
+from bert_lightning.atomic import atomic_path
 from bert_lightning.data.corpus import iter_documents
 
 
@@ -40,14 +41,8 @@ def shard_paths(out_dir: Path, src: str) -> tuple[Path, Path]:
 
 
 def _write(path: Path, write) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            write(f)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        write(f)
 
 
 def prepare_shard(src: str, out_dir: Path, tokenizer_json: str, read: dict) -> int:

@@ -72,3 +72,45 @@ def hash_seed(*parts: int) -> int:
         x = (x ^ (p & 0xFFFFFFFFFFFFFFFF)) * 0xBF58476D1CE4E5B9 & 0xFFFFFFFFFFFFFFFF
         x = (x ^ (x >> 31)) * 0x94D049BB133111EB & 0xFFFFFFFFFFFFFFFF
     return x >> 1
+
+
+class ResumableShuffle(torch.utils.data.Sampler):
+    """torch's `RandomSampler` order, resumable mid-epoch: each epoch draws a fresh seed from
+    torch's global random state when its first index is asked for (as `RandomSampler` does, so
+    a run orders its data exactly as a plain shuffled `DataLoader` would), and
+    `StatefulDataLoader` saves (seed, indices handed out) in the checkpoint, so a resumed run
+    continues that epoch's permutation where it stopped."""
+
+    def __init__(self, data_source):
+        self.n = len(data_source)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self) -> Iterator[int]:
+        return _ResumableShuffleIter(self.n)
+
+
+class _ResumableShuffleIter:
+    def __init__(self, n: int):
+        self.n, self.seed, self.yielded, self.perm = n, None, 0, None
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> int:
+        if self.perm is None:  # lazily, as RandomSampler's generator draws its seed
+            if self.seed is None:
+                self.seed = int(torch.empty((), dtype=torch.int64).random_().item())
+            g = torch.Generator().manual_seed(self.seed)
+            self.perm = torch.randperm(self.n, generator=g).tolist()
+        if self.yielded >= self.n:
+            raise StopIteration
+        self.yielded += 1
+        return self.perm[self.yielded - 1]
+
+    def state_dict(self) -> dict:
+        return {"seed": self.seed, "yielded": self.yielded}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.seed, self.yielded, self.perm = state["seed"], state["yielded"], None

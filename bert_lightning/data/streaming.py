@@ -15,7 +15,7 @@ import datasets
 from datasets.distributed import split_dataset_by_node
 
 from bert_lightning.data.corpus import iter_documents, resolve_files
-from bert_lightning.data.pretraining import PretrainDataModule, _frame, _tokenize
+from bert_lightning.data.mlm import PretrainDataModule, _frame, _tokenize
 
 
 def _stream_documents(files: list[str], **read):
@@ -73,7 +73,7 @@ class StreamingDataModule(PretrainDataModule):
         return (row["text"] for row in islice(self.stream(split), n))
 
     def tokenizer_documents(self):
-        return self._texts(self.train_split, self.tokenizer_cfg.get("max_docs"))
+        return self._texts(self.train_split, self.tokenizer_cfg.max_docs)
 
     def prepare_data(self):
         pass  # nothing to cache

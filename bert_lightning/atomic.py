@@ -1,0 +1,82 @@
+"""Writing a file or a folder so that a crash (or a full disk) never leaves it half-written:
+everything is written under a temporary name in the same folder, then renamed over the target
+(`os.replace`, atomic on POSIX within one file system). The one helper behind every writer of
+ours: checkpoints, tokenizers, token shards, tables, embeddings, plots, results, HF folders.
+
+It sits at the bottom of the package (standard library only), so that the data layer's
+writers use it too; `bert_lightning.checkpoint` re-exports it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def current_umask() -> int:
+    """The process umask (os.umask can only be read by setting it)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+@contextmanager
+def atomic_path(
+    path: str | os.PathLike, folder: bool = False, replace: bool = True
+) -> Iterator[Path]:
+    """Yields a temporary sibling of `path` to write (a file name keeping `path`'s suffix, since
+    some writers pick the format by it; or, with `folder=True`, an empty folder); on a clean
+    exit renames it to `path`, on an exception removes it. A folder that exists is replaced
+    only once the new one is whole; `replace=False` keeps an existing `path` (written meanwhile
+    by another process) and drops ours."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if folder:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    else:
+        tmp = path.with_name(f".{path.name}.tmp{os.getpid()}{path.suffix}")
+    try:
+        yield tmp
+        if folder:  # mkdtemp makes the folder 0700 (and some writers 0600 files): the umask
+            umask = current_umask()  # decides, as for anything else the user writes
+            os.chmod(tmp, 0o777 & ~umask)
+            for f in tmp.rglob("*"):
+                os.chmod(f, (0o777 if f.is_dir() else 0o666) & ~umask)
+        if path.exists() and not replace:
+            _remove(tmp)
+        elif folder and path.exists():
+            old = path.with_name(f".{path.name}.old{os.getpid()}")
+            os.replace(path, old)
+            os.replace(tmp, path)
+            shutil.rmtree(old)
+        else:
+            os.replace(tmp, path)
+    except OSError:
+        if not replace and path.exists():  # lost a race to another writer: theirs stays
+            _remove(tmp)
+            return
+        _remove(tmp)
+        raise
+    except BaseException:
+        _remove(tmp)
+        raise
+
+
+def write_text(path: str | os.PathLike, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def write_json(obj, path: str | os.PathLike) -> None:
+    write_text(path, json.dumps(obj, indent=2) + "\n")

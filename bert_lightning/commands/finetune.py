@@ -1,0 +1,33 @@
+"""`bert-lightning finetune [overrides...]`: what `python finetune.py [overrides...]` runs, from
+an installed package (the configs ship inside it). Hydra parses the overrides, so run folders,
+`-m` multiruns and `--cfg job` behave as with finetune.py."""
+
+from __future__ import annotations
+
+import sys
+
+import hydra
+from omegaconf import DictConfig
+
+from bert_lightning.config import CONFIG_DIR
+
+
+@hydra.main(config_path=str(CONFIG_DIR), config_name="finetune", version_base="1.3")
+def hydra_main(cfg: DictConfig) -> float | None:
+    from bert_lightning.training.finetune import finetune
+
+    results = finetune(cfg)
+    return (results["best_val"] or {}).get(f"val/{cfg.task.monitor}")
+
+
+def run(overrides: list[str]) -> None:
+    sys.argv = ["bert-lightning finetune", *overrides]  # what hydra.main reads
+    hydra_main()
+
+
+def register(sub) -> None:
+    sub.add_parser(
+        "finetune",
+        help="fine-tune; Hydra overrides as finetune.py (task=... pretrained=...)",
+        add_help=False,
+    )

@@ -1,0 +1,273 @@
+"""Reading task files (CSV/TSV/JSONL/Parquet tables, CoNLL BIO), grouped seeded splits, and the
+padded batches. Every bad value is reported with its file, row (or line) and column."""
+
+from __future__ import annotations
+
+import csv
+import math
+from itertools import islice
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from bert_lightning.atomic import atomic_path
+
+
+class DataError(ValueError):
+    """Bad input data; the message names the file, the row or line, and the column."""
+
+
+_FORMATS = {
+    ".csv": "csv",
+    ".tsv": "tsv",
+    ".jsonl": "jsonl",
+    ".json": "jsonl",
+    ".parquet": "parquet",
+}
+
+
+def table_format(path: Path, fmt: str | None = None) -> str:
+    suffixes = [s for s in path.suffixes if s not in (".gz", ".zip", ".bz2", ".xz")]
+    fmt = fmt or (_FORMATS.get(suffixes[-1].lower()) if suffixes else None)
+    if fmt not in _FORMATS.values():
+        raise DataError(
+            f"{path}: unknown table format {fmt!r}; expected one of csv, tsv, jsonl, parquet"
+        )
+    return fmt
+
+
+def read_table(path, fmt=None, encoding="utf-8", header=True, names=None) -> pd.DataFrame:
+    """Cells of CSV/TSV are read as strings (no NA guessing), so every conversion is ours."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such data file")
+    fmt = table_format(path, fmt)
+    try:
+        if fmt in ("csv", "tsv"):
+            df = pd.read_csv(
+                path,
+                sep="," if fmt == "csv" else "\t",
+                encoding=encoding,
+                header=0 if header else None,
+                names=list(names) if names else None,
+                dtype=str,
+                keep_default_na=False,
+                quoting=csv.QUOTE_MINIMAL if fmt == "csv" else csv.QUOTE_NONE,
+            )
+        elif fmt == "jsonl":
+            df = pd.read_json(path, lines=True, dtype=False, encoding=encoding)
+        else:
+            df = pd.read_parquet(path)
+    except pd.errors.EmptyDataError:
+        raise DataError(f"{path}: empty file") from None
+    except (ValueError, pd.errors.ParserError) as e:
+        raise DataError(f"{path}: cannot be read as {fmt}: {e}") from None
+    if len(df) == 0:
+        raise DataError(f"{path}: empty file (no data rows)")
+    return df
+
+
+def write_table(df: pd.DataFrame, path: Path) -> None:
+    """CSV, TSV, JSONL or Parquet by extension, through a temporary name."""
+    fmt = table_format(path)
+    with atomic_path(path) as tmp:
+        if fmt == "jsonl":
+            df.to_json(tmp, orient="records", lines=True, force_ascii=False)
+        elif fmt == "parquet":
+            df.to_parquet(tmp, index=False)
+        else:
+            df.to_csv(tmp, index=False, sep="," if fmt == "csv" else "\t")
+
+
+def column(df: pd.DataFrame, name: str, path) -> list:
+    if name not in df.columns:
+        raise DataError(f"{path}: no column {name!r}; the file has {list(df.columns)}")
+    return df[name].tolist()
+
+
+def _missing(v) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def text_values(values: list, path, name: str) -> list[str]:
+    for i, v in enumerate(values):
+        if _missing(v):
+            raise DataError(f"{path}: row {i + 1}, column {name!r}: missing text")
+    return [str(v) for v in values]
+
+
+def float_values(values: list, path, name: str) -> list[float]:
+    out = []
+    for i, v in enumerate(values):
+        try:
+            x = float(v)
+        except (TypeError, ValueError):
+            x = None
+        if x is None or not math.isfinite(x):
+            raise DataError(f"{path}: row {i + 1}, column {name!r}: {v!r} is not a finite number")
+        out.append(x)
+    return out
+
+
+def label_values(values: list, labels: list[str], path, name: str, where="row") -> list[int]:
+    index = {str(l): i for i, l in enumerate(labels)}
+    out = []
+    for i, v in enumerate(values):
+        key = str(v)
+        if key not in index:
+            raise DataError(
+                f"{path}: {where} {i + 1}, column {name!r}: label {v!r} is not in the label "
+                f"set {list(index)}"
+            )
+        out.append(index[key])
+    return out
+
+
+def read_conll(path, token_column: int = 0, tag_column: int = -1):
+    """CoNLL: one `token ... tag` per line (tab or space separated), a blank line between
+    sentences, `-DOCSTART-` lines skipped. Returns sentences of words, of tags, and the line
+    number of every tag (for errors)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such data file")
+    words, tags, lines = [], [], []
+    cur = ([], [], [])
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            fields = line.rstrip("\n").split("\t") if "\t" in line else line.split()
+            if not line.strip() or fields[0] == "-DOCSTART-":
+                if cur[0]:
+                    words.append(cur[0]), tags.append(cur[1]), lines.append(cur[2])
+                cur = ([], [], [])
+                continue
+            if len(fields) < 2:
+                raise DataError(
+                    f"{path}: line {n}: expected a token and a tag, got {line.strip()!r}"
+                )
+            cur[0].append(fields[token_column])
+            cur[1].append(fields[tag_column].strip())
+            cur[2].append(n)
+    if cur[0]:
+        words.append(cur[0]), tags.append(cur[1]), lines.append(cur[2])
+    if not words:
+        raise DataError(f"{path}: empty file (no sentences)")
+    return words, tags, lines
+
+
+def grouped_split(groups: list, fractions: dict[str, float], seed: int) -> dict[str, list[int]]:
+    """Row indices per part; every row of a group lands in the same part. Groups are shuffled
+    with `seed` and dealt to each named part until it holds its fraction of the rows; the rest
+    is `train`."""
+    order = sorted(set(groups), key=str)
+    np.random.default_rng(seed).shuffle(order)
+    rows: dict = {}
+    for i, g in enumerate(groups):
+        rows.setdefault(g, []).append(i)
+    parts = {name: [] for name in fractions} | {"train": []}
+    quotas = iter([(name, frac * len(groups)) for name, frac in fractions.items()])
+    name, quota = next(quotas, ("train", math.inf))
+    for g in order:
+        while len(parts[name]) >= quota:
+            name, quota = next(quotas, ("train", math.inf))
+        parts[name].extend(rows[g])
+    return {k: sorted(v) for k, v in parts.items()}
+
+
+def grouped_subsample(groups: list, n: int | None, seed: int) -> list[int]:
+    """Exactly `n` rows (all when n is None or more), drawn with `seed`: whole groups in a
+    shuffled order, the last one cut to hit `n`, so at most one group is partial (a ranking
+    metric still sees whole queries but one)."""
+    if n is None or n >= len(groups):
+        return list(range(len(groups)))
+    order = sorted(set(groups), key=str)
+    np.random.default_rng(seed).shuffle(order)
+    rows: dict = {}
+    for i, g in enumerate(groups):
+        rows.setdefault(g, []).append(i)
+    kept: list[int] = []
+    for g in order:
+        kept.extend(rows[g][: n - len(kept)])
+        if len(kept) == n:
+            break
+    return sorted(kept)
+
+
+class GroupBatchSampler(torch.utils.data.Sampler):
+    """Batches of whole groups (queries), shuffled every epoch: what a pairwise ranking loss
+    needs, as it compares rows of one query within a batch."""
+
+    def __init__(self, groups: list, batch_size: int, seed: int):
+        self.rows: dict = {}
+        for i, g in enumerate(groups):
+            self.rows.setdefault(g, []).append(i)
+        self.batch_size, self.seed, self.epoch = batch_size, seed, 0
+
+    def _batches(self, epoch: int):
+        keys = list(self.rows)
+        np.random.default_rng(self.seed + epoch).shuffle(keys)
+        batch = []
+        for g in keys:
+            batch.extend(self.rows[g])
+            if len(batch) >= self.batch_size:
+                yield batch
+                batch = []
+        if batch:
+            yield batch
+
+    def __iter__(self):
+        return _GroupBatches(self)
+
+    def __len__(self):  # of the coming epoch: batch counts vary with the order
+        return sum(1 for _ in self._batches(self.epoch))
+
+
+class _GroupBatches:
+    """One epoch of a GroupBatchSampler; its state (epoch, batches handed out) travels in a
+    StatefulDataLoader's checkpoint, so a resumed run continues the same epoch's order."""
+
+    def __init__(self, sampler: GroupBatchSampler):
+        self.sampler, self.epoch, self.yielded, self.batches = sampler, None, 0, None
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> list[int]:
+        if self.batches is None:  # lazily, as the epoch counter moved in a generator
+            if self.epoch is None:
+                self.epoch = self.sampler.epoch
+                self.sampler.epoch += 1
+            self.batches = islice(self.sampler._batches(self.epoch), self.yielded, None)
+        batch = next(self.batches)
+        self.yielded += 1
+        return batch
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "yielded": self.yielded}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.epoch, self.yielded, self.batches = state["epoch"], state["yielded"], None
+        if self.epoch is not None:
+            self.sampler.epoch = self.epoch + 1
+
+
+def collate(features: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
+    """Pads `input_ids`/`token_type_ids` (and makes `attention_mask`) to the longest in the batch,
+    `labels` of tokens with -100, word-level fields with -100 (`word_labels`) and -1
+    (`first_piece`); scalar fields are stacked."""
+    T = max(len(f["input_ids"]) for f in features)
+    pads = {"input_ids": pad_id, "token_type_ids": 0, "token_labels": -100}
+    lengths = [len(f["input_ids"]) for f in features]
+    out = {"attention_mask": torch.tensor([[1] * n + [0] * (T - n) for n in lengths])}
+    for key, pad in pads.items():
+        if key in features[0]:
+            out[key] = torch.tensor([f[key] + [pad] * (T - len(f[key])) for f in features])
+    if "word_labels" in features[0]:
+        W = max(len(f["word_labels"]) for f in features)
+        for key, pad in (("word_labels", -100), ("first_piece", -1)):
+            out[key] = torch.tensor([f[key] + [pad] * (W - len(f[key])) for f in features])
+    for key in ("label", "target", "group"):
+        if key in features[0]:
+            out[key] = torch.tensor([f[key] for f in features])
+    return out

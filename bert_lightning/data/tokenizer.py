@@ -1,0 +1,144 @@
+"""The WordPiece tokenizer: trained from a text stream, or loaded from a BERT `vocab.txt`."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from itertools import islice
+from pathlib import Path
+
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+from tokenizers.trainers import WordPieceTrainer
+
+from bert_lightning.atomic import atomic_path
+
+log = logging.getLogger(__name__)
+
+SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+@dataclass
+class TokenizerConfig:
+    """`data.tokenizer`: an existing tokenizer, or how to train a WordPiece one."""
+
+    path: str | None = None  # tokenizer.json or a BERT vocab.txt; None: train one
+    vocab_size: int = 8192
+    min_frequency: int = 2
+    max_docs: int | None = None  # train on the first documents of the stream (None: all)
+
+
+def _check_specials(vocab: dict[str, int]) -> None:
+    missing = [t for t in SPECIAL_TOKENS if t not in vocab]
+    if missing:
+        raise ValueError(f"vocabulary lacks the special tokens {missing}")
+
+
+def _add_bert_framing(tok: Tokenizer, vocab: dict[str, int]) -> Tokenizer:
+    """`[CLS] A [SEP]` / `[CLS] A [SEP] B [SEP]` with segment ids 0/1; specials never split."""
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A:0 [SEP]:0",
+        pair="[CLS] $A:0 [SEP]:0 $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])],
+    )
+    tok.add_special_tokens(SPECIAL_TOKENS)
+    return tok
+
+
+def _bert_tokenizer(vocab: dict[str, int]) -> Tokenizer:
+    """BERT uncased pipeline: NFD + lowercase + strip accents, BERT pre-tokenization, WordPiece."""
+    _check_specials(vocab)
+    tok = Tokenizer(models.WordPiece(vocab=vocab, unk_token="[UNK]", max_input_chars_per_word=100))
+    tok.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=True, strip_accents=True, lowercase=True
+    )
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece(prefix="##")
+    return _add_bert_framing(tok, vocab)
+
+
+def symbol_tokenizer(symbols: list[str]) -> Tokenizer:
+    """Whitespace-separated symbols, case kept, ids after the specials: for synthetic corpora
+    (the brackets toy) whose vocabulary is known up front."""
+    vocab = {t: i for i, t in enumerate(SPECIAL_TOKENS + list(symbols))}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return _add_bert_framing(tok, vocab)
+
+
+def load_vocab_txt(path: str | os.PathLike) -> Tokenizer:
+    """A BERT `vocab.txt` (one token a line, id = line number): ids match BERT's."""
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    vocab: dict[str, int] = {}
+    for i, token in enumerate(lines):
+        if token in vocab:
+            raise ValueError(f"{path}:{i + 1}: token {token!r} repeats line {vocab[token] + 1}")
+        vocab[token] = i
+    try:
+        return _bert_tokenizer(vocab)
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from None
+
+
+def train_wordpiece(
+    texts: Callable[[], Iterator[str]],
+    vocab_size: int,
+    min_frequency: int = 2,
+    max_docs: int | None = None,
+) -> Tokenizer:
+    """Train on a stream of documents; `texts()` is called twice and must give the same stream.
+
+    `tokenizers` alone gives a different vocab on every run (continuation pieces come out in hash
+    order). Declaring every continuation character `##c` up front in sorted order fixes the
+    order and makes training reproducible; the first pass over the stream collects them.
+    """
+    probe = _bert_tokenizer({t: i for i, t in enumerate(SPECIAL_TOKENS)})
+    norm, pre = probe.normalizer, probe.pre_tokenizer
+    continuation: set[str] = set()
+    for text in islice(texts(), max_docs):
+        for word, _ in pre.pre_tokenize_str(norm.normalize_str(text)):
+            continuation.update(word[1:])
+    alphabet = sorted("##" + c for c in continuation)
+
+    trainable = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    trainable.normalizer, trainable.pre_tokenizer = norm, pre
+    trainer = WordPieceTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=SPECIAL_TOKENS + alphabet,
+        show_progress=False,
+    )
+    trainable.train_from_iterator(islice(texts(), max_docs), trainer)
+    vocab = trainable.get_vocab()
+    log.info("trained a WordPiece vocabulary of %d tokens", len(vocab))
+    return _bert_tokenizer(vocab)
+
+
+def save_tokenizer(tok: Tokenizer, path: str | os.PathLike) -> None:
+    """Write through a temporary name so that a crash never leaves a half-written file."""
+    with atomic_path(path) as tmp:
+        tok.save(str(tmp))
+
+
+def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
+    """`tokenizer.json` (ours or any BERT one) or a BERT `vocab.txt`."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"tokenizer file not found: {path}")
+    if path.suffix == ".txt":
+        return load_vocab_txt(path)
+    tok = Tokenizer.from_file(str(path))
+    missing = [t for t in SPECIAL_TOKENS if tok.token_to_id(t) is None]
+    if missing:
+        raise ValueError(f"{path}: tokenizer lacks the special tokens {missing}")
+    return tok
+
+
+def special_ids(tok: Tokenizer) -> dict[str, int]:
+    return {t: tok.token_to_id(t) for t in SPECIAL_TOKENS}
+
+
+def batch_encode(tok: Tokenizer, texts: Iterable[str]) -> list[list[int]]:
+    """Ids without `[CLS]`/`[SEP]`: examples are framed later (packing, truncation, pairs)."""
+    return [e.ids for e in tok.encode_batch(list(texts), add_special_tokens=False)]

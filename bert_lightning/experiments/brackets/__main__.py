@@ -1,0 +1,3 @@
+from bert_lightning.experiments.brackets.report import main
+
+main()

@@ -1,0 +1,145 @@
+"""The brackets toy corpus, a data source for sanity checks of MLM (and its fine-tuning task).
+
+A sentence is `pairs` bracket pairs, an opener `a..h` straight followed by its own closer
+`A..H`, openers drawn uniformly: `[CLS] d D e E g G ...`. A closer is predictable from its left
+neighbour, an opener only from its right one, so the gap between a bidirectional and a causal
+model shows how much MLM draws on the right context.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import lightning as L
+import torch
+from tokenizers import Tokenizer
+from torchdata.stateful_dataloader import StatefulDataLoader
+
+from bert_lightning.atomic import atomic_path
+from bert_lightning.data.masking import MaskingConfig, MLMCollator
+from bert_lightning.data.tokenizer import save_tokenizer, symbol_tokenizer
+from bert_lightning.fields import from_dict
+
+OPENERS = list("abcdefgh")
+CLOSERS = list("ABCDEFGH")
+
+
+def brackets_tokenizer() -> Tokenizer:
+    return symbol_tokenizer(OPENERS + CLOSERS)
+
+
+def sentences(n: int, pairs: int, generator: torch.Generator) -> torch.Tensor:
+    """(n, 2 * pairs) symbol indices: opener k is index k, its closer k + 8."""
+    openers = torch.randint(len(OPENERS), (n, pairs), generator=generator)  # (n, pairs)
+    return torch.stack([openers, openers + len(OPENERS)], dim=2).reshape(n, 2 * pairs)
+
+
+def ungrammatical(symbols: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """Each sentence with one closer swapped for a wrong closer."""
+    n, T = symbols.shape
+    out = symbols.clone()
+    rows = torch.arange(n)
+    pos = 2 * torch.randint(T // 2, (n,), generator=generator) + 1  # (n,) closer positions
+    shift = torch.randint(1, len(CLOSERS), (n,), generator=generator)  # never the right one
+    out[rows, pos] = (out[rows, pos] - len(OPENERS) + shift) % len(CLOSERS) + len(OPENERS)
+    return out
+
+
+def grammar_rows(n: int, pairs: int, generator: torch.Generator) -> list[dict]:
+    """The toy grammar task: half the sentences intact (label 1), half with one closer swapped
+    for a wrong one (label 0), shuffled; text is the symbols separated by spaces."""
+    symbols = sentences(n, pairs, generator)
+    bad = torch.rand(n, generator=generator) < 0.5  # (n,)
+    symbols = torch.where(bad[:, None], ungrammatical(symbols, generator), symbols)
+    names = OPENERS + CLOSERS
+    return [
+        {"sentence": " ".join(names[i] for i in row), "label": int(not b)}
+        for row, b in zip(symbols.tolist(), bad.tolist(), strict=True)
+    ]
+
+
+def write_grammar_data(folder: str | os.PathLike, seed: int = 0) -> Path:
+    """`train/validation/test.jsonl` of the grammar task and the brackets `tokenizer.json`, for
+    `finetune.py experiment=brackets_grammar`; written once (atomically) per folder and seed."""
+    folder = Path(folder) / f"seed{seed}"
+    if (folder / "tokenizer.json").is_file():
+        return folder
+    # replace=False: a folder written meanwhile by another process is kept
+    with atomic_path(folder, folder=True, replace=False) as tmp:
+        g = torch.Generator().manual_seed(seed)
+        for split, n in (("train", 9600), ("validation", 1000), ("test", 2000)):
+            lines = [json.dumps(r) for r in grammar_rows(n, 8, g)]
+            (tmp / f"{split}.jsonl").write_text("\n".join(lines) + "\n")
+        save_tokenizer(brackets_tokenizer(), tmp / "tokenizer.json")
+    return folder
+
+
+def to_input_ids(symbols: torch.Tensor, tokenizer: Tokenizer) -> torch.Tensor:
+    """(n, T) symbol indices -> (n, T + 1) token ids, `[CLS]` first (no `[SEP]`, as the toy)."""
+    first = tokenizer.token_to_id(OPENERS[0])
+    cls = torch.full((symbols.size(0), 1), tokenizer.token_to_id("[CLS]"))
+    return torch.cat([cls, symbols + first], dim=1)
+
+
+class BracketsDataModule(L.LightningDataModule):
+    """Fresh random sentences for training; a validation set masked once with a fixed seed."""
+
+    objective = "mlm"
+
+    def __init__(
+        self,
+        n_train: int = 100_000,
+        n_val: int = 2_000,
+        pairs: int = 8,
+        max_seq_length: int = 17,
+        batch_size: int = 64,
+        masking: dict | None = None,
+        num_workers: int = 0,
+        seed: int = 1234,
+    ):
+        super().__init__()
+        if max_seq_length != 2 * pairs + 1:
+            raise ValueError(f"data.max_seq_length={max_seq_length}; expected 2 * pairs + 1")
+        self.n_train, self.n_val, self.pairs = n_train, n_val, pairs
+        self.batch_size, self.num_workers, self.seed = batch_size, num_workers, seed
+        self.masking = from_dict(MaskingConfig, masking, "data.masking")
+        self.tokenizer: Tokenizer | None = None
+        self.train_set = self.val_set = None
+
+    def build_tokenizer(self, out_dir: str | os.PathLike, tokenizer_json: str | None = None):
+        self.tokenizer = brackets_tokenizer()
+        save_tokenizer(self.tokenizer, os.path.join(out_dir, "tokenizer.json"))
+        return self.tokenizer
+
+    def collator(self) -> MLMCollator:
+        return MLMCollator.for_tokenizer(self.tokenizer, self.masking)
+
+    def setup(self, stage: str | None = None):
+        if self.train_set is not None:
+            return
+        g = torch.Generator().manual_seed(self.seed)
+        train = to_input_ids(sentences(self.n_train, self.pairs, g), self.tokenizer)
+        val = to_input_ids(sentences(self.n_val, self.pairs, g), self.tokenizer)
+        val_ids, val_labels = self.collator().mask(val, g)
+        self.train_set = [{"input_ids": row} for row in train.tolist()]
+        self.val_set = [
+            {"input_ids": i, "labels": lab}
+            for i, lab in zip(val_ids.tolist(), val_labels.tolist(), strict=True)
+        ]
+
+    def _loader(self, ds, shuffle: bool) -> StatefulDataLoader:
+        return StatefulDataLoader(
+            ds,
+            batch_size=self.batch_size,
+            shuffle=shuffle,
+            collate_fn=self.collator(),
+            num_workers=self.num_workers,
+        )
+
+    def train_dataloader(self):
+        return self._loader(self.train_set, shuffle=True)
+
+    def val_dataloader(self):
+        return self._loader(self.val_set, shuffle=False)

@@ -1,1 +1,0 @@
-"""Fine-tuning a pretrained encoder on a downstream task (`finetune.py`)."""

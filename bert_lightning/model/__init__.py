@@ -1,0 +1,31 @@
+"""The model layer: plain torch, no Lightning, no Hydra. `bert` is the encoder with its
+pretraining heads, `heads` the fine-tuning heads and the token-pooling helper, `flops` the
+parameter and FLOP formulas. Names mirror Hugging Face `modeling_bert.py`."""
+
+from bert_lightning.model.bert import (
+    BertConfig,
+    BertForPreTraining,
+    BertModel,
+    EncoderOutput,
+    PreTrainingOutput,
+    init_weights,
+    query_rows,
+)
+from bert_lightning.model.flops import (
+    encoder_parameter_formula,
+    num_parameters,
+    pretraining_flops,
+)
+
+__all__ = [
+    "BertConfig",
+    "BertForPreTraining",
+    "BertModel",
+    "EncoderOutput",
+    "PreTrainingOutput",
+    "encoder_parameter_formula",
+    "init_weights",
+    "num_parameters",
+    "pretraining_flops",
+    "query_rows",
+]

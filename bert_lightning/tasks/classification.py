@@ -1,0 +1,151 @@
+"""Classification: a class per sentence (or pair), and BIO tags per word (CoNLL)."""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import nn
+from torchmetrics.classification import (
+    BinaryF1Score,
+    MulticlassAccuracy,
+    MulticlassF1Score,
+)
+
+from bert_lightning.data import tables as D
+from bert_lightning.model.heads import BertForTokenClassification
+from bert_lightning.tasks.base import COMMON_KEYS, Task, truncating
+from bert_lightning.tasks.metrics import EntityF1, MatthewsCorrCoef
+
+
+class SeqClassification(Task):
+    """Single sentences or pairs -> one of `labels` (learnt sorted from the train file if
+    not given). Metrics: accuracy, F1 (of the second label for two classes, macro above),
+    Matthews correlation."""
+
+    keys = (*Task.keys, "labels")
+
+    def fit(self, train):
+        if not self.cfg.get("labels"):
+            self.cfg["labels"] = sorted({str(v) for v in train["raw"]["label_column"]})
+
+    def prepare(self, table):
+        col = self.cfg["label_column"]
+        table["label"] = D.label_values(
+            table["raw"]["label_column"], self.cfg["labels"], table["path"], col
+        )
+        return table
+
+    @property
+    def num_labels(self):
+        return len(self.cfg["labels"])
+
+    def loss(self, logits, batch):
+        return F.cross_entropy(logits.float(), batch["label"])
+
+    def metrics(self):
+        n = self.num_labels
+        return nn.ModuleDict(
+            {
+                "acc": MulticlassAccuracy(n, average="micro"),
+                "f1": BinaryF1Score() if n == 2 else MulticlassF1Score(n, average="macro"),
+                "mcc": MatthewsCorrCoef(n),
+            }
+        )
+
+    def update(self, metrics, logits, batch):
+        pred = logits.argmax(-1)  # (B,)
+        for m in metrics.values():
+            m.update(pred, batch["label"])
+
+    def scores(self, logits):
+        if self.num_labels != 2:
+            raise ValueError(f"a score needs a two-class model; this one has {self.num_labels}")
+        return logits.float().softmax(-1)[:, 1]  # (B,) probability of the second label
+
+
+class TokenClassification(Task):
+    """CoNLL BIO files; each word's label sits on its first word piece (the others -100).
+    Metric: entity-level precision/recall/F1 over words; a word cut off by truncation
+    counts as predicted `O`."""
+
+    head = BertForTokenClassification
+    keys = (*COMMON_KEYS, "labels", "pooling")
+
+    def build_model(self, config) -> nn.Module:
+        if self.cfg.get("pooling", "cls") != "cls":
+            raise ValueError("task.pooling: a token classifier reads every token; no pooling")
+        return self.head(config, self.num_labels)
+
+    def read(self, path):
+        words, tags, lines = D.read_conll(path)
+        return {
+            "path": str(path),
+            "words": words,
+            "tags": tags,
+            "lines": lines,
+            "group": list(range(len(words))),
+        }
+
+    def fit(self, train):
+        if not self.cfg.get("labels"):
+            seen = {t for s in train["tags"] for t in s} - {"O"}
+            self.cfg["labels"] = ["O", *sorted(seen)]
+
+    def prepare(self, table):
+        index = {l: i for i, l in enumerate(self.cfg["labels"])}
+        table["label"] = []
+        for tags, lines in zip(table["tags"], table["lines"], strict=True):
+            for tag, n in zip(tags, lines, strict=True):
+                if tag not in index:
+                    raise D.DataError(
+                        f"{table['path']}: line {n}, column 'tag': label {tag!r} "
+                        f"is not in the label set {list(index)}"
+                    )
+            table["label"].append([index[t] for t in tags])
+        return table
+
+    def encode(self, table, tok, max_len):
+        tok = truncating(tok, max_len)
+        out = []
+        for enc, labels in zip(
+            tok.encode_batch(table["words"], is_pretokenized=True), table["label"], strict=True
+        ):
+            first = [-1] * len(labels)
+            token_labels = [-100] * len(enc.ids)
+            for pos, w in enumerate(enc.word_ids):
+                if w is not None and first[w] == -1:
+                    first[w] = pos
+                    token_labels[pos] = labels[w]
+            out.append(
+                {
+                    "input_ids": enc.ids,
+                    "token_type_ids": enc.type_ids,
+                    "token_labels": token_labels,
+                    "word_labels": labels,
+                    "first_piece": first,
+                }
+            )
+        return out
+
+    @property
+    def num_labels(self):
+        return len(self.cfg["labels"])
+
+    def loss(self, logits, batch):
+        return F.cross_entropy(
+            logits.float().flatten(0, 1), batch["token_labels"].flatten(), ignore_index=-100
+        )
+
+    def metrics(self):
+        return nn.ModuleDict({"entity": EntityF1(self.cfg["labels"])})
+
+    def update(self, metrics, logits, batch):
+        pred = logits.argmax(-1)  # (B, T)
+        first = batch["first_piece"]  # (B, W)
+        words = pred.gather(1, first.clamp(min=0))  # (B, W)
+        words = words.masked_fill(
+            first < 0, self.cfg["labels"].index("O") if "O" in self.cfg["labels"] else 0
+        )
+        metrics["entity"].update(words, batch["word_labels"])
+
+    def compute(self, metrics):
+        return {k: float(v) for k, v in metrics["entity"].compute().items()}

@@ -1,0 +1,53 @@
+"""Regression: a real target per sentence (or pair)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torchmetrics import MeanAbsoluteError, MeanSquaredError, PearsonCorrCoef, SpearmanCorrCoef
+
+from bert_lightning.data import tables as D
+from bert_lightning.tasks.base import Task
+
+
+class Regression(Task):
+    """A real target (e.g. a bid), learnt standardised by the train file's mean and std; MSE
+    loss; metrics on the original scale."""
+
+    keys = (*Task.keys, "target_mean", "target_std")
+
+    def fit(self, train):
+        if self.cfg.get("target_mean") is None:
+            col = self.cfg["label_column"]
+            t = torch.tensor(D.float_values(train["raw"]["label_column"], train["path"], col))
+            std = float(t.std()) if len(t) > 1 else 1.0
+            self.cfg["target_mean"], self.cfg["target_std"] = float(t.mean()), max(std, 1e-6)
+
+    def prepare(self, table):
+        table["target"] = D.float_values(
+            table["raw"]["label_column"], table["path"], self.cfg["label_column"]
+        )
+        return table
+
+    def scores(self, logits):
+        return logits.float()[:, 0] * self.cfg["target_std"] + self.cfg["target_mean"]  # (B,)
+
+    def loss(self, logits, batch):
+        z = (batch["target"] - self.cfg["target_mean"]) / self.cfg["target_std"]  # (B,)
+        return F.mse_loss(logits.float()[:, 0], z)
+
+    def metrics(self):
+        return nn.ModuleDict(
+            {
+                "mse": MeanSquaredError(),
+                "mae": MeanAbsoluteError(),
+                "pearson": PearsonCorrCoef(),
+                "spearman": SpearmanCorrCoef(),
+            }
+        )
+
+    def update(self, metrics, logits, batch):
+        pred = self.scores(logits)
+        for m in metrics.values():
+            m.update(pred, batch["target"].float())

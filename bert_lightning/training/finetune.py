@@ -1,0 +1,124 @@
+"""`finetune(cfg)`: one fine-tuning run from a composed Hydra config (`finetune.py`,
+`bert-lightning finetune` and tests call it)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict
+from functools import partial
+from pathlib import Path
+
+import lightning as L
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+from torch.utils.data import DataLoader
+from torchdata.stateful_dataloader import StatefulDataLoader
+
+from bert_lightning.atomic import write_json
+from bert_lightning.checkpoint import load_encoder, read_checkpoint
+from bert_lightning.data.sampling import ResumableShuffle
+from bert_lightning.data.tables import GroupBatchSampler, collate
+from bert_lightning.data.tokenizer import load_tokenizer, special_ids, train_wordpiece
+from bert_lightning.tasks.kinds import load_splits, make_task
+from bert_lightning.training.baselines import ad_relevance_baselines, summary
+from bert_lightning.training.finetune_module import FinetuneModule
+from bert_lightning.training.trainer import build_trainer, save_resolved_config
+
+log = logging.getLogger(__name__)
+
+
+def texts_of(table: dict) -> list[str]:
+    if "words" in table:
+        return [" ".join(w) for w in table["words"]]
+    return table["text"] + (table["pair"] or [])
+
+
+def encoder_and_tokenizer(cfg: DictConfig, train_table: dict):
+    """(config, tokenizer, pretrained or None): from `pretrained`, else random weights of
+    `model` with `tokenizer` (or a WordPiece trained on the train file)."""
+    if cfg.ckpt_path:  # resuming: the run's own tokenizer, whatever `pretrained` says
+        pre = read_checkpoint(cfg.ckpt_path)
+        log.info("resuming from %s", pre.source)
+        return pre.config, pre.tokenizer, None
+    if cfg.pretrained:
+        pre = read_checkpoint(cfg.pretrained)
+        log.info("fine-tuning from %s", pre.source)
+        return pre.config, pre.tokenizer, pre
+    if cfg.tokenizer:
+        tok = load_tokenizer(cfg.tokenizer)
+    else:
+        texts = texts_of(train_table)
+        tok = train_wordpiece(lambda: iter(texts), cfg.tokenizer_vocab_size)
+    config = instantiate(
+        cfg.model, vocab_size=tok.get_vocab_size(), pad_token_id=special_ids(tok)["[PAD]"]
+    )
+    log.warning("no `pretrained` given: the encoder starts from RANDOM weights (no pretraining)")
+    return config, tok, None
+
+
+def finetune(cfg: DictConfig) -> dict:
+    """Fits, restores the best checkpoint by the task's main validation metric, tests it and
+    writes `results.json`; returns what it wrote."""
+    L.seed_everything(cfg.seed, workers=True)
+    out_dir = Path(cfg.paths.output_dir)
+    task = make_task(OmegaConf.to_container(cfg.task, resolve=True))
+    tables = load_splits(task, cfg.seed)
+    config, tok, pre = encoder_and_tokenizer(cfg, tables["train"])
+    if cfg.max_seq_length > config.max_position_embeddings:
+        raise ValueError(
+            f"max_seq_length={cfg.max_seq_length} exceeds the model's "
+            f"max_position_embeddings={config.max_position_embeddings}"
+        )
+    module = FinetuneModule(
+        asdict(config),
+        task.cfg,
+        OmegaConf.to_container(cfg.optim, resolve=True),
+        cfg.freeze_encoder,
+        tok.to_str(),
+        max_seq_length=cfg.max_seq_length,
+    )
+    if pre is not None:
+        load_encoder(module.model, pre)
+
+    pad = partial(collate, pad_id=special_ids(tok)["[PAD]"])
+    feats = {k: task.encode(t, tok, cfg.max_seq_length) for k, t in tables.items()}
+    if task.cfg.get("loss") == "pairwise":
+        sampler = GroupBatchSampler([f["group"] for f in feats["train"]], cfg.batch_size, cfg.seed)
+        train_dl = StatefulDataLoader(feats["train"], batch_sampler=sampler, collate_fn=pad)
+    else:  # stateful: a resumed run continues at the same batch of the same shuffled epoch
+        shuffle = ResumableShuffle(feats["train"])  # a shuffled DataLoader's order
+        train_dl = StatefulDataLoader(
+            feats["train"], cfg.batch_size, sampler=shuffle, collate_fn=pad
+        )
+    eval_dl = {
+        k: DataLoader(feats[k], cfg.eval_batch_size, collate_fn=pad) for k in ("validation", "test")
+    }
+    log.info("rows: %s", {k: len(v) for k, v in feats.items()})
+
+    trainer = build_trainer(cfg)
+    save_resolved_config(cfg, out_dir)
+    trainer.fit(module, train_dl, eval_dl["validation"], ckpt_path=cfg.ckpt_path)
+    ckpt = trainer.checkpoint_callback
+    best = ckpt.best_model_path if ckpt is not None and ckpt.best_model_path else None
+    test = trainer.test(module, eval_dl["test"], ckpt_path=best, verbose=False)[0]
+    results = {
+        "task": task.cfg["kind"],
+        "pretrained": pre.source if pre else None,
+        "freeze_encoder": bool(cfg.freeze_encoder),
+        "rows": {k: len(v) for k, v in feats.items()},
+        "best_checkpoint": best,
+        "best_val": {f"val/{task.cfg['monitor']}": float(ckpt.best_model_score)}
+        if best and ckpt.best_model_score is not None
+        else None,
+        "steps": trainer.global_step,
+        "test": {k: float(v) for k, v in test.items()},
+    }
+    if task.cfg["kind"] == "ad_relevance" and task.cfg.get("baselines", True):
+        results["baselines"] = ad_relevance_baselines(
+            task, tables["test"], cfg.pretrained, cfg.max_seq_length
+        )
+        print(summary(results), flush=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_json(results, out_dir / "results.json")
+    log.info("test metrics %s; outputs in %s", results["test"], out_dir)
+    return results

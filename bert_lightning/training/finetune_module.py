@@ -1,0 +1,80 @@
+"""The LightningModule that fine-tunes an encoder with a task head."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from bert_lightning.model import BertConfig
+from bert_lightning.tasks.kinds import make_task
+from bert_lightning.training.module_base import EncoderModule
+
+
+class FinetuneModule(EncoderModule):
+    """`config`: BertConfig fields; `task`: the task config with what the train file fixed
+    (label set, target scale); `optim`: the `conf/optim` config (see `optim.py`).
+    `freeze_encoder` trains the head only, with the encoder in eval mode (no dropout): the
+    features stay those of the pretrained model. The tokenizer travels in every checkpoint, and
+    `max_seq_length` (what the model was fine-tuned on) in its hyper_parameters: `bert-lightning
+    score` truncates as training did."""
+
+    def __init__(
+        self,
+        config: dict,
+        task: dict,
+        optim: dict,
+        freeze_encoder: bool = False,
+        tokenizer_json: str | None = None,
+        max_seq_length: int | None = None,
+    ):
+        super().__init__()
+        self.save_hyperparameters(ignore=["tokenizer_json"])
+        self.task = make_task(task)
+        self.model = self.task.build_model(BertConfig(**config))
+        self.tokenizer_json = tokenizer_json
+        if freeze_encoder:
+            self.model.bert.requires_grad_(False)
+        self.split_metrics = nn.ModuleDict(
+            {"val": self.task.metrics(), "test": self.task.metrics()}
+        )
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        if self.hparams.freeze_encoder:
+            self.model.bert.eval()
+        return self
+
+    def forward(self, batch: dict) -> torch.Tensor:
+        return self.model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
+
+    def training_step(self, batch, batch_idx):
+        loss = self.task.loss(self(batch), batch)
+        self.log("train/loss", loss, prog_bar=True, batch_size=batch["input_ids"].size(0))
+        return loss
+
+    def _eval_step(self, split: str, batch):
+        logits = self(batch)
+        B = batch["input_ids"].size(0)
+        self.log(f"{split}/loss", self.task.loss(logits, batch), batch_size=B, sync_dist=True)
+        self.task.update(self.split_metrics[split], logits, batch)
+
+    def _eval_epoch_end(self, split: str):
+        metrics = self.split_metrics[split]
+        self.log_dict(
+            {f"{split}/{k}": v for k, v in self.task.compute(metrics).items()},
+            prog_bar=split == "val",
+        )
+        for m in metrics.values():
+            m.reset()
+
+    def validation_step(self, batch, batch_idx):
+        self._eval_step("val", batch)
+
+    def on_validation_epoch_end(self):
+        self._eval_epoch_end("val")
+
+    def test_step(self, batch, batch_idx):
+        self._eval_step("test", batch)
+
+    def on_test_epoch_end(self):
+        self._eval_epoch_end("test")

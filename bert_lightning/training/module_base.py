@@ -1,0 +1,46 @@
+"""What the pretraining and fine-tuning LightningModules share: sharding and compiling the
+encoder, the optimizer and its clipping (`optim.py`), and the tokenizer that travels inside
+every checkpoint, so that a checkpoint is self-contained."""
+
+from __future__ import annotations
+
+import lightning as L
+
+from bert_lightning.training import optim
+
+
+class EncoderModule(L.LightningModule):
+    """Subclasses set `self.model` (a model with `.bert`), `self.tokenizer_json` and keep the
+    `conf/optim` config as `hparams.optim` (and `hparams.compile`, optional)."""
+
+    def configure_model(self) -> None:
+        """Under FSDP2 (`trainer=fsdp`: Lightning's ModelParallelStrategy) shard each encoder
+        layer as its own unit, then the rest (embeddings, heads) at the root; then
+        `compile=true` compiles in place (state-dict keys unchanged). Lightning calls this
+        before each of validate/fit: it acts once."""
+        if getattr(self, "_model_configured", False):
+            return
+        self._model_configured = True
+        if self.device_mesh is not None:
+            from torch.distributed.fsdp import fully_shard
+
+            mesh = self.device_mesh["data_parallel"]
+            for layer in self.model.bert.encoder.layer:
+                fully_shard(layer, mesh=mesh)
+            fully_shard(self.model, mesh=mesh)
+        if self.hparams.get("compile"):
+            self.model.compile()
+
+    def configure_optimizers(self):
+        return optim.configure_optimizers(self)
+
+    def configure_gradient_clipping(
+        self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None
+    ) -> None:
+        optim.clip_gradients(self, optimizer, gradient_clip_val, gradient_clip_algorithm)
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["tokenizer"] = self.tokenizer_json
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        self.tokenizer_json = checkpoint.get("tokenizer", self.tokenizer_json)

@@ -1,0 +1,95 @@
+"""The LightningModule that pretrains `BertForPreTraining` with MLM, plus NSP when
+the data are sentence pairs."""
+
+from __future__ import annotations
+
+import torch
+from torchmetrics.classification import BinaryAccuracy, MulticlassAccuracy
+from torchmetrics.text import Perplexity
+
+from bert_lightning.data.mlm import OBJECTIVES
+from bert_lightning.model import BertConfig, BertForPreTraining, pretraining_flops
+from bert_lightning.training.module_base import EncoderModule
+
+
+class BertPretrainModule(EncoderModule):
+    """`config`: BertConfig fields; `optim`: the `conf/optim` config (see `optim.py`).
+    `tokenizer_json` travels inside every checkpoint, so a checkpoint is self-contained.
+    `objective`: `mlm`, or `mlm_nsp` (loss = MLM + NSP; the data module decides). Under `mlm`
+    the pooler and NSP head get no gradient and are frozen, so that DDP finds no unused
+    parameters.
+    `compile`: torch.compile the model in place (a GPU lever; parameter names unchanged)."""
+
+    def __init__(
+        self,
+        config: dict,
+        optim: dict,
+        tokenizer_json: str | None = None,
+        objective: str = "mlm",
+        compile: bool = False,
+    ):
+        super().__init__()
+        if objective not in OBJECTIVES:
+            raise ValueError(f"objective={objective!r}; expected one of {OBJECTIVES}")
+        self.save_hyperparameters(ignore=["tokenizer_json"])
+        self.model = BertForPreTraining(BertConfig(**config))
+        self.nsp = objective == "mlm_nsp"
+        if not self.nsp:
+            for head in (self.model.bert.pooler, self.model.cls.seq_relationship):
+                head.requires_grad_(False)
+        self.tokenizer_json = tokenizer_json
+        V = self.model.config.vocab_size
+        # validate_args checks label ranges on the host: a sync per training step, not worth it
+        self.train_acc = MulticlassAccuracy(num_classes=V, average="micro", validate_args=False)
+        self.val_acc = MulticlassAccuracy(num_classes=V, average="micro")
+        self.val_ppl = Perplexity()
+        # NSP accuracy, with objective=mlm_nsp (data=c4_nsp); the loss is then MLM + NSP
+        self.train_nsp_acc, self.val_nsp_acc = BinaryAccuracy(validate_args=False), BinaryAccuracy()
+
+    def forward(self, batch: dict):
+        return self.model(
+            batch["input_ids"],
+            batch.get("token_type_ids"),
+            batch.get("attention_mask"),
+            batch.get("labels"),
+            batch.get("next_sentence_label") if self.nsp else None,
+        )
+
+    def flops_per_batch(self, batch: dict) -> torch.Tensor:
+        """Useful FLOPs of a training step on `batch` (TokenThroughput's MFU), as a device
+        tensor: `pretraining_flops` is linear in its counts, so nothing is read to the host."""
+        B, T = batch["input_ids"].shape
+        picked = batch["labels"] != -100  # (B, T)
+        keep = picked.clone()
+        keep[:, 0] = True  # the last layer's rows: [CLS] and the picked (query_rows' B x R)
+        return pretraining_flops(self.model.config, B, T, picked.sum(), B * keep.sum(1).max())
+
+    def training_step(self, batch, batch_idx):
+        out = self(batch)
+        B = batch["input_ids"].size(0)
+        self.log("train/loss", out.loss, prog_bar=True, batch_size=B)
+        if out.mlm_labels.numel():
+            self.train_acc(out.mlm_logits.detach(), out.mlm_labels)
+            self.log("train/mlm_acc", self.train_acc, batch_size=B)
+        self._log_nsp("train", out, batch, self.train_nsp_acc)
+        return out.loss
+
+    def validation_step(self, batch, batch_idx):
+        out = self(batch)
+        B = batch["input_ids"].size(0)
+        self.log("val/loss", out.loss, prog_bar=True, batch_size=B, sync_dist=True)
+        if out.mlm_labels.numel():
+            self.val_acc(out.mlm_logits, out.mlm_labels)
+            self.val_ppl(out.mlm_logits[None].float(), out.mlm_labels[None])
+            self.log("val/mlm_acc", self.val_acc, batch_size=B)
+            self.log("val/ppl", self.val_ppl, batch_size=B)
+        self._log_nsp("val", out, batch, self.val_nsp_acc)
+
+    def _log_nsp(self, stage: str, out, batch: dict, acc: BinaryAccuracy) -> None:
+        if out.nsp_loss is None:
+            return
+        B = batch["input_ids"].size(0)
+        self.log(f"{stage}/mlm_loss", out.mlm_loss, batch_size=B, sync_dist=stage == "val")
+        self.log(f"{stage}/nsp_loss", out.nsp_loss, batch_size=B, sync_dist=stage == "val")
+        acc(out.nsp_logits.detach().argmax(-1), batch["next_sentence_label"])  # (B,) vs (B,)
+        self.log(f"{stage}/nsp_acc", acc, batch_size=B)
