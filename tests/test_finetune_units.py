@@ -90,6 +90,10 @@ def test_pairwise_loss_by_hand():
     assert pairwise_loss(s, t, g, "logistic", 1.0) == pytest.approx(math.log1p(math.exp(-2)))
     assert pairwise_loss(s, t, g, "margin", 3.0) == pytest.approx(1.0)
     assert pairwise_loss(s, t, torch.tensor([0, 1, 2]), "logistic", 1.0) == 0
+    # pairs=batch: also across queries, (0, 1) (0, 2) (2, 1) with differences 2, 1, 1
+    task = make_task(task_cfg("ad_relevance", loss="pairwise", pairs="batch"))
+    want = (math.log1p(math.exp(-2)) + 2 * math.log1p(math.exp(-1))) / 3
+    assert task.loss(s[:, None], {"target": t, "group": g}) == pytest.approx(want)
 
 
 def test_pointwise_loss_is_bce_on_the_score():

@@ -25,11 +25,12 @@ class AdRelevance(Task):
     (`graded_to: scale`) or 1 at or above `threshold` (`graded_to: threshold`); `clicks`
     clicks / impressions. Loss: `pointwise` BCE on the score, or `pairwise` within a query
     (`pairwise_loss: logistic` log(1 + e^-(s_i - s_j)) or `margin` max(0, m - (s_i - s_j))
-    over pairs with target_i > target_j)."""
+    over pairs with target_i > target_j: of one query, or with `pairs: batch` of the whole batch,
+    across queries too, a global order as Spearman reads it)."""
 
     keys = (*COMMON_KEYS, *TABLE_KEYS, "query_column", "ad_column", "label_type", "grade_min")
     keys += ("grade_max", "graded_to", "threshold", "clicks_column", "impressions_column")
-    keys += ("loss", "pairwise_loss", "margin", "architecture", "baselines")
+    keys += ("loss", "pairwise_loss", "margin", "pairs", "architecture", "baselines")
 
     @property
     def label_keys(self):
@@ -94,10 +95,13 @@ class AdRelevance(Task):
         s, t = logits.float()[:, 0], batch["target"].float()  # (B,), (B,)
         if self.cfg.get("loss", "pointwise") == "pointwise":
             return F.binary_cross_entropy_with_logits(s, t)
+        scope = self.cfg.get("pairs", "query")
+        if scope not in ("query", "batch"):
+            raise ValueError(f"task.pairs={scope!r}; expected query or batch")
         return pairwise_loss(
             s,
             t,
-            batch["group"],
+            batch["group"] if scope == "query" else torch.zeros_like(batch["group"]),
             self.cfg.get("pairwise_loss", "logistic"),
             self.cfg.get("margin", 1.0),
         )
