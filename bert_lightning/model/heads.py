@@ -116,6 +116,11 @@ class BertBiEncoder(nn.Module):
         return pool_tokens(out.last_hidden_state, mask, self.pooling)  # (B, H)
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None):
+        cos = self.cosine(input_ids, token_type_ids, attention_mask)  # (B,)
+        return self.classifier(cos[:, None].to(self.classifier.weight.dtype))  # (B, 1)
+
+    def cosine(self, input_ids, token_type_ids=None, attention_mask=None) -> torch.Tensor:
+        """(B,) cosine of the pooled query and ad of `[CLS] query [SEP] ad [SEP]` rows."""
         if token_type_ids is None:
             raise ValueError("a bi-encoder needs token_type_ids: 0 on the query, 1 on the ad")
         mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
@@ -131,5 +136,4 @@ class BertBiEncoder(nn.Module):
             [mask[:, :1], (torch.arange(Ta, device=mask.device) < second[:, None]).long()], 1
         )  # (B, 1 + Ta)
         u, v = self.embed(q_ids, q_mask), self.embed(a_ids, a_mask)  # (B, H) each
-        cos = torch.nn.functional.cosine_similarity(u.float(), v.float(), dim=-1)  # (B,)
-        return self.classifier(cos[:, None].to(self.classifier.weight.dtype))  # (B, 1)
+        return torch.nn.functional.cosine_similarity(u.float(), v.float(), dim=-1)  # (B,)

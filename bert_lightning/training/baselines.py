@@ -5,7 +5,8 @@ threshold-free metrics (AUROC, Spearman, NDCG@10), so a user sees what fine-tuni
   the documents being the distinct ad texts of the test rows (lower-cased word tokens);
 - `zero_shot`: the cosine of the STARTING encoder's mean-pooled last-layer embeddings of the
   query and of the ad, each encoded alone (how sentence-transformers models such as
-  all-MiniLM-L6-v2 are meant to be used), before any fine-tuning."""
+  all-MiniLM-L6-v2 are meant to be used), before any fine-tuning: what the untrained
+  `task.architecture=bi_encoder` head computes, so the same code."""
 
 from __future__ import annotations
 
@@ -14,10 +15,13 @@ import re
 import bm25s
 import numpy as np
 import torch
-import torch.nn.functional as F
 
-from bert_lightning.commands.embed import embed
+from bert_lightning.checkpoint import load_encoder, read_checkpoint
+from bert_lightning.data.tables import collate
+from bert_lightning.data.tokenizer import special_ids
+from bert_lightning.model.heads import BertBiEncoder
 from bert_lightning.tasks.ad_relevance import AdRelevance
+from bert_lightning.tasks.base import truncating
 
 THRESHOLD_FREE = ("auroc", "spearman", "ndcg@10")
 
@@ -44,16 +48,24 @@ def bm25_scores(queries: list[str], ads: list[str]) -> torch.Tensor:
     return torch.from_numpy(out)
 
 
+@torch.no_grad()
 def zero_shot_scores(
     pretrained: str, queries: list[str], ads: list[str], max_seq_length: int, batch_size: int = 64
 ) -> torch.Tensor:
-    """(N,) cosine of the mean-pooled embeddings of row i's query and ad (each text once)."""
-    texts = list(dict.fromkeys(queries + ads))
-    index = {t: i for i, t in enumerate(texts)}
-    vec = torch.from_numpy(embed(pretrained, texts, "mean", batch_size, max_seq_length))
-    q = vec[[index[t] for t in queries]]  # (N, H)
-    a = vec[[index[t] for t in ads]]  # (N, H)
-    return F.cosine_similarity(q, a, dim=-1)
+    """(N,) cosine of the mean-pooled embeddings of row i's query and ad, each encoded alone:
+    the bi-encoder head on the pretrained encoder, untrained (rows truncated as a pair)."""
+    pre = read_checkpoint(pretrained)
+    model = BertBiEncoder(pre.config, "mean")
+    load_encoder(model, pre)
+    model.eval()
+    tok = truncating(pre.tokenizer, max_seq_length)
+    pad_id = special_ids(tok)["[PAD]"]
+    pairs, out = list(zip(queries, ads, strict=True)), []
+    for start in range(0, len(pairs), batch_size):
+        enc = tok.encode_batch(pairs[start : start + batch_size])
+        b = collate([{"input_ids": e.ids, "token_type_ids": e.type_ids} for e in enc], pad_id)
+        out.append(model.cosine(b["input_ids"], b["token_type_ids"], b["attention_mask"]))
+    return torch.cat(out) if out else torch.zeros(0)
 
 
 def score_metrics(task: AdRelevance, table: dict, score: torch.Tensor) -> dict[str, float]:
