@@ -4,13 +4,14 @@
 import hydra
 from omegaconf import DictConfig
 
-from bert_lightning.config import CONFIG_DIR
+from bert_lightning.config import CONFIG_DIR, hydra_reported
 from bert_lightning.training.finetune import finetune
 
 
 @hydra.main(config_path=str(CONFIG_DIR), config_name="finetune", version_base="1.3")
 def main(cfg: DictConfig) -> float | None:
-    results = finetune(cfg)
+    with hydra_reported():
+        results = finetune(cfg)
     return (results["best_val"] or {}).get(f"val/{cfg.task.monitor}")
 
 

@@ -1,10 +1,15 @@
-"""Hydra glue: where the configs live, the `${bundled:...}` resolver, and composing in code."""
+"""Hydra glue: where the configs live, the `${bundled:...}` resolver, composing in code, and
+how a Hydra entry point reports a user's mistake."""
 
 from __future__ import annotations
 
+import os
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
+
+from bert_lightning.errors import MissingFileError, reported
 
 CONFIG_DIR = Path(__file__).resolve().parent / "conf"
 ASSETS = Path(__file__).resolve().parent / "assets"
@@ -14,7 +19,7 @@ def bundled(name: str) -> str:
     """Path of a file shipped inside the package (the default corpus), whatever the cwd."""
     path = ASSETS / name
     if not path.is_file():
-        raise FileNotFoundError(f"no bundled file {name!r} in {ASSETS}")
+        raise MissingFileError(f"no bundled file {name!r} in {ASSETS}")
     return str(path)
 
 
@@ -29,3 +34,14 @@ def compose(config_name: str = "train", overrides: list[str] | None = None) -> D
 
     with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
         return hydra_compose(config_name, overrides=overrides or [])
+
+
+def hydra_reported() -> AbstractContextManager:
+    """`errors.reported` around a Hydra task function (train.py, finetune.py, `bert-lightning
+    pretrain|finetune`): a user's mistake is one line and exit code 2, unless
+    HYDRA_FULL_ERROR=1 asks for the traceback or a multirun records the failed job itself."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    multirun = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+    return reported(debug=os.environ.get("HYDRA_FULL_ERROR") == "1" or multirun)

@@ -65,7 +65,17 @@ def test_score_writes_the_input_with_a_score_column(tmp_path, tok):
             logit = model(torch.tensor([enc.ids]), torch.tensor([enc.type_ids]), None)
         assert got == pytest.approx(torch.sigmoid(logit).item(), abs=1e-5)
     with pytest.raises(ValueError, match=r"pairs\.csv: no column 'title'"):
-        main(["score", str(ckpt), str(src), str(tmp_path / "x.csv"), "--ad-column", "title"])
+        main(
+            [
+                "--debug",
+                "score",
+                str(ckpt),
+                str(src),
+                str(tmp_path / "x.csv"),
+                "--ad-column",
+                "title",
+            ]
+        )
 
 
 def test_fill_mask_gives_the_mlm_head_probabilities(tmp_path, tok):
@@ -130,7 +140,15 @@ def test_embed_refuses_empty_lines_by_number(tmp_path, tok):
     write_hf_folder(tmp_path / "hf", tok)
     (tmp_path / "texts.txt").write_text("the film\n\nbob\n")
     with pytest.raises(DataError, match=r"texts.txt: line 2: empty text"):
-        main(["embed", str(tmp_path / "hf"), str(tmp_path / "texts.txt"), str(tmp_path / "v.npy")])
+        main(
+            [
+                "embed",
+                str(tmp_path / "hf"),
+                str(tmp_path / "texts.txt"),
+                str(tmp_path / "v.npy"),
+                "--debug",
+            ]
+        )
     assert not (tmp_path / "v.npy").exists()
     write_jsonl(tmp_path / "t.jsonl", [{"text": "a film"}, {"text": " "}])
     with pytest.raises(DataError, match=r"t.jsonl: row 2, column 'text': empty text"):

@@ -15,10 +15,11 @@ from torch.utils.data import DataLoader
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from bert_lightning.atomic import write_json
-from bert_lightning.checkpoint import load_encoder, read_checkpoint
+from bert_lightning.checkpoint import FINETUNING, load_encoder, read_checkpoint
 from bert_lightning.data.sampling import ResumableShuffle
 from bert_lightning.data.tables import GroupBatchSampler, collate
 from bert_lightning.data.tokenizer import load_tokenizer, special_ids, train_wordpiece
+from bert_lightning.errors import UserError
 from bert_lightning.tasks.kinds import load_splits, make_task
 from bert_lightning.training.finetune_module import FinetuneModule
 from bert_lightning.training.trainer import build_trainer, save_resolved_config
@@ -36,7 +37,8 @@ def encoder_and_tokenizer(cfg: DictConfig, train_table: dict):
     """(config, tokenizer, pretrained or None): from `pretrained`, else random weights of
     `model` with `tokenizer` (or a WordPiece trained on the train file)."""
     if cfg.ckpt_path:  # resuming: the run's own tokenizer, whatever `pretrained` says
-        pre = read_checkpoint(cfg.ckpt_path)
+        use = "ckpt_path (resuming a fine-tuning run; pretrained= starts one)"
+        pre = read_checkpoint(cfg.ckpt_path, FINETUNING, use)
         log.info("resuming from %s", pre.source)
         return pre.config, pre.tokenizer, None
     if cfg.pretrained:
@@ -64,7 +66,7 @@ def finetune(cfg: DictConfig) -> dict:
     tables = load_splits(task, cfg.seed)
     config, tok, pre = encoder_and_tokenizer(cfg, tables["train"])
     if cfg.max_seq_length > config.max_position_embeddings:
-        raise ValueError(
+        raise UserError(
             f"max_seq_length={cfg.max_seq_length} exceeds the model's "
             f"max_position_embeddings={config.max_position_embeddings}"
         )

@@ -12,6 +12,8 @@ import torch
 from hydra.utils import instantiate
 from lightning.pytorch.plugins.precision import MixedPrecision
 
+from bert_lightning.errors import UserError
+
 FUSED_DEVICES = ("cpu", "cuda", "mps", "xpu")  # where torch has a fused AdamW kernel
 
 
@@ -41,7 +43,7 @@ def warmup_length(total_steps: int, warmup_steps: int | None, warmup_ratio: floa
     """One warmup schema for pretraining and fine-tuning: a step count or a fraction of the
     schedule, never both."""
     if warmup_steps is not None and warmup_ratio is not None:
-        raise ValueError(
+        raise UserError(
             f"optim.warmup_steps={warmup_steps} and optim.warmup_ratio={warmup_ratio}: "
             "set one of them (the other to null)"
         )

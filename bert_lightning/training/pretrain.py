@@ -11,8 +11,9 @@ import lightning as L
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from bert_lightning.checkpoint import checkpoint_tokenizer
+from bert_lightning.checkpoint import PRETRAINING, checkpoint_tokenizer
 from bert_lightning.data.tokenizer import special_ids
+from bert_lightning.errors import UserError
 from bert_lightning.training.pretrain_module import BertPretrainModule
 from bert_lightning.training.trainer import build_trainer, save_resolved_config
 
@@ -23,13 +24,16 @@ def build(cfg: DictConfig):
     """Data module, Lightning module and trainer of a run, before any training."""
     out_dir = Path(cfg.paths.output_dir)
     dm = instantiate(cfg.data)
-    tokenizer_json = checkpoint_tokenizer(cfg.ckpt_path) if cfg.ckpt_path else None
+    tokenizer_json = None
+    if cfg.ckpt_path:
+        use = "ckpt_path (resuming a pretraining run)"
+        tokenizer_json = checkpoint_tokenizer(cfg.ckpt_path, PRETRAINING, use)
     tok = dm.build_tokenizer(out_dir / "checkpoints", tokenizer_json)
     config = instantiate(
         cfg.model, vocab_size=tok.get_vocab_size(), pad_token_id=special_ids(tok)["[PAD]"]
     )
     if config.max_position_embeddings < cfg.data.max_seq_length:
-        raise ValueError(
+        raise UserError(
             f"data.max_seq_length={cfg.data.max_seq_length} exceeds "
             f"model.max_position_embeddings={config.max_position_embeddings}"
         )
