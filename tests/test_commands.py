@@ -1,24 +1,21 @@
 """`bert-lightning score | fill-mask | embed` on tiny models."""
 
 import json
-from dataclasses import asdict
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from bert_lightning.checkpoint import read_checkpoint
 from bert_lightning.cli import main
 from bert_lightning.commands.embed import embed, read_texts
 from bert_lightning.commands.fill_mask import fill_mask
-from bert_lightning.config import compose
 from bert_lightning.data.tables import DataError
 from bert_lightning.model import BertForPreTraining
-from bert_lightning.training.finetune_module import FinetuneModule
 from finetune_fixtures import (
     ad_rows,
+    relevance_ckpt,
     tiny_config,
     write_csv,
     write_hf_folder,
@@ -31,25 +28,6 @@ from finetune_fixtures import (
 @pytest.fixture
 def tok(tmp_path):
     return write_tokenizer(tmp_path / "tokenizer.json")
-
-
-def relevance_ckpt(tmp_path, tok):
-    """A checkpoint as finetune.py writes it, with an untrained (random) head."""
-    cfg = compose("finetune", ["task=ad_relevance", "task.train_file=x", "paths.output_dir=."])
-    task = OmegaConf.to_container(cfg.task)
-    module = FinetuneModule(
-        asdict(tiny_config(tok.get_vocab_size())), task, {"lr": 1e-3}, False, tok.to_str()
-    )
-    path = tmp_path / "relevance.ckpt"
-    torch.save(
-        {
-            "hyper_parameters": dict(module.hparams),
-            "state_dict": module.state_dict(),
-            "tokenizer": tok.to_str(),
-        },
-        path,
-    )
-    return path, module.model.eval()
 
 
 def test_score_writes_the_input_with_a_score_column(tmp_path, tok):

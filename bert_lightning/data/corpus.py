@@ -104,7 +104,8 @@ def _parse(raw: bytes, max_chars: int | None = None) -> str:
     try:
         record = json.loads(_decode(raw))
     except json.JSONDecodeError as e:  # e.msg alone stops short ("Invalid control character at")
-        raise _Bad(f"invalid JSON ({e.msg} at column {e.colno})", e.colno) from None
+        msg = e.msg.removesuffix(" at")  # "Invalid control character at", "... starting at"
+        raise _Bad(f"invalid JSON ({msg} at column {e.colno})", e.colno) from None
     if not isinstance(record, dict) or "text" not in record:
         raise ValueError("no 'text' field")
     text = record["text"]
