@@ -61,9 +61,14 @@ TABLE_HELP = "default: as the model's task read its files (else by extension / u
 def table_options(args) -> dict:
     """The table keys of a task config (format, encoding, header, names) given on the command
     line; what is not given stays as the checkpoint's task has it."""
-    given = {"format": args.format, "encoding": args.encoding, "header": args.header}
-    given["names"] = args.names.split(",") if args.names else None
-    return {k: v for k, v in given.items() if v is not None}
+    given = {k: v for k, v in (("format", args.format), ("encoding", args.encoding)) if v}
+    if args.header is not None:
+        given["header"] = args.header
+    if args.names:
+        given["names"] = args.names.split(",")
+    elif args.header:  # the header row names the columns, not the task's `names`
+        given["names"] = None
+    return given
 
 
 @torch.no_grad()
