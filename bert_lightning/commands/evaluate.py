@@ -88,6 +88,11 @@ def evaluate_mlm(
     )
     dm.tokenizer = tok
     dm.val_set = dm.held_out(dm.val_files)
+    if len(dm.val_set) == 0:
+        raise UserError(
+            f"{' '.join(dm.val_files)}: too little text for one {packing} example of {max_len} "
+            "tokens (--packing document frames every document, however short)"
+        )
     module = BertPretrainModule(asdict(pre.config), {}, tok.to_str(), objective="mlm")
     module.model.load_state_dict(model.state_dict())
     metrics = _trainer(progress).validate(module, dm.val_dataloader(), verbose=False)[0]
