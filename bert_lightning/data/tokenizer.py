@@ -126,7 +126,7 @@ def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
     """`tokenizer.json` (ours or any BERT one) or a BERT `vocab.txt`."""
     path = Path(path)
     if not path.is_file():
-        raise MissingFileError(f"tokenizer file not found: {path}")
+        raise MissingFileError(f"{path}: no such tokenizer file")
     if path.suffix == ".txt":
         return load_vocab_txt(path)
     try:
