@@ -47,15 +47,15 @@ def load_finetuned(path):
     return m.task, m.model, Tokenizer.from_str(m.tokenizer_json), m.hparams.max_seq_length
 
 
+TABLE_HELP = "default: as the model's task read its files (else by extension / utf-8 / a header)"
+
+
 def add_table_arguments(p) -> None:
     """How to read the input table; by default as the checkpoint's task read its files."""
     p.add_argument("--format", choices=["csv", "tsv", "jsonl", "parquet"], help=TABLE_HELP)
     p.add_argument("--encoding", help=TABLE_HELP)
     p.add_argument("--header", action=argparse.BooleanOptionalAction, help=TABLE_HELP)
     p.add_argument("--names", help="column names of a headerless file, comma-separated")
-
-
-TABLE_HELP = "default: as the model's task read its files (else by extension / utf-8 / a header)"
 
 
 def table_options(args) -> dict:
