@@ -32,9 +32,20 @@ def torch_load(path: str | Path, mmap: bool = True) -> dict:
     return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
 
 
-def checkpoint_tokenizer(path: str | Path) -> str:
-    """The tokenizer a `.ckpt` was trained with (a resumed run must keep it)."""
-    return _raw_ckpt(path, need=("tokenizer",))["tokenizer"]
+@dataclass
+class ResumePoint:
+    """Where a `.ckpt` left its run: what `ckpt_path=` continues from."""
+
+    step: int  # optimizer steps done (Lightning's global_step)
+    hparams: dict  # the module's hyper_parameters (`optim` holds the schedule's total_steps)
+    tokenizer: str  # the tokenizer the run was trained with (a resumed run must keep it)
+
+
+def resume_point(path: str | Path) -> ResumePoint:
+    ckpt = _raw_ckpt(path, need=("tokenizer",))
+    return ResumePoint(
+        int(ckpt.get("global_step", 0)), dict(ckpt.get("hyper_parameters") or {}), ckpt["tokenizer"]
+    )
 
 
 def _raw_ckpt(path: str | Path, need=("state_dict", "config", "tokenizer")) -> dict:
