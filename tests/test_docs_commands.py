@@ -50,7 +50,8 @@ STEPS = ["trainer.max_steps=2", "trainer.accelerator=cpu", "trainer.enable_progr
 
 def doc_commands() -> list[tuple[str, str]]:
     """(where, command) for each command line in a fenced block, and each inline code span that
-    is a whole `python train.py|finetune.py ...` command (inline `bert-lightning x` are names)."""
+    is a `python train.py|finetune.py` command with arguments (a bare inline `python train.py`
+    or `bert-lightning x` names a program rather than giving a command)."""
     found, seen = [], set()
     for doc in DOCS:
         text = doc.read_text()
@@ -66,7 +67,7 @@ def doc_commands() -> list[tuple[str, str]]:
             if line.lstrip().startswith("```"):
                 fenced = not fenced
                 continue
-            spans = [line] if fenced else re.findall(r"`(python [^`]+)`", line)
+            spans = [line] if fenced else re.findall(r"`(python \S+\.py [^`]+)`", line)
             for span in spans:
                 for part in re.split(r"&&|;", span):
                     part = re.sub(r"\s+#\s.*$", "", part).strip()
@@ -114,6 +115,12 @@ def workspace(tmp_path_factory):
     (ws / "path/to/model").symlink_to(hf)
     (ws / "path/to/bert-base-uncased").mkdir(parents=True)
     (ws / "path/to/bert-base-uncased/vocab.txt").write_bytes((hf / "vocab.txt").read_bytes())
+    cwd = os.getcwd()
+    os.chdir(ws)  # the brackets grammar files, where experiment=brackets_grammar reads them
+    try:
+        cli.main(["brackets-data"])
+    finally:
+        os.chdir(cwd)
     return {"ws": ws, "corpus": corpus, "pretrain": ckpt, "finetune": fine / "checkpoints"}
 
 
