@@ -91,7 +91,7 @@ def configure_optimizers(module) -> dict:
     run_steps = int(trainer.estimated_stepping_batches)
     if module.hparams.optim.get("total_steps") is None:
         # recorded in every checkpoint: a continued run keeps this schedule (resume.py)
-        module.hparams.optim["total_steps"] = run_steps
+        module.hparams.optim = {**module.hparams.optim, "total_steps": run_steps}
     build = instantiate(module.hparams.optim)
     return build(module.model, run_steps=run_steps, fused=scaler is None)
 
