@@ -19,7 +19,7 @@ import lightning as L
 import torch
 from hydra.core.hydra_config import HydraConfig
 from lightning.pytorch.plugins.io import TorchCheckpointIO
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from bert_lightning.atomic import atomic_path
 from bert_lightning.checkpoint import ResumePoint
@@ -77,9 +77,17 @@ def already_done(cfg: DictConfig, start: ResumePoint | None) -> bool:
         "(raise trainer.max_steps to continue)"
     )
     out_dir = Path(cfg.paths.output_dir)
-    if HydraConfig.initialized() and Path(HydraConfig.get().runtime.output_dir) == out_dir:
+    if hydra_run_dir() == out_dir:
         remove_hydra_only_folder(out_dir)
     return True
+
+
+def hydra_run_dir() -> Path | None:
+    """The folder Hydra made for this job; None outside a Hydra job (tests, notebooks)."""
+    if not HydraConfig.initialized():
+        return None
+    folder = OmegaConf.select(HydraConfig.get(), "runtime.output_dir", throw_on_missing=False)
+    return Path(folder) if folder else None
 
 
 def continued_optim(optim: dict, start: ResumePoint | None, max_steps: int) -> dict:
