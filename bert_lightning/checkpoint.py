@@ -30,6 +30,7 @@ class Checkpoint:
     tokenizer: Tokenizer
     hparams: dict = field(default_factory=dict)  # the .ckpt's hyper_parameters ({} for HF)
     source: str = ""
+    step: int = 0  # a .ckpt's global_step
 
     @property
     def kind(self) -> str:
@@ -66,10 +67,19 @@ def check_kind(path, ckpt: Checkpoint, kind: str | None, use: str) -> None:
         raise UserError(f"{path}: a {ckpt.kind} checkpoint; {use} needs a {kind} one")
 
 
-def checkpoint_tokenizer(path: str | Path, kind: str | None = None, use: str = "") -> str:
-    """The tokenizer a `.ckpt` was trained with (a resumed run must keep it); `kind`, `use`: as
-    `read_checkpoint`'s."""
-    return read_checkpoint(path, kind, use).tokenizer.to_str()
+@dataclass
+class ResumePoint:
+    """Where a `.ckpt` left its run: what `ckpt_path=` continues from."""
+
+    step: int  # optimizer steps done (Lightning's global_step)
+    hparams: dict  # the module's hyper_parameters (`optim` holds the schedule's total_steps)
+    tokenizer: str  # the tokenizer the run was trained with (a resumed run must keep it)
+
+
+def resume_point(path: str | Path, kind: str | None = None, use: str = "") -> ResumePoint:
+    """`kind`, `use`: as `read_checkpoint`'s (a run resumes from its own kind)."""
+    ckpt = read_checkpoint(path, kind, use)
+    return ResumePoint(ckpt.step, ckpt.hparams, ckpt.tokenizer.to_str())
 
 
 def _raw_ckpt(path: str | Path, need=("state_dict", "config", "tokenizer")) -> dict:
@@ -138,7 +148,8 @@ def read_checkpoint(path: str | Path, kind: str | None = None, use: str = "") ->
         }
         tokenizer = Tokenizer.from_str(raw["tokenizer"])
         check_vocab(path, config.vocab_size, tokenizer)
-        ckpt = Checkpoint(config, state, tokenizer, hparams, f"checkpoint {path}")
+        step = int(raw.get("global_step", 0))
+        ckpt = Checkpoint(config, state, tokenizer, hparams, f"checkpoint {path}", step)
     check_kind(path, ckpt, kind, use)
     return ckpt
 

@@ -23,7 +23,25 @@ def bundled(name: str) -> str:
     return str(path)
 
 
+def resumed_run(ckpt_path: str | None) -> str | None:
+    """The run folder a resumed run continues in (`hydra.run.dir` in train.yaml and
+    finetune.yaml): the checkpoint's own, when it sits in `<run>/checkpoints/`."""
+    if not ckpt_path:
+        return None
+    from bert_lightning.training.resume import run_folder_of
+
+    folder = run_folder_of(ckpt_path)
+    return str(folder) if folder else None
+
+
 OmegaConf.register_new_resolver("bundled", bundled, replace=True)
+# the checkpoint's run folder, else the default; Hydra's record (.hydra/) stays the first run's
+OmegaConf.register_new_resolver(
+    "run_dir", lambda ckpt, default: resumed_run(ckpt) or default, replace=True
+)
+OmegaConf.register_new_resolver(
+    "hydra_subdir", lambda ckpt: None if resumed_run(ckpt) else ".hydra", replace=True
+)
 
 
 def compose(config_name: str = "train", overrides: list[str] | None = None) -> DictConfig:

@@ -137,7 +137,8 @@ class PretrainDataModule(L.LightningDataModule):
     ) -> Tokenizer:
         """In order: `tokenizer_json` (a resumed checkpoint's), `tokenizer.path`, the run's own
         `tokenizer.json` if it exists (DDP ranks reuse rank 0's), else train one on the training
-        files. The tokenizer in use is always saved as `out_dir/tokenizer.json`."""
+        files (refusing an empty corpus: its tokenizer would hold the special tokens only). The
+        tokenizer in use is always saved as `out_dir/tokenizer.json`."""
         saved = Path(out_dir) / "tokenizer.json"
         if tokenizer_json:
             self.tokenizer = Tokenizer.from_str(tokenizer_json)
@@ -147,6 +148,11 @@ class PretrainDataModule(L.LightningDataModule):
             self.tokenizer = load_tokenizer(saved)
             return self.tokenizer
         else:
+            if (
+                self.train_files is not None
+                and next(self.documents(self.train_files), None) is None
+            ):
+                raise ValueError(f"no documents with text in {self.train_files}")
             self.tokenizer = train_wordpiece(
                 self.tokenizer_documents,
                 vocab_size=self.tokenizer_cfg.vocab_size,

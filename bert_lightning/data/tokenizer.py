@@ -97,9 +97,13 @@ def train_wordpiece(
     probe = _bert_tokenizer({t: i for i, t in enumerate(SPECIAL_TOKENS)})
     norm, pre = probe.normalizer, probe.pre_tokenizer
     continuation: set[str] = set()
+    docs = 0
     for text in islice(texts(), max_docs):
+        docs += 1
         for word, _ in pre.pre_tokenize_str(norm.normalize_str(text)):
             continuation.update(word[1:])
+    if not docs:  # it would hold the special tokens only
+        raise ValueError("no documents to train a WordPiece tokenizer on")
     alphabet = sorted("##" + c for c in continuation)
 
     trainable = Tokenizer(models.WordPiece(unk_token="[UNK]"))
