@@ -5,14 +5,13 @@ import hydra
 from omegaconf import DictConfig
 
 from bert_lightning.config import CONFIG_DIR, hydra_reported
-from bert_lightning.training.finetune import finetune
+from bert_lightning.training.finetune import best_val, finetune
 
 
 @hydra.main(config_path=str(CONFIG_DIR), config_name="finetune", version_base="1.3")
 def main(cfg: DictConfig) -> float | None:
     with hydra_reported():
-        results = finetune(cfg)
-    return (results["best_val"] or {}).get(f"val/{cfg.task.monitor}")
+        return best_val(finetune(cfg), cfg)
 
 
 if __name__ == "__main__":

@@ -70,6 +70,12 @@ def encoder_and_tokenizer(cfg: DictConfig, train_table: dict):
     return config, tok, None
 
 
+def best_val(results: dict | None, cfg: DictConfig) -> float | None:
+    """What a sweep optimises: the best validation value of the task's main metric (None when
+    a resumed run had nothing to do, or no validation ran)."""
+    return ((results or {}).get("best_val") or {}).get(f"val/{cfg.task.monitor}")
+
+
 def finetune(cfg: DictConfig) -> dict | None:
     """Fits, restores the best checkpoint by the task's main validation metric, tests it and
     writes `results.json`; returns what it wrote (None: a resumed run had nothing to do)."""
