@@ -4,13 +4,14 @@
 import hydra
 from omegaconf import DictConfig
 
-from bert_lightning.config import CONFIG_DIR
+from bert_lightning.config import CONFIG_DIR, hydra_reported
 from bert_lightning.training.pretrain import train
 
 
 @hydra.main(config_path=str(CONFIG_DIR), config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> float | None:
-    return train(cfg)
+    with hydra_reported():
+        return train(cfg)
 
 
 if __name__ == "__main__":

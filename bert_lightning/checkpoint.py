@@ -1,10 +1,13 @@
 """Reading weights to start from: a `.ckpt` of ours (pretraining or fine-tuning) or a Hugging
 Face BERT folder, both brought into our key space (`bert.*`, `cls.*`, `classifier.*`) as one
 `Checkpoint`. The one place that unpickles a checkpoint (`torch.load(weights_only=True)`);
-training reads a resumed run's tokenizer here, commands read models here."""
+training reads a resumed run's tokenizer here, commands read models here. What is wrong with a
+checkpoint (not one, the wrong kind, a tokenizer with ids the model has no embedding for) is
+found here, once, as a `UserError` naming the file."""
 
 from __future__ import annotations
 
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,8 +16,11 @@ from tokenizers import Tokenizer
 
 from bert_lightning.atomic import atomic_path, write_text  # noqa: F401  (re-exported)
 from bert_lightning.data.tokenizer import load_tokenizer
+from bert_lightning.errors import MissingFileError, UserError
 from bert_lightning.interop import config_from_hf, hf_to_ours, load_into
 from bert_lightning.model import BertConfig, BertModel
+
+PRETRAINING, FINETUNING, HUGGING_FACE = "pretraining", "fine-tuning", "Hugging Face"
 
 
 @dataclass
@@ -24,28 +30,69 @@ class Checkpoint:
     tokenizer: Tokenizer
     hparams: dict = field(default_factory=dict)  # the .ckpt's hyper_parameters ({} for HF)
     source: str = ""
+    step: int = 0  # a .ckpt's global_step
+
+    @property
+    def kind(self) -> str:
+        if not self.hparams:
+            return HUGGING_FACE
+        return FINETUNING if self.hparams.get("task") else PRETRAINING
 
 
 def torch_load(path: str | Path, mmap: bool = True) -> dict:
     """Weights-only (never runs pickled code), memory-mapped: a big checkpoint is not read
     whole to look at its tokenizer (old HF `.bin` files predate the format mmap needs)."""
-    return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+    zipped = zipfile.is_zipfile(path)
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap and zipped)
+    except Exception as e:  # a text file, a truncated copy, a pickle of other objects
+        why = str(e).strip().split("\n")[0] if zipped else "not the zip archive torch.save writes"
+        raise UserError(f"{path}: not a checkpoint (torch.load could not read it: {why})") from e
 
 
-def checkpoint_tokenizer(path: str | Path) -> str:
-    """The tokenizer a `.ckpt` was trained with (a resumed run must keep it)."""
-    return _raw_ckpt(path, need=("tokenizer",))["tokenizer"]
+def check_vocab(path, vocab_size: int, tokenizer: Tokenizer) -> None:
+    """A tokenizer with more tokens than the model has embeddings gives ids out of range (an
+    IndexError, or Lightning's size mismatch, far from the cause). More embeddings than tokens
+    is fine: some models pad their vocabulary."""
+    n = tokenizer.get_vocab_size()
+    if n > vocab_size:
+        raise UserError(
+            f"{path}: the model has a vocabulary of {vocab_size} but its tokenizer has {n} tokens"
+        )
+
+
+def check_kind(path, ckpt: Checkpoint, kind: str | None, use: str) -> None:
+    """`kind`: the kind `use` (what reads it, for the message) needs; None takes any."""
+    if kind is not None and ckpt.kind != kind:
+        raise UserError(f"{path}: a {ckpt.kind} checkpoint; {use} needs a {kind} one")
+
+
+@dataclass
+class ResumePoint:
+    """Where a `.ckpt` left its run: what `ckpt_path=` continues from."""
+
+    step: int  # optimizer steps done (Lightning's global_step)
+    hparams: dict  # the module's hyper_parameters (`optim` holds the schedule's total_steps)
+    tokenizer: str  # the tokenizer the run was trained with (a resumed run must keep it)
+
+
+def resume_point(path: str | Path, kind: str | None = None, use: str = "") -> ResumePoint:
+    """`kind`, `use`: as `read_checkpoint`'s (a run resumes from its own kind)."""
+    ckpt = read_checkpoint(path, kind, use)
+    return ResumePoint(ckpt.step, ckpt.hparams, ckpt.tokenizer.to_str())
 
 
 def _raw_ckpt(path: str | Path, need=("state_dict", "config", "tokenizer")) -> dict:
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such checkpoint file")
+        raise MissingFileError(f"{path}: no such checkpoint file")
     ckpt = torch_load(path)
+    if not isinstance(ckpt, dict):
+        raise UserError(f"{path}: holds a {type(ckpt).__name__}, not a bert_lightning .ckpt")
     hparams = ckpt.get("hyper_parameters") or {}
     for key in need:
         if not (hparams if key == "config" else ckpt).get(key):
-            raise ValueError(f"{path}: no {key!r} in the checkpoint: not a bert_lightning .ckpt")
+            raise UserError(f"{path}: no {key!r} in the checkpoint: not a bert_lightning .ckpt")
     return ckpt
 
 
@@ -57,44 +104,54 @@ def read_hf_weights(folder: Path) -> dict[str, torch.Tensor]:
         return load_file(folder / "model.safetensors")
     if (folder / "pytorch_model.bin").is_file():
         return torch_load(folder / "pytorch_model.bin", mmap=False)
-    raise FileNotFoundError(f"{folder}: neither model.safetensors nor pytorch_model.bin")
+    raise MissingFileError(f"{folder}: neither model.safetensors nor pytorch_model.bin")
 
 
 def load_hf_folder(folder: str | Path) -> Checkpoint:
     """A Hugging Face BERT folder: config.json, weights, tokenizer.json or vocab.txt."""
     folder = Path(folder)
     if not (folder / "config.json").is_file():
-        raise FileNotFoundError(f"{folder}: no config.json (not a Hugging Face model folder)")
+        raise MissingFileError(f"{folder}: no config.json (not a Hugging Face model folder)")
     for name in ("tokenizer.json", "vocab.txt"):
         if (folder / name).is_file():
             tokenizer = load_tokenizer(folder / name)
             break
     else:
-        raise FileNotFoundError(f"{folder}: neither tokenizer.json nor vocab.txt")
+        raise MissingFileError(f"{folder}: neither tokenizer.json nor vocab.txt")
     # HF files often fix padding/truncation (e.g. pad to 128): framing is our pipeline's job
     tokenizer.no_padding()
     tokenizer.no_truncation()
+    config = config_from_hf(folder / "config.json")
+    check_vocab(folder, config.vocab_size, tokenizer)
     return Checkpoint(
-        config_from_hf(folder / "config.json"),
+        config,
         hf_to_ours(read_hf_weights(folder)),
         tokenizer,
         source=f"Hugging Face folder {folder}",
     )
 
 
-def read_checkpoint(path: str | Path) -> Checkpoint:
-    """A `.ckpt` of ours (weights-only) or a Hugging Face BERT folder."""
+def read_checkpoint(path: str | Path, kind: str | None = None, use: str = "") -> Checkpoint:
+    """A `.ckpt` of ours (weights-only) or a Hugging Face BERT folder. `kind` (PRETRAINING,
+    FINETUNING or HUGGING_FACE): the kind that `use` (the reader, named in the error) needs."""
     path = Path(path)
     if path.is_dir():
-        return load_hf_folder(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: neither a checkpoint file nor a Hugging Face folder")
-    ckpt = _raw_ckpt(path)
-    hparams = dict(ckpt["hyper_parameters"])
-    config = BertConfig(**hparams["config"])
-    state = {k[len("model.") :]: v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}
-    tokenizer = Tokenizer.from_str(ckpt["tokenizer"])
-    return Checkpoint(config, state, tokenizer, hparams, f"checkpoint {path}")
+        ckpt = load_hf_folder(path)
+    elif not path.is_file():
+        raise MissingFileError(f"{path}: neither a checkpoint file nor a Hugging Face folder")
+    else:
+        raw = _raw_ckpt(path)
+        hparams = dict(raw["hyper_parameters"])
+        config = BertConfig(**hparams["config"])
+        state = {
+            k[len("model.") :]: v for k, v in raw["state_dict"].items() if k.startswith("model.")
+        }
+        tokenizer = Tokenizer.from_str(raw["tokenizer"])
+        check_vocab(path, config.vocab_size, tokenizer)
+        step = int(raw.get("global_step", 0))
+        ckpt = Checkpoint(config, state, tokenizer, hparams, f"checkpoint {path}", step)
+    check_kind(path, ckpt, kind, use)
+    return ckpt
 
 
 def load_encoder(model: torch.nn.Module, ckpt: Checkpoint) -> None:

@@ -1,11 +1,16 @@
-"""Hydra glue: where the configs live, the `${bundled:...}` resolver, and composing in code."""
+"""Hydra glue: where the configs live, the `${bundled:...}` resolver, composing in code, and
+how a Hydra entry point reports a user's mistake."""
 
 from __future__ import annotations
 
 import importlib.util
+import os
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
+
+from bert_lightning.errors import MissingFileError, reported
 
 CONFIG_DIR = Path(__file__).resolve().parent / "conf"
 ASSETS = Path(__file__).resolve().parent / "assets"
@@ -15,7 +20,7 @@ def bundled(name: str) -> str:
     """Path of a file shipped inside the package (the default corpus), whatever the cwd."""
     path = ASSETS / name
     if not path.is_file():
-        raise FileNotFoundError(f"no bundled file {name!r} in {ASSETS}")
+        raise MissingFileError(f"no bundled file {name!r} in {ASSETS}")
     return str(path)
 
 
@@ -29,8 +34,26 @@ def package_dir(name: str, *parts: str) -> str:
     return str(Path(spec.submodule_search_locations[0], *parts))
 
 
+def resumed_run(ckpt_path: str | None) -> str | None:
+    """The run folder a resumed run continues in (`hydra.run.dir` in train.yaml and
+    finetune.yaml): the checkpoint's own, when it sits in `<run>/checkpoints/`."""
+    if not ckpt_path:
+        return None
+    from bert_lightning.training.resume import run_folder_of
+
+    folder = run_folder_of(ckpt_path)
+    return str(folder) if folder else None
+
+
 OmegaConf.register_new_resolver("bundled", bundled, replace=True)
 OmegaConf.register_new_resolver("package_dir", package_dir, replace=True)
+# the checkpoint's run folder, else the default; Hydra's record (.hydra/) stays the first run's
+OmegaConf.register_new_resolver(
+    "run_dir", lambda ckpt, default: resumed_run(ckpt) or default, replace=True
+)
+OmegaConf.register_new_resolver(
+    "hydra_subdir", lambda ckpt: None if resumed_run(ckpt) else ".hydra", replace=True
+)
 
 
 def compose(config_name: str = "train", overrides: list[str] | None = None) -> DictConfig:
@@ -41,3 +64,14 @@ def compose(config_name: str = "train", overrides: list[str] | None = None) -> D
 
     with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
         return hydra_compose(config_name, overrides=overrides or [])
+
+
+def hydra_reported() -> AbstractContextManager:
+    """`errors.reported` around a Hydra task function (train.py, finetune.py, `bert-lightning
+    pretrain|finetune`): a user's mistake is one line and exit code 2, unless
+    HYDRA_FULL_ERROR=1 asks for the traceback or a multirun records the failed job itself."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    multirun = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+    return reported(debug=os.environ.get("HYDRA_FULL_ERROR") == "1" or multirun)

@@ -6,13 +6,15 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any, TypeVar
 
+from bert_lightning.errors import UserError
+
 T = TypeVar("T")
 
 
 def check_keys(raw: dict, known, where: str) -> None:
     unknown = sorted(set(raw) - set(known))
     if unknown:
-        raise ValueError(f"{where}: unknown key(s) {unknown}; known keys: {sorted(known)}")
+        raise UserError(f"{where}: unknown key(s) {unknown}; known keys: {sorted(known)}")
 
 
 def from_dict(cls: type[T], raw: dict[str, Any] | None, where: str) -> T:

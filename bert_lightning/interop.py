@@ -17,6 +17,7 @@ import torch
 from tokenizers import Tokenizer
 
 from bert_lightning.atomic import atomic_path
+from bert_lightning.errors import UserError
 from bert_lightning.model import BertConfig
 
 log = logging.getLogger(__name__)
@@ -55,9 +56,9 @@ def config_from_hf(path: str | Path) -> BertConfig:
     """`config.json` of a HF BERT -> BertConfig (fields we do not model are ignored)."""
     raw = json.loads(Path(path).read_text())
     if raw.get("model_type", "bert") != "bert":
-        raise ValueError(f"{path}: model_type={raw['model_type']!r}; expected 'bert'")
+        raise UserError(f"{path}: model_type={raw['model_type']!r}; expected 'bert'")
     if raw.get("position_embedding_type", "absolute") != "absolute":
-        raise ValueError(f"{path}: only absolute position embeddings are supported")
+        raise UserError(f"{path}: only absolute position embeddings are supported")
     names = {f.name for f in fields(BertConfig)}
     return BertConfig(**{k: v for k, v in raw.items() if k in names})
 
@@ -120,12 +121,12 @@ def hf_config(
     """`config.json` with `transformers.BertConfig` fields. Pre-LN blocks have no HF BERT
     equivalent: refused rather than exported into a model that would compute something else."""
     if config.pre_layer_norm:
-        raise ValueError(
+        raise UserError(
             "model.pre_layer_norm=true: Hugging Face BERT has post-LN blocks only, so a pre-LN "
             "model cannot be exported to it (its weights would load but compute another function)"
         )
     if architecture not in HF_ARCHITECTURES:
-        raise ValueError(f"architecture={architecture!r}; expected one of {HF_ARCHITECTURES}")
+        raise UserError(f"architecture={architecture!r}; expected one of {HF_ARCHITECTURES}")
     out = {k: v for k, v in asdict(config).items() if k != "pre_layer_norm"}
     out.update(
         architectures=[architecture],
@@ -139,7 +140,7 @@ def hf_config(
     if num_labels is not None:
         names = labels or [f"LABEL_{i}" for i in range(num_labels)]
         if len(names) != num_labels:
-            raise ValueError(f"{len(names)} label names for a head of {num_labels} outputs")
+            raise UserError(f"{len(names)} label names for a head of {num_labels} outputs")
         out["id2label"] = {str(i): str(n) for i, n in enumerate(names)}
         out["label2id"] = {str(n): i for i, n in enumerate(names)}
         if problem_type:
@@ -153,11 +154,11 @@ def hf_tokenizer_files(tok: Tokenizer, model_max_length: int) -> dict[str, str]:
     vocab = tok.get_vocab(with_added_tokens=True)
     by_id = sorted(vocab, key=vocab.get)
     if [vocab[t] for t in by_id] != list(range(len(by_id))):
-        raise ValueError("tokenizer ids are not 0..N-1 without gaps: no vocab.txt can hold them")
+        raise UserError("tokenizer ids are not 0..N-1 without gaps: no vocab.txt can hold them")
     raw = json.loads(tok.to_str())
     norm = raw.get("normalizer") or {}
     if norm.get("type") != "BertNormalizer":
-        raise ValueError(f"normalizer {norm.get('type')!r}: only BERT's can be exported")
+        raise UserError(f"normalizer {norm.get('type')!r}: only BERT's can be exported")
     lower = bool(norm.get("lowercase", True))
     specials = {
         "unk_token": "[UNK]",
@@ -204,7 +205,7 @@ def export_hf_folder(
     if task.get("architecture", "cross_encoder") != "cross_encoder":
         raise ValueError(f"task.architecture={task['architecture']}: no transformers class")
     if task.get("pooling", "cls") != "cls":
-        raise ValueError(
+        raise UserError(
             f"task.pooling={task['pooling']}: transformers' BertForSequenceClassification reads "
             "the pooled [CLS]; a classifier over another pooling has no equivalent there"
         )

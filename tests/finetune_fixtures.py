@@ -9,10 +9,13 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
+from omegaconf import OmegaConf
 from safetensors.torch import save_file
 
+from bert_lightning.config import compose
 from bert_lightning.data.tokenizer import save_tokenizer, train_wordpiece
 from bert_lightning.model import BertConfig, BertForPreTraining
+from bert_lightning.training.finetune_module import FinetuneModule
 
 GOOD = ["great", "good", "fine", "lovely", "nice"]
 BAD = ["awful", "bad", "poor", "terrible", "ugly"]
@@ -148,3 +151,22 @@ def write_dataset(folder: Path, name: str) -> Path:
         write_conll(folder / "wnut17train.conll")
         write_conll(folder / "emerging.dev.conll", copies=2)
     return folder
+
+
+def relevance_ckpt(tmp_path, tok):
+    """A checkpoint as finetune.py writes it, with an untrained (random) head."""
+    cfg = compose("finetune", ["task=ad_relevance", "task.train_file=x", "paths.output_dir=."])
+    task = OmegaConf.to_container(cfg.task)
+    module = FinetuneModule(
+        asdict(tiny_config(tok.get_vocab_size())), task, {"lr": 1e-3}, False, tok.to_str()
+    )
+    path = tmp_path / "relevance.ckpt"
+    torch.save(
+        {
+            "hyper_parameters": dict(module.hparams),
+            "state_dict": module.state_dict(),
+            "tokenizer": tok.to_str(),
+        },
+        path,
+    )
+    return path, module.model.eval()

@@ -1,24 +1,21 @@
 """`bert-lightning score | fill-mask | embed` on tiny models."""
 
 import json
-from dataclasses import asdict
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from bert_lightning.checkpoint import read_checkpoint
 from bert_lightning.cli import main
 from bert_lightning.commands.embed import embed, read_texts
 from bert_lightning.commands.fill_mask import fill_mask
-from bert_lightning.config import compose
 from bert_lightning.data.tables import DataError
 from bert_lightning.model import BertForPreTraining
-from bert_lightning.training.finetune_module import FinetuneModule
 from finetune_fixtures import (
     ad_rows,
+    relevance_ckpt,
     tiny_config,
     write_csv,
     write_hf_folder,
@@ -31,25 +28,6 @@ from finetune_fixtures import (
 @pytest.fixture
 def tok(tmp_path):
     return write_tokenizer(tmp_path / "tokenizer.json")
-
-
-def relevance_ckpt(tmp_path, tok):
-    """A checkpoint as finetune.py writes it, with an untrained (random) head."""
-    cfg = compose("finetune", ["task=ad_relevance", "task.train_file=x", "paths.output_dir=."])
-    task = OmegaConf.to_container(cfg.task)
-    module = FinetuneModule(
-        asdict(tiny_config(tok.get_vocab_size())), task, {"lr": 1e-3}, False, tok.to_str()
-    )
-    path = tmp_path / "relevance.ckpt"
-    torch.save(
-        {
-            "hyper_parameters": dict(module.hparams),
-            "state_dict": module.state_dict(),
-            "tokenizer": tok.to_str(),
-        },
-        path,
-    )
-    return path, module.model.eval()
 
 
 def test_score_writes_the_input_with_a_score_column(tmp_path, tok):
@@ -65,7 +43,17 @@ def test_score_writes_the_input_with_a_score_column(tmp_path, tok):
             logit = model(torch.tensor([enc.ids]), torch.tensor([enc.type_ids]), None)
         assert got == pytest.approx(torch.sigmoid(logit).item(), abs=1e-5)
     with pytest.raises(ValueError, match=r"pairs\.csv: no column 'title'"):
-        main(["score", str(ckpt), str(src), str(tmp_path / "x.csv"), "--ad-column", "title"])
+        main(
+            [
+                "--debug",
+                "score",
+                str(ckpt),
+                str(src),
+                str(tmp_path / "x.csv"),
+                "--ad-column",
+                "title",
+            ]
+        )
 
 
 def test_fill_mask_gives_the_mlm_head_probabilities(tmp_path, tok):
@@ -130,7 +118,15 @@ def test_embed_refuses_empty_lines_by_number(tmp_path, tok):
     write_hf_folder(tmp_path / "hf", tok)
     (tmp_path / "texts.txt").write_text("the film\n\nbob\n")
     with pytest.raises(DataError, match=r"texts.txt: line 2: empty text"):
-        main(["embed", str(tmp_path / "hf"), str(tmp_path / "texts.txt"), str(tmp_path / "v.npy")])
+        main(
+            [
+                "embed",
+                str(tmp_path / "hf"),
+                str(tmp_path / "texts.txt"),
+                str(tmp_path / "v.npy"),
+                "--debug",
+            ]
+        )
     assert not (tmp_path / "v.npy").exists()
     write_jsonl(tmp_path / "t.jsonl", [{"text": "a film"}, {"text": " "}])
     with pytest.raises(DataError, match=r"t.jsonl: row 2, column 'text': empty text"):

@@ -74,3 +74,15 @@ def test_precision_and_seed_come_from_the_config(tmp_path):
     )
     trainer = instantiate(cfg.trainer, accelerator="cpu", logger=False, enable_checkpointing=False)
     assert trainer.precision == "bf16-mixed" and cfg.data.seed == 7
+
+
+def test_fine_tuning_shows_the_training_values_it_runs_with():
+    """Every optimizer value and the trainer's training values of a fine-tuning run are in its
+    own files (optim/finetune.yaml, trainer/finetune.yaml), not inherited unseen from
+    pretraining's (gradient clipping at 1.0, Adam's eps 1e-6)."""
+    own = {g: OmegaConf.load(CONFIG_DIR / g / "finetune.yaml") for g in ("optim", "trainer")}
+    cfg = compose("finetune", ["task.train_file=x", "paths.output_dir=."])
+    for key in set(cfg.optim) - {"_target_", "_partial_"}:
+        assert key in own["optim"] and own["optim"][key] == cfg.optim[key], key
+    for key in ("precision", "gradient_clip_val", "accumulate_grad_batches", "max_epochs"):
+        assert key in own["trainer"] and own["trainer"][key] == cfg.trainer[key], key

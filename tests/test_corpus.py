@@ -34,7 +34,10 @@ def test_missing_path_is_named(tmp_path):
 
 
 BAD_CASES = {
-    "not_json": ('{"text": "ok"}\n{"text": oops}\n', "2: not JSON"),
+    "not_json": (
+        '{"text": "ok"}\n{"text": oops}\n',
+        "2:10: invalid JSON \\(Expecting value at column 10\\)",
+    ),
     "no_text": ('{"text": "ok"}\n{"url": "x"}\n', "2: no 'text' field"),
     "empty": ('{"text": "ok"}\n{"text": "   "}\n', "2: empty document"),
     "not_str": ('{"text": "ok"}\n{"text": 5}\n', "2: 'text' is int"),
@@ -109,7 +112,7 @@ def test_every_kind_of_bad_input_skipped_with_one_summary(tmp_path, caplog):
     assert bad.count == 7  # 6 bad records in the shard + the truncated gzip
     summary = [r.message for r in caplog.records if r.message.startswith("read ")]
     assert len(summary) == 1 and summary[0].startswith(f"read {len(docs)} documents, skipped 7")
-    assert "shard.jsonl:2: not JSON" in summary[0]
+    assert "shard.jsonl:2:" in summary[0]
 
 
 def test_plain_text_blocks_or_lines(tmp_path):

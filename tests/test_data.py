@@ -71,7 +71,7 @@ def test_empty_corpus_and_bad_records(tmp_path, tiny_tokenizer):
     bad = write_corpus(tmp_path / "bad.jsonl", 30)
     with open(bad, "a") as f:
         f.write("{not json\n")
-    with pytest.raises(BadRecordError, match=r"bad\.jsonl:31: not JSON"):
+    with pytest.raises(BadRecordError, match=r"bad\.jsonl:31:\d+: invalid JSON"):
         datamodule(tmp_path, tiny_tokenizer, train_files=str(bad))
     dm = datamodule(tmp_path, tiny_tokenizer, train_files=str(bad), on_bad_record="skip")
     assert len(dm.train_set) > 0

@@ -11,6 +11,7 @@ PACKAGE = Path(bert_lightning.__file__).parent
 LAYERS = [  # (module prefix, layer); the longest matching prefix wins
     ("atomic", 0),  # standard-library helpers every layer uses
     ("fields", 0),
+    ("errors", 0),
     ("model", 1),
     ("data", 2),
     ("tasks", 3),

@@ -64,8 +64,8 @@ def test_killed_and_resumed_run_matches_the_uninterrupted_one(tmp_path, workers)
     for name, tensor in whole["state_dict"].items():
         assert torch.equal(tensor, resumed["state_dict"][name]), name
     # the tokenizer comes from the checkpoint and the validation set is rebuilt identically
-    tok = (tmp_path / "whole/checkpoints/tokenizer.json").read_text()
-    assert (tmp_path / "resumed/checkpoints/tokenizer.json").read_text() == tok
+    tok = (tmp_path / "whole/tokenizer.json").read_text()
+    assert (tmp_path / "resumed/tokenizer.json").read_text() == tok
     assert last_val_loss(tmp_path / "resumed") == last_val_loss(tmp_path / "whole")
 
 

@@ -114,7 +114,7 @@ def test_streaming_own_reader_applies_bad_record_rules(tmp_path, tiny_tokenizer)
     dm = StreamingDataModule(**kw)
     dm.tokenizer = tiny_tokenizer
     dm.setup()
-    with pytest.raises(BadRecordError, match=r"c4-train\.00000\.jsonl:31: not JSON"):
+    with pytest.raises(BadRecordError, match=r"c4-train\.00000\.jsonl:31:\d+: invalid JSON"):
         list(dm.train_dataloader())
     dm = StreamingDataModule(on_bad_record="skip", **kw)
     dm.tokenizer = tiny_tokenizer

@@ -30,7 +30,7 @@ def test_smoke_run_writes_outputs_and_resumes(tmp_path):
     assert val_loss is not None and val_loss > 0
     ckpt = out / "checkpoints" / "last.ckpt"
     for name in [
-        "checkpoints/tokenizer.json",
+        "tokenizer.json",
         "metrics.csv",
         "loss_curve.png",
         "config_resolved.yaml",
@@ -61,8 +61,8 @@ def test_smoke_run_writes_outputs_and_resumes(tmp_path):
         if r["train/mfu"]
     ]
     assert mfu and all(m == pytest.approx(f / 1e9) for m, f in mfu)
-    tok_a = (out / "checkpoints" / "tokenizer.json").read_text()
-    assert (resumed / "checkpoints" / "tokenizer.json").read_text() == tok_a
+    tok_a = (out / "tokenizer.json").read_text()
+    assert (resumed / "tokenizer.json").read_text() == tok_a
 
 
 def test_bad_corpus_fails_cleanly(tmp_path):
@@ -72,7 +72,7 @@ def test_bad_corpus_fails_cleanly(tmp_path):
         f.write('{"url": "no text here"}\n')
     with pytest.raises(BadRecordError, match=r"corpus\.jsonl:21: no 'text' field"):
         train(compose(overrides=tiny_overrides(out)))
-    assert sorted(os.listdir(out)) == ["corpus.jsonl"]  # nothing half-written
+    assert sorted(os.listdir(out)) == ["FAILED", "corpus.jsonl"]  # nothing half-written
 
 
 def test_missing_data_path_is_named(tmp_path):

@@ -7,14 +7,17 @@ import json
 import torch
 
 from bert_lightning.checkpoint import read_checkpoint
+from bert_lightning.errors import UserError
 from bert_lightning.interop import load_into
 from bert_lightning.model import BertForPreTraining
 
 
-def load_mlm(path):
-    pre = read_checkpoint(path)
+def load_mlm(path, pre=None):
+    """(BertForPreTraining in eval mode, tokenizer) of a checkpoint with an MLM head (`pre`: it,
+    read already)."""
+    pre = pre or read_checkpoint(path)
     if "cls.predictions.transform.dense.weight" not in pre.state_dict:
-        raise ValueError(
+        raise UserError(
             f"{path}: no MLM head (cls.predictions.*) in these weights; fill-mask needs one"
         )
     model = BertForPreTraining(pre.config)
@@ -34,7 +37,7 @@ def fill_mask(model_path, texts: list[str], top_k: int = 5) -> list[list[list[di
     for text in texts:
         ids = torch.tensor([tok.encode(text).ids])  # (1, T)
         if not (ids == mask_id).any():
-            raise ValueError(f"no [MASK] in {text!r}")
+            raise UserError(f"no [MASK] in {text!r}")
         h = model.bert(ids).last_hidden_state[ids == mask_id]  # (M, H)
         probs = model.cls.predictions(h).float().softmax(-1)  # (M, V)
         p, idx = probs.topk(top_k, dim=-1)  # (M, k)

@@ -9,15 +9,15 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from bert_lightning.config import CONFIG_DIR
+from bert_lightning.config import CONFIG_DIR, hydra_reported
 
 
 @hydra.main(config_path=str(CONFIG_DIR), config_name="finetune", version_base="1.3")
 def hydra_main(cfg: DictConfig) -> float | None:
-    from bert_lightning.training.finetune import finetune
+    from bert_lightning.training.finetune import best_val, finetune
 
-    results = finetune(cfg)
-    return (results["best_val"] or {}).get(f"val/{cfg.task.monitor}")
+    with hydra_reported():
+        return best_val(finetune(cfg), cfg)
 
 
 def run(overrides: list[str]) -> None:

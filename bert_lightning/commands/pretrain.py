@@ -9,14 +9,15 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from bert_lightning.config import CONFIG_DIR
+from bert_lightning.config import CONFIG_DIR, hydra_reported
 
 
 @hydra.main(config_path=str(CONFIG_DIR), config_name="train", version_base="1.3")
 def hydra_main(cfg: DictConfig) -> float | None:
     from bert_lightning.training.pretrain import train
 
-    return train(cfg)
+    with hydra_reported():
+        return train(cfg)
 
 
 def run(overrides: list[str]) -> None:

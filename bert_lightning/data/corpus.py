@@ -13,6 +13,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bert_lightning.errors import MissingFileError, UserError
+
 log = logging.getLogger(__name__)
 
 TEXT_SUFFIXES = (".txt", ".txt.gz")
@@ -21,8 +23,16 @@ ON_BAD_RECORD = ("error", "skip")
 TEXT_UNITS = ("block", "line")  # plain text: a document per blank-line-separated block or line
 
 
-class BadRecordError(ValueError):
-    """A record or file that cannot be read; the message names file and line."""
+class BadRecordError(UserError):
+    """A record or file that cannot be read; the message names file, line (and column)."""
+
+
+class _Bad(ValueError):
+    """What is wrong with one record; `column` (1-based) when the parser knows it."""
+
+    def __init__(self, message: str, column: int | None = None):
+        super().__init__(message)
+        self.column = column
 
 
 def resolve_files(spec: str | Sequence[str]) -> list[str]:
@@ -36,17 +46,17 @@ def resolve_files(spec: str | Sequence[str]) -> list[str]:
         elif p.is_dir():
             found = sorted(str(f) for f in p.iterdir() if f.name.endswith(SUFFIXES))
             if not found:
-                raise FileNotFoundError(f"{s}: folder holds no {'/'.join(SUFFIXES)} files")
+                raise MissingFileError(f"{s}: folder holds no {'/'.join(SUFFIXES)} files")
             files += found
         elif glob.has_magic(s):
             found = sorted(glob.glob(s))
             if not found:
-                raise FileNotFoundError(f"{s}: no file matches this pattern")
+                raise MissingFileError(f"{s}: no file matches this pattern")
             files += found
         else:
-            raise FileNotFoundError(f"{s}: no such file or folder")
+            raise MissingFileError(f"{s}: no such file or folder")
     if not files:
-        raise FileNotFoundError(f"no input files given ({spec!r})")
+        raise MissingFileError(f"no input files given ({spec!r})")
     return files
 
 
@@ -93,8 +103,9 @@ def _parse(raw: bytes, max_chars: int | None = None) -> str:
     """One JSON line -> its non-empty `text`, or a ValueError saying what is wrong."""
     try:
         record = json.loads(_decode(raw))
-    except json.JSONDecodeError as e:
-        raise ValueError(f"not JSON ({e.msg})") from None
+    except json.JSONDecodeError as e:  # e.msg alone stops short ("Invalid control character at")
+        msg = e.msg.removesuffix(" at")  # "Invalid control character at", "... starting at"
+        raise _Bad(f"invalid JSON ({msg} at column {e.colno})", e.colno) from None
     if not isinstance(record, dict) or "text" not in record:
         raise ValueError("no 'text' field")
     text = record["text"]
@@ -139,14 +150,14 @@ def iter_documents(
     over `max_chars` is a bad record (a stray multi-MB page would stall the sentence splitter
     and hold a worker's memory; C4 documents are rarely over 100,000 characters)."""
     if on_bad_record not in ON_BAD_RECORD:
-        raise ValueError(f"on_bad_record={on_bad_record!r}; expected one of {ON_BAD_RECORD}")
+        raise UserError(f"data.on_bad_record={on_bad_record!r}; expected one of {ON_BAD_RECORD}")
     if text_unit not in TEXT_UNITS:
-        raise ValueError(f"text_unit={text_unit!r}; expected one of {TEXT_UNITS}")
+        raise UserError(f"data.text_unit={text_unit!r}; expected one of {TEXT_UNITS}")
     bad = bad if bad is not None else BadRecords()
 
     def reject(where: str) -> None:
         if on_bad_record == "error":
-            raise BadRecordError(f"{where} (set data.on_bad_record=skip to skip such records)")
+            raise BadRecordError(f"{where}; data.on_bad_record=skip skips such records")
         bad.add(where)
 
     read = 0
@@ -159,7 +170,8 @@ def iter_documents(
                     try:
                         text = parse(raw, max_chars)
                     except ValueError as e:
-                        reject(f"{path}:{lineno}: {e}")
+                        col = f"{e.column}:" if isinstance(e, _Bad) and e.column else ""
+                        reject(f"{path}:{lineno}:{col} {e}")
                         continue
                     read += 1
                     yield text

@@ -13,6 +13,7 @@ import torch
 from tokenizers import Tokenizer
 
 from bert_lightning.data.tokenizer import special_ids
+from bert_lightning.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -28,9 +29,9 @@ class MaskingConfig:
     def __post_init__(self):
         for name in ("mlm_probability", "p_mask", "p_random"):
             if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"masking.{name}={getattr(self, name)}; expected 0..1")
+                raise UserError(f"masking.{name}={getattr(self, name)}; expected 0..1")
         if self.p_mask + self.p_random > 1.0:
-            raise ValueError(f"masking.p_mask + p_random = {self.p_mask + self.p_random} > 1")
+            raise UserError(f"masking.p_mask + p_random = {self.p_mask + self.p_random} > 1")
 
 
 def mask_tokens(
@@ -87,7 +88,7 @@ class MLMCollator:
         self.random_ids = keep.nonzero().squeeze(1)  # (V - n_special,)
         self.masking = masking or MaskingConfig()
         if self.masking.whole_word and not len(continuation_ids):
-            raise ValueError("masking.whole_word needs the ids of the `##` continuation pieces")
+            raise UserError("masking.whole_word needs the ids of the `##` continuation pieces")
         self.continuation = torch.zeros(vocab_size, dtype=torch.bool)  # (V,) `##` pieces
         self.continuation[list(continuation_ids)] = True
 

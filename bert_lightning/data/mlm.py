@@ -30,6 +30,7 @@ from bert_lightning.data.tokenizer import (
     special_ids,
     train_wordpiece,
 )
+from bert_lightning.errors import UserError
 from bert_lightning.fields import from_dict
 
 log = logging.getLogger(__name__)
@@ -101,12 +102,19 @@ class PretrainDataModule(L.LightningDataModule):
     ):
         super().__init__()
         if packing not in PACKINGS:
-            raise ValueError(f"data.packing={packing!r}; expected one of {PACKINGS}")
+            raise UserError(f"data.packing={packing!r}; expected one of {PACKINGS}")
         if max_seq_length < 3:
-            raise ValueError(f"data.max_seq_length={max_seq_length}; expected at least 3")
+            raise UserError(f"data.max_seq_length={max_seq_length}; expected at least 3")
         # None: a subclass brings its own documents (data/streaming.py)
         self.train_files = resolve_files(train_files) if train_files is not None else None
         self.val_files = resolve_files(val_files) if val_files else None
+        if self.val_files and self.train_files:  # the switch is said, not silent
+            log.info(
+                "validating on data.val_files (%d files); every document of data.train_files "
+                "trains: data.val_docs=%d holds documents out only without data.val_files",
+                len(self.val_files),
+                val_docs,
+            )
         self.val_docs = val_docs
         self.max_seq_length, self.packing = max_seq_length, packing
         self.batch_size, self.num_workers = batch_size, num_workers
@@ -115,9 +123,9 @@ class PretrainDataModule(L.LightningDataModule):
         self.on_bad_record, self.num_proc = on_bad_record, num_proc
         self.max_doc_chars, self.text_unit = max_doc_chars, text_unit
         if cache_format not in CACHE_FORMATS:
-            raise ValueError(f"data.cache_format={cache_format!r}; expected one of {CACHE_FORMATS}")
+            raise UserError(f"data.cache_format={cache_format!r}; expected one of {CACHE_FORMATS}")
         if cache_format == "tokens" and not val_files:
-            raise ValueError("data.cache_format=tokens needs data.val_files (no held-out split)")
+            raise UserError("data.cache_format=tokens needs data.val_files (no held-out split)")
         self.cache_format = cache_format
         self.cache_dir, self.seed = cache_dir, seed
         self.tokenizer: Tokenizer | None = None
@@ -129,7 +137,8 @@ class PretrainDataModule(L.LightningDataModule):
     ) -> Tokenizer:
         """In order: `tokenizer_json` (a resumed checkpoint's), `tokenizer.path`, the run's own
         `tokenizer.json` if it exists (DDP ranks reuse rank 0's), else train one on the training
-        files. The tokenizer in use is always saved as `out_dir/tokenizer.json`."""
+        files (refusing an empty corpus: its tokenizer would hold the special tokens only). The
+        tokenizer in use is always saved as `out_dir/tokenizer.json`."""
         saved = Path(out_dir) / "tokenizer.json"
         if tokenizer_json:
             self.tokenizer = Tokenizer.from_str(tokenizer_json)
@@ -139,6 +148,11 @@ class PretrainDataModule(L.LightningDataModule):
             self.tokenizer = load_tokenizer(saved)
             return self.tokenizer
         else:
+            if (
+                self.train_files is not None
+                and next(self.documents(self.train_files), None) is None
+            ):
+                raise ValueError(f"no documents with text in {self.train_files}")
             self.tokenizer = train_wordpiece(
                 self.tokenizer_documents,
                 vocab_size=self.tokenizer_cfg.vocab_size,
@@ -168,7 +182,7 @@ class PretrainDataModule(L.LightningDataModule):
     # -- datasets --------------------------------------------------------------------------
     def _read(self, files: list[str]) -> datasets.Dataset:
         if next(self.documents(files), None) is None:
-            raise ValueError(f"no documents with text in {files}")
+            raise UserError(f"no documents with text in {files}")
         stamp = [(f, os.path.getsize(f), os.path.getmtime(f)) for f in files]
         try:
             ds = datasets.Dataset.from_generator(
@@ -218,13 +232,13 @@ class PretrainDataModule(L.LightningDataModule):
         if self.tokenizer is None:
             raise RuntimeError("call build_tokenizer(out_dir) before preparing the data")
         if self.cache_format == "tokens":
-            return self._token_blocks(), self._validation(self._read(self.val_files))
+            return self._token_blocks(), self.held_out(self.val_files)
         docs = self._read(self.train_files)
         if self.val_files:
             train_docs, val_docs = docs, self._read(self.val_files)
         else:
             if len(docs) <= self.val_docs:
-                raise ValueError(
+                raise UserError(
                     f"{len(docs)} documents in {self.train_files}: too few to hold out "
                     f"data.val_docs={self.val_docs} for validation"
                 )
@@ -232,7 +246,7 @@ class PretrainDataModule(L.LightningDataModule):
             train_docs, val_docs = split["train"], split["test"]
         train_set = self._examples(train_docs)
         if len(train_set) == 0:
-            raise ValueError(f"no training examples from {self.train_files}")
+            raise UserError(f"no training examples from {self.train_files}")
         return train_set, self._validation(val_docs)
 
     def _token_blocks(self) -> TokenBlocks:
@@ -248,6 +262,11 @@ class PretrainDataModule(L.LightningDataModule):
             ids["[SEP]"],
             self.packing,
         )
+
+    def held_out(self, files: list[str]) -> datasets.Dataset:
+        """The documents of `files` as validation examples: framed, then masked with the seed
+        (`bert-lightning evaluate` scores a checkpoint on any corpus this way)."""
+        return self._validation(self._read(files))
 
     def _validation(self, val_docs: datasets.Dataset) -> datasets.Dataset:
         """Held-out documents -> examples masked once, with a fixed seed."""

@@ -18,6 +18,7 @@ from tokenizers import Tokenizer
 
 from bert_lightning.data.mlm import OBJECTIVES, PretrainDataModule, _fingerprint
 from bert_lightning.data.tokenizer import batch_encode, special_ids
+from bert_lightning.errors import UserError
 
 Document = Sequence[Sequence[int]]  # token ids of each sentence
 
@@ -149,15 +150,15 @@ class NSPDataModule(PretrainDataModule):
         kwargs.setdefault("packing", "document")
         super().__init__(*args, **kwargs)
         if not 0.0 <= short_seq_prob <= 1.0:
-            raise ValueError(f"data.short_seq_prob={short_seq_prob}; expected 0..1")
+            raise UserError(f"data.short_seq_prob={short_seq_prob}; expected 0..1")
         if dupe_factor < 1:
-            raise ValueError(f"data.dupe_factor={dupe_factor}; expected at least 1")
+            raise UserError(f"data.dupe_factor={dupe_factor}; expected at least 1")
         if self.max_seq_length < 5:
-            raise ValueError(f"data.max_seq_length={self.max_seq_length}; NSP needs at least 5")
+            raise UserError(f"data.max_seq_length={self.max_seq_length}; NSP needs at least 5")
         if self.cache_format != "arrow":
-            raise ValueError("NSP pairs use the Arrow cache: data.cache_format must be arrow")
+            raise UserError("NSP pairs use the Arrow cache: data.cache_format must be arrow")
         if objective not in OBJECTIVES:
-            raise ValueError(f"data.objective={objective!r}; expected one of {OBJECTIVES}")
+            raise UserError(f"data.objective={objective!r}; expected one of {OBJECTIVES}")
         self.short_seq_prob, self.dupe_factor = short_seq_prob, dupe_factor
         self.objective = objective
 
@@ -174,7 +175,7 @@ class NSPDataModule(PretrainDataModule):
             desc="splitting sentences",
         ).filter(lambda row: len(row["sentences"]) > 0, desc="dropping empty documents")
         if len(sentences) < 2:
-            raise ValueError("NSP needs at least 2 documents with text (NotNext draws another)")
+            raise UserError("NSP needs at least 2 documents with text (NotNext draws another)")
         params = (self.max_seq_length, self.short_seq_prob, self.seed, self.dupe_factor)
         return sentences.map(
             _pairs,

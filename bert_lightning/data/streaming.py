@@ -16,6 +16,7 @@ from datasets.distributed import split_dataset_by_node
 
 from bert_lightning.data.corpus import iter_documents, resolve_files
 from bert_lightning.data.mlm import PretrainDataModule, _frame, _tokenize
+from bert_lightning.errors import UserError
 
 
 def _stream_documents(files: list[str], **read):
@@ -55,7 +56,7 @@ class StreamingDataModule(PretrainDataModule):
         """The `text` of a split, streamed; the hub is only reached here."""
         if self.path == "files":  # the file list is sharded over ranks and workers
             if split not in self.data_files:
-                raise ValueError(f"data.data_files has no {split!r} files")
+                raise UserError(f"data.data_files has no {split!r} files")
             return datasets.IterableDataset.from_generator(
                 _stream_documents,
                 gen_kwargs={"files": resolve_files(self.data_files[split]), **self.read_options()},
@@ -84,7 +85,7 @@ class StreamingDataModule(PretrainDataModule):
         if self.val_set is None:
             docs = [{"text": t} for t in self._texts(self.val_split, self.val_docs)]
             if not docs:
-                raise ValueError(f"{self.path}: split {self.val_split!r} has no documents")
+                raise UserError(f"{self.path}: split {self.val_split!r} has no documents")
             self.val_set = self._validation(datasets.Dataset.from_list(docs))
 
     def train_dataloader(self):

@@ -13,9 +13,10 @@ import pandas as pd
 import torch
 
 from bert_lightning.atomic import atomic_path
+from bert_lightning.errors import MissingFileError, UserError
 
 
-class DataError(ValueError):
+class DataError(UserError):
     """Bad input data; the message names the file, the row or line, and the column."""
 
 
@@ -42,7 +43,7 @@ def read_table(path, fmt=None, encoding="utf-8", header=True, names=None) -> pd.
     """Cells of CSV/TSV are read as strings (no NA guessing), so every conversion is ours."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such data file")
+        raise MissingFileError(f"{path}: no such data file")
     fmt = table_format(path, fmt)
     try:
         if fmt in ("csv", "tsv"):
@@ -131,7 +132,7 @@ def read_conll(path, token_column: int = 0, tag_column: int = -1):
     number of every tag (for errors)."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such data file")
+        raise MissingFileError(f"{path}: no such data file")
     words, tags, lines = [], [], []
     cur = ([], [], [])
     with open(path, encoding="utf-8") as f:

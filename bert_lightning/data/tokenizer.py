@@ -13,6 +13,7 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 from tokenizers.trainers import WordPieceTrainer
 
 from bert_lightning.atomic import atomic_path
+from bert_lightning.errors import MissingFileError, UserError
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +33,7 @@ class TokenizerConfig:
 def _check_specials(vocab: dict[str, int]) -> None:
     missing = [t for t in SPECIAL_TOKENS if t not in vocab]
     if missing:
-        raise ValueError(f"vocabulary lacks the special tokens {missing}")
+        raise UserError(f"vocabulary lacks the special tokens {missing}")
 
 
 def _add_bert_framing(tok: Tokenizer, vocab: dict[str, int]) -> Tokenizer:
@@ -73,12 +74,12 @@ def load_vocab_txt(path: str | os.PathLike) -> Tokenizer:
     vocab: dict[str, int] = {}
     for i, token in enumerate(lines):
         if token in vocab:
-            raise ValueError(f"{path}:{i + 1}: token {token!r} repeats line {vocab[token] + 1}")
+            raise UserError(f"{path}:{i + 1}: token {token!r} repeats line {vocab[token] + 1}")
         vocab[token] = i
     try:
         return _bert_tokenizer(vocab)
     except ValueError as e:
-        raise ValueError(f"{path}: {e}") from None
+        raise UserError(f"{path}: {e}") from None
 
 
 def train_wordpiece(
@@ -96,9 +97,13 @@ def train_wordpiece(
     probe = _bert_tokenizer({t: i for i, t in enumerate(SPECIAL_TOKENS)})
     norm, pre = probe.normalizer, probe.pre_tokenizer
     continuation: set[str] = set()
+    docs = 0
     for text in islice(texts(), max_docs):
+        docs += 1
         for word, _ in pre.pre_tokenize_str(norm.normalize_str(text)):
             continuation.update(word[1:])
+    if not docs:  # it would hold the special tokens only
+        raise ValueError("no documents to train a WordPiece tokenizer on")
     alphabet = sorted("##" + c for c in continuation)
 
     trainable = Tokenizer(models.WordPiece(unk_token="[UNK]"))
@@ -125,13 +130,16 @@ def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
     """`tokenizer.json` (ours or any BERT one) or a BERT `vocab.txt`."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"tokenizer file not found: {path}")
+        raise MissingFileError(f"{path}: no such tokenizer file")
     if path.suffix == ".txt":
         return load_vocab_txt(path)
-    tok = Tokenizer.from_file(str(path))
+    try:
+        tok = Tokenizer.from_file(str(path))
+    except Exception as e:  # the Rust library's own error: a bad JSON or an unknown model
+        raise UserError(f"{path}: not a tokenizer.json ({e})") from None
     missing = [t for t in SPECIAL_TOKENS if tok.token_to_id(t) is None]
     if missing:
-        raise ValueError(f"{path}: tokenizer lacks the special tokens {missing}")
+        raise UserError(f"{path}: tokenizer lacks the special tokens {missing}")
     return tok
 
 

@@ -12,6 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bert_lightning.errors import UserError
+
 
 @dataclass
 class BertConfig:
@@ -37,12 +39,12 @@ class BertConfig:
 
     def __post_init__(self):
         if self.hidden_size % self.num_attention_heads:
-            raise ValueError(
+            raise UserError(
                 f"hidden_size ({self.hidden_size}) must be a multiple of "
                 f"num_attention_heads ({self.num_attention_heads})"
             )
         if self.hidden_act not in ACT2FN:
-            raise ValueError(f"hidden_act={self.hidden_act!r}; expected one of {sorted(ACT2FN)}")
+            raise UserError(f"hidden_act={self.hidden_act!r}; expected one of {sorted(ACT2FN)}")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -69,7 +71,7 @@ class BertEmbeddings(nn.Module):
     def forward(self, input_ids, token_type_ids=None):
         T = input_ids.size(1)
         if self.position_embeddings.num_embeddings < T:
-            raise ValueError(
+            raise UserError(
                 f"sequence length {T} exceeds max_position_embeddings "
                 f"{self.position_embeddings.num_embeddings}"
             )

@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from bert_lightning.errors import UserError
 from bert_lightning.model.bert import BertConfig, BertModel, init_weights
 
 # One vocabulary of poolings for the sequence head (`task.pooling`) and `bert-lightning embed`
@@ -28,7 +29,7 @@ def pool_tokens(h: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> 
         return (h * real).sum(1) / real.sum(1).clamp(min=1)  # (B, H)
     if pooling == "max":
         return h.masked_fill(~real, float("-inf")).amax(1)  # (B, H)
-    raise ValueError(f"pooling={pooling!r}; expected mean or max")
+    raise UserError(f"pooling={pooling!r}; expected mean or max")
 
 
 def pool(hidden: list[torch.Tensor], mask: torch.Tensor, pooling: str) -> torch.Tensor:
@@ -40,9 +41,9 @@ def pool(hidden: list[torch.Tensor], mask: torch.Tensor, pooling: str) -> torch.
         return pool_tokens(hidden[-1], mask, pooling)  # (B, H)
     if pooling == "last4":
         if len(hidden) < 5:
-            raise ValueError(f"pooling=last4 needs 4 layers; the model has {len(hidden) - 1}")
+            raise UserError(f"pooling=last4 needs 4 layers; the model has {len(hidden) - 1}")
         return torch.cat([h[:, 0] for h in hidden[-4:]], dim=-1)  # (B, 4H)
-    raise ValueError(f"pooling={pooling!r}; expected one of {list(POOLINGS)}")
+    raise UserError(f"pooling={pooling!r}; expected one of {list(POOLINGS)}")
 
 
 class BertForSequenceClassification(nn.Module):
@@ -54,7 +55,7 @@ class BertForSequenceClassification(nn.Module):
     def __init__(self, config: BertConfig, num_labels: int, pooling: str = "cls"):
         super().__init__()
         if pooling not in HEAD_POOLINGS:
-            raise ValueError(f"task.pooling={pooling!r}; expected one of {HEAD_POOLINGS}")
+            raise UserError(f"task.pooling={pooling!r}; expected one of {HEAD_POOLINGS}")
         self.config, self.num_labels, self.pooling = config, num_labels, pooling
         self.bert = BertModel(config, add_pooling_layer=pooling == "cls")
         self.dropout = nn.Dropout(config.hidden_dropout_prob)

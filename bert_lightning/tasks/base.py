@@ -12,6 +12,7 @@ from tokenizers import Tokenizer
 from torch import nn
 
 from bert_lightning.data import tables as D
+from bert_lightning.errors import UserError
 from bert_lightning.model.heads import BertForSequenceClassification
 
 
@@ -43,11 +44,16 @@ class Task:
     def text_columns(self) -> tuple[str, str | None]:
         return self.cfg["text_column"], self.cfg.get("text_pair_column")
 
-    def read(self, path) -> dict:
+    def read_rows(self, path):
+        """A table file as this task reads it (format, encoding, header, column names)."""
         c = self.cfg
-        df = D.read_table(
+        return D.read_table(
             path, c.get("format"), c.get("encoding", "utf-8"), c.get("header", True), c.get("names")
         )
+
+    def read(self, path) -> dict:
+        c = self.cfg
+        df = self.read_rows(path)
         a, b = self.text_columns
         table = {"path": str(path), "text": D.text_values(D.column(df, a, path), path, a)}
         table["pair"] = D.text_values(D.column(df, b, path), path, b) if b else None
@@ -100,7 +106,7 @@ class Task:
 
     def scores(self, logits: torch.Tensor) -> torch.Tensor:
         """One number per row, for `bert-lightning score`."""
-        raise ValueError(f"a {self.cfg['kind']} model gives no score per row")
+        raise UserError(f"a {self.cfg['kind']} model gives no score per row")
 
     def compute(self, metrics: nn.ModuleDict) -> dict[str, float]:
         return {k: float(m.compute()) for k, m in metrics.items()}

@@ -11,6 +11,7 @@ from torchmetrics.classification import (
 )
 
 from bert_lightning.data import tables as D
+from bert_lightning.errors import UserError
 from bert_lightning.model.heads import BertForTokenClassification
 from bert_lightning.tasks.base import COMMON_KEYS, Task, truncating
 from bert_lightning.tasks.metrics import EntityF1, MatthewsCorrCoef
@@ -58,7 +59,7 @@ class SeqClassification(Task):
 
     def scores(self, logits):
         if self.num_labels != 2:
-            raise ValueError(f"a score needs a two-class model; this one has {self.num_labels}")
+            raise UserError(f"a score needs a two-class model; this one has {self.num_labels}")
         return logits.float().softmax(-1)[:, 1]  # (B,) probability of the second label
 
 
@@ -72,7 +73,7 @@ class TokenClassification(Task):
 
     def build_model(self, config) -> nn.Module:
         if self.cfg.get("pooling", "cls") != "cls":
-            raise ValueError("task.pooling: a token classifier reads every token; no pooling")
+            raise UserError("task.pooling: a token classifier reads every token; no pooling")
         return self.head(config, self.num_labels)
 
     def read(self, path):

@@ -3,6 +3,7 @@ against its kind before building it."""
 
 from __future__ import annotations
 
+from bert_lightning.errors import UserError
 from bert_lightning.fields import check_keys
 from bert_lightning.tasks.ad_relevance import AdRelevance, pairwise_loss
 from bert_lightning.tasks.base import Task, load_splits, subset
@@ -21,7 +22,7 @@ TASKS = {
 
 def make_task(cfg: dict) -> Task:
     if cfg.get("kind") not in TASKS:
-        raise ValueError(f"task.kind={cfg.get('kind')!r}; expected one of {sorted(TASKS)}")
+        raise UserError(f"task.kind={cfg.get('kind')!r}; expected one of {sorted(TASKS)}")
     cls = TASKS[cfg["kind"]]
     check_keys(cfg, cls.keys, f"task (kind={cfg['kind']})")
     return cls(cfg)

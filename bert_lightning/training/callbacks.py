@@ -1,4 +1,5 @@
-"""Callbacks of a run: real-token throughput on the progress bar, and the loss-curve plot."""
+"""Callbacks of a run: real-token throughput, progress over steps, the model summary and the
+loss-curve plot."""
 
 from __future__ import annotations
 
@@ -106,15 +107,23 @@ def _eta(seconds: float) -> str:
 
 class StepProgressBar(ProgressBar):
     """Progress over the run's optimizer steps, not epochs (pretraining counts steps; an
-    epoch count of -1 showed as `Epoch 0/-2`): on a terminal one tqdm bar, step / total with
-    loss, tokens/s and ETA; otherwise (CI, files, SLURM logs) a plain line every `every`
-    steps. Either way a line with the validation metrics after each validation. The metrics
-    are read (a host sync) only when shown: every `refresh` steps on the bar."""
+    epoch count of -1 showed as `Epoch 0/-2`); the total is the fit's optimizer steps, also
+    for a run bound by epochs (fine-tuning). On a terminal one tqdm bar, step / total with
+    loss, tokens/s and ETA; otherwise (a file, a pipe, CI, SLURM logs) a plain line every
+    `every` steps, since a bar redrawn in place leaves nothing readable there. Either way a
+    line with the validation metrics after each validation. Both go to stdout, beside the
+    run's log. The metrics are read (a host sync) only when shown: every `refresh` steps on
+    the bar. `tty`: None decides by stdout."""
 
     def __init__(self, every: int = 50, refresh: int = 10, tty: bool | None = None):
         super().__init__()
+        if every < 1 or refresh < 1:
+            raise ValueError(
+                f"callbacks.progress_bar: every={every}, refresh={refresh}; expected >= 1"
+            )
         self.every, self.refresh, self.tty = every, refresh, tty
-        self.enabled, self.bar, self.t0, self.step0 = True, None, 0.0, 0
+        self.enabled, self.bar = True, None
+        self.t0, self.step0, self.shown_step = 0.0, 0, -1
 
     def disable(self) -> None:
         self.enabled = False
@@ -122,24 +131,25 @@ class StepProgressBar(ProgressBar):
     def enable(self) -> None:
         self.enabled = True
 
-    def _total(self, trainer) -> int | None:
-        if trainer.max_steps and trainer.max_steps > 0:
-            return trainer.max_steps
-        total = trainer.estimated_stepping_batches
+    @property
+    def is_enabled(self) -> bool:
+        return self.enabled
+
+    @staticmethod
+    def _total(trainer) -> int | None:
+        total = trainer.estimated_stepping_batches  # max_steps, or what the epochs make
         return int(total) if total != float("inf") else None
 
-    def _shown(self, trainer, pl_module, prefix: str) -> dict[str, str]:
-        metrics = self.get_metrics(trainer, pl_module)
-        return {k.split("/")[-1]: _fmt(v) for k, v in metrics.items() if k.startswith(prefix)}
-
-    def _text(self, trainer, pl_module, prefix: str) -> str:
-        return " ".join(f"{k} {v}" for k, v in self._shown(trainer, pl_module, prefix).items())
+    @staticmethod
+    def _shown(metrics: dict, prefix: str) -> dict[str, str]:
+        return {k[len(prefix) :]: _fmt(v) for k, v in metrics.items() if k.startswith(prefix)}
 
     def on_train_start(self, trainer, pl_module):
         if not self.enabled:
             return
         self.t0, self.step0 = time.perf_counter(), trainer.global_step
-        tty = sys.stderr.isatty() if self.tty is None else self.tty
+        self.shown_step = trainer.global_step
+        tty = sys.stdout.isatty() if self.tty is None else self.tty
         if tty:
             from tqdm.auto import tqdm
 
@@ -149,36 +159,45 @@ class StepProgressBar(ProgressBar):
                 desc="train",
                 unit="step",
                 dynamic_ncols=True,
-                file=sys.stderr,
+                file=sys.stdout,
             )
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        if not self.enabled:
-            return
         step = trainer.global_step
+        if not self.enabled or step == self.shown_step:  # accumulating: the step is not done
+            return
+        self.shown_step = step
         if self.bar is not None:
             self.bar.update(step - self.bar.n)
             if step % self.refresh == 0:
-                self.bar.set_postfix(self._shown(trainer, pl_module, "train/"), refresh=False)
-        elif step % self.every == 0:
-            total, done = self._total(trainer), step - self.step0
-            rate = done / max(time.perf_counter() - self.t0, 1e-9)
-            line = f"step {step}/{total}" if total else f"step {step}"
-            shown = " ".join(
-                f"{k} {v}" for k, v in self._shown(trainer, pl_module, "train/").items()
-            )
-            eta = f" eta {_eta((total - step) / rate)}" if total and rate > 0 else ""
-            print(f"{line} {shown}{eta}", flush=True)
+                metrics = self.get_metrics(trainer, pl_module)
+                self.bar.set_postfix(self._shown(metrics, "train/"), refresh=False)
+            return
+        total = self._total(trainer)
+        if step % self.every and step != total:
+            return
+        rate = (step - self.step0) / max(time.perf_counter() - self.t0, 1e-9)
+        shown = self._shown(self.get_metrics(trainer, pl_module), "train/")
+        line = [f"step {step}/{total}" if total else f"step {step}"]
+        line += [f"{k} {v}" for k, v in shown.items()]
+        if total and rate > 0:
+            line.append(f"eta {_eta((total - step) / rate)}")
+        print(" ".join(line), flush=True)
 
     def on_validation_end(self, trainer, pl_module):
         if not self.enabled or trainer.sanity_checking:
             return
-        shown = self._text(trainer, pl_module, "val/")
+        shown = self._shown(trainer.callback_metrics, "val/")  # every val metric, not the bar's
         if shown:
-            self.print(f"validation at step {trainer.global_step}: {shown}")
+            text = " ".join(f"{k} {v}" for k, v in shown.items())
+            self.print(f"validation at step {trainer.global_step}: {text}")
 
     def print(self, *args, **kwargs) -> None:
-        (self.bar.write if self.bar is not None else print)(" ".join(map(str, args)))
+        text = " ".join(map(str, args))
+        if self.bar is not None:
+            self.bar.write(text, file=sys.stdout)
+        else:
+            print(text, flush=True)
 
     def on_train_end(self, trainer, pl_module):
         if self.bar is not None:
@@ -209,7 +228,7 @@ class FlopFreeModelSummary(ModelSummary):
         table = _format_summary_table(
             total_parameters, trainable_parameters, model_size, total_training_modes, 0, *data
         )
-        log.info("\n" + "\n".join(line for line in table.splitlines() if "FLOPs" not in line))
+        log.info("\n" + "\n".join(ln for ln in table.splitlines() if "flops" not in ln.lower()))
 
 
 def _csv_metrics(trainer: L.Trainer) -> Path | None:

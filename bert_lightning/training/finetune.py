@@ -10,19 +10,33 @@ from pathlib import Path
 
 import lightning as L
 from hydra.utils import instantiate
+from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from bert_lightning.atomic import write_json
-from bert_lightning.checkpoint import load_encoder, read_checkpoint
+from bert_lightning.checkpoint import (
+    FINETUNING,
+    ResumePoint,
+    load_encoder,
+    read_checkpoint,
+    resume_point,
+)
 from bert_lightning.data.sampling import ResumableShuffle
 from bert_lightning.data.tables import GroupBatchSampler, collate
 from bert_lightning.data.tokenizer import load_tokenizer, special_ids, train_wordpiece
+from bert_lightning.errors import UserError
 from bert_lightning.tasks.kinds import load_splits, make_task
 from bert_lightning.training.baselines import ad_relevance_baselines, summary
 from bert_lightning.training.finetune_module import FinetuneModule
-from bert_lightning.training.trainer import build_trainer, save_resolved_config
+from bert_lightning.training.resume import (
+    already_done,
+    continued_optim,
+    keep_metrics_before,
+    own_checkpoints_expected,
+)
+from bert_lightning.training.trainer import build_trainer, failure_marked
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +51,8 @@ def encoder_and_tokenizer(cfg: DictConfig, train_table: dict):
     """(config, tokenizer, pretrained or None): from `pretrained`, else random weights of
     `model` with `tokenizer` (or a WordPiece trained on the train file)."""
     if cfg.ckpt_path:  # resuming: the run's own tokenizer, whatever `pretrained` says
-        pre = read_checkpoint(cfg.ckpt_path)
+        use = "ckpt_path (resuming a fine-tuning run; pretrained= starts one)"
+        pre = read_checkpoint(cfg.ckpt_path, FINETUNING, use)
         log.info("resuming from %s", pre.source)
         return pre.config, pre.tokenizer, None
     if cfg.pretrained:
@@ -56,23 +71,40 @@ def encoder_and_tokenizer(cfg: DictConfig, train_table: dict):
     return config, tok, None
 
 
-def finetune(cfg: DictConfig) -> dict:
+def best_val(results: dict | None, cfg: DictConfig) -> float | None:
+    """What a sweep optimises: the best validation value of the task's main metric (None when
+    a resumed run had nothing to do, or no validation ran)."""
+    return ((results or {}).get("best_val") or {}).get(f"val/{cfg.task.monitor}")
+
+
+def finetune(cfg: DictConfig) -> dict | None:
     """Fits, restores the best checkpoint by the task's main validation metric, tests it and
-    writes `results.json`; returns what it wrote."""
-    L.seed_everything(cfg.seed, workers=True)
+    writes `results.json`; returns what it wrote (None: a resumed run had nothing to do)."""
     out_dir = Path(cfg.paths.output_dir)
+    with failure_marked(out_dir):
+        use = "ckpt_path (resuming a fine-tuning run; pretrained= starts one)"
+        start = resume_point(cfg.ckpt_path, FINETUNING, use) if cfg.ckpt_path else None
+        if already_done(cfg, start):
+            return None
+        return _finetune(cfg, out_dir, start)
+
+
+def _finetune(cfg: DictConfig, out_dir: Path, start: ResumePoint | None) -> dict:
+    L.seed_everything(cfg.seed, workers=True)
     task = make_task(OmegaConf.to_container(cfg.task, resolve=True))
     tables = load_splits(task, cfg.seed)
     config, tok, pre = encoder_and_tokenizer(cfg, tables["train"])
     if cfg.max_seq_length > config.max_position_embeddings:
-        raise ValueError(
+        raise UserError(
             f"max_seq_length={cfg.max_seq_length} exceeds the model's "
             f"max_position_embeddings={config.max_position_embeddings}"
         )
     module = FinetuneModule(
         asdict(config),
         task.cfg,
-        OmegaConf.to_container(cfg.optim, resolve=True),
+        continued_optim(
+            OmegaConf.to_container(cfg.optim, resolve=True), start, cfg.trainer.max_steps
+        ),
         cfg.freeze_encoder,
         tok.to_str(),
         max_seq_length=cfg.max_seq_length,
@@ -96,8 +128,10 @@ def finetune(cfg: DictConfig) -> dict:
     log.info("rows: %s", {k: len(v) for k, v in feats.items()})
 
     trainer = build_trainer(cfg)
-    save_resolved_config(cfg, out_dir)
-    trainer.fit(module, train_dl, eval_dl["validation"], ckpt_path=cfg.ckpt_path)
+    if rank_zero_only.rank == 0:
+        keep_metrics_before(out_dir / "metrics.csv", start.step if start else 0)
+    with own_checkpoints_expected(cfg.ckpt_path):
+        trainer.fit(module, train_dl, eval_dl["validation"], ckpt_path=cfg.ckpt_path)
     ckpt = trainer.checkpoint_callback
     best = ckpt.best_model_path if ckpt is not None and ckpt.best_model_path else None
     test = trainer.test(module, eval_dl["test"], ckpt_path=best, verbose=False)[0]

@@ -34,6 +34,9 @@ class EncoderModule(L.LightningModule):
     def configure_optimizers(self):
         return optim.configure_optimizers(self)
 
+    def on_train_start(self) -> None:
+        optim.follow_schedule(self.trainer)
+
     def configure_gradient_clipping(
         self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None
     ) -> None:

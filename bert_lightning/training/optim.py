@@ -12,6 +12,8 @@ import torch
 from hydra.utils import instantiate
 from lightning.pytorch.plugins.precision import MixedPrecision
 
+from bert_lightning.errors import UserError
+
 FUSED_DEVICES = ("cpu", "cuda", "mps", "xpu")  # where torch has a fused AdamW kernel
 
 
@@ -41,7 +43,7 @@ def warmup_length(total_steps: int, warmup_steps: int | None, warmup_ratio: floa
     """One warmup schema for pretraining and fine-tuning: a step count or a fraction of the
     schedule, never both."""
     if warmup_steps is not None and warmup_ratio is not None:
-        raise ValueError(
+        raise UserError(
             f"optim.warmup_steps={warmup_steps} and optim.warmup_ratio={warmup_ratio}: "
             "set one of them (the other to null)"
         )
@@ -88,10 +90,25 @@ def configure_optimizers(module) -> dict:
     exists (`16-mixed`): see `clip_gradients`."""
     trainer = module.trainer
     scaler = getattr(trainer.precision_plugin, "scaler", None)
+    run_steps = int(trainer.estimated_stepping_batches)
+    if module.hparams.optim.get("total_steps") is None:
+        # recorded in every checkpoint: a continued run keeps this schedule (resume.py)
+        module.hparams.optim = {**module.hparams.optim, "total_steps": run_steps}
     build = instantiate(module.hparams.optim)
-    return build(
-        module.model, run_steps=int(trainer.estimated_stepping_batches), fused=scaler is None
-    )
+    return build(module.model, run_steps=run_steps, fused=scaler is None)
+
+
+def follow_schedule(trainer) -> None:
+    """At the start of a fit: each optimizer's learning rate as its schedule gives it for the
+    current step. A resumed run restores the optimizer's saved rate, which is the old
+    schedule's when `optim.total_steps` changed; without this its first step would use it."""
+    for config in trainer.lr_scheduler_configs:
+        sched = config.scheduler
+        if isinstance(sched, torch.optim.lr_scheduler.LambdaLR):
+            groups = sched.optimizer.param_groups
+            for group, base, factor in zip(groups, sched.base_lrs, sched.lr_lambdas, strict=True):
+                group["lr"] = base * factor(sched.last_epoch)
+            sched._last_lr = [group["lr"] for group in groups]
 
 
 def clip_gradients(module, optimizer, clip_val, algorithm) -> None:

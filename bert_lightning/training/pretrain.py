@@ -9,33 +9,42 @@ from pathlib import Path
 
 import lightning as L
 from hydra.utils import instantiate
+from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
-from bert_lightning.checkpoint import checkpoint_tokenizer
+from bert_lightning.checkpoint import PRETRAINING, ResumePoint, resume_point
 from bert_lightning.data.tokenizer import special_ids
+from bert_lightning.errors import UserError
 from bert_lightning.training.pretrain_module import BertPretrainModule
-from bert_lightning.training.trainer import build_trainer, save_resolved_config
+from bert_lightning.training.resume import (
+    already_done,
+    continued_optim,
+    keep_metrics_before,
+    own_checkpoints_expected,
+)
+from bert_lightning.training.trainer import build_trainer, failure_marked
 
 log = logging.getLogger(__name__)
 
 
-def build(cfg: DictConfig):
-    """Data module, Lightning module and trainer of a run, before any training."""
+def build(cfg: DictConfig, start: ResumePoint | None = None):
+    """Data module, Lightning module and trainer of a run, before any training. `start`: the
+    checkpoint a resumed run continues (its tokenizer and schedule)."""
     out_dir = Path(cfg.paths.output_dir)
     dm = instantiate(cfg.data)
-    tokenizer_json = checkpoint_tokenizer(cfg.ckpt_path) if cfg.ckpt_path else None
-    tok = dm.build_tokenizer(out_dir / "checkpoints", tokenizer_json)
+    tok = dm.build_tokenizer(out_dir, start.tokenizer if start else None)
     config = instantiate(
         cfg.model, vocab_size=tok.get_vocab_size(), pad_token_id=special_ids(tok)["[PAD]"]
     )
     if config.max_position_embeddings < cfg.data.max_seq_length:
-        raise ValueError(
+        raise UserError(
             f"data.max_seq_length={cfg.data.max_seq_length} exceeds "
             f"model.max_position_embeddings={config.max_position_embeddings}"
         )
+    optim = OmegaConf.to_container(cfg.optim, resolve=True)
     module = BertPretrainModule(
         config=asdict(config),
-        optim=OmegaConf.to_container(cfg.optim, resolve=True),
+        optim=continued_optim(optim, start, cfg.trainer.max_steps),
         tokenizer_json=tok.to_str(),
         compile=cfg.get("model_compile", False),
         objective=dm.objective,
@@ -44,13 +53,23 @@ def build(cfg: DictConfig):
 
 
 def train(cfg: DictConfig) -> float | None:
-    """Returns the last validation loss (what a sweep minimises)."""
-    L.seed_everything(cfg.seed, workers=True)
-    dm, module, trainer = build(cfg)
-    save_resolved_config(cfg, Path(cfg.paths.output_dir))
-    if cfg.validate_before_fit and not cfg.ckpt_path:
-        trainer.validate(module, datamodule=dm)  # the starting point of the loss curve
-    trainer.fit(module, datamodule=dm, ckpt_path=cfg.ckpt_path)
+    """Returns the last validation loss (what a sweep minimises); None when a resumed run had
+    nothing left to do."""
+    out_dir = Path(cfg.paths.output_dir)
+    with failure_marked(out_dir):
+        use = "ckpt_path (resuming a pretraining run)"
+        start = resume_point(cfg.ckpt_path, PRETRAINING, use) if cfg.ckpt_path else None
+        if already_done(cfg, start):
+            return None
+        L.seed_everything(cfg.seed, workers=True)
+        dm, module, trainer = build(cfg, start)
+        if rank_zero_only.rank == 0:  # before fit launches any other rank
+            keep_metrics_before(out_dir / "metrics.csv", start.step if start else 0)
+        if cfg.validate_before_fit and start is None:
+            # the starting point of the loss curve; the progress bar prints its own line
+            trainer.validate(module, datamodule=dm, verbose=not cfg.trainer.enable_progress_bar)
+        with own_checkpoints_expected(cfg.ckpt_path):
+            trainer.fit(module, datamodule=dm, ckpt_path=cfg.ckpt_path)
     val_loss = trainer.callback_metrics.get("val/loss")
-    log.info("outputs in %s", cfg.paths.output_dir)
+    log.info("outputs in %s", out_dir)
     return float(val_loss) if val_loss is not None else None

@@ -8,6 +8,7 @@ from torchmetrics.classification import BinaryAccuracy, MulticlassAccuracy
 from torchmetrics.text import Perplexity
 
 from bert_lightning.data.mlm import OBJECTIVES
+from bert_lightning.errors import UserError
 from bert_lightning.model import BertConfig, BertForPreTraining, pretraining_flops
 from bert_lightning.training.module_base import EncoderModule
 
@@ -30,7 +31,7 @@ class BertPretrainModule(EncoderModule):
     ):
         super().__init__()
         if objective not in OBJECTIVES:
-            raise ValueError(f"objective={objective!r}; expected one of {OBJECTIVES}")
+            raise UserError(f"objective={objective!r}; expected one of {OBJECTIVES}")
         self.save_hyperparameters(ignore=["tokenizer_json"])
         self.model = BertForPreTraining(BertConfig(**config))
         self.nsp = objective == "mlm_nsp"

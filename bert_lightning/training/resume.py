@@ -1,16 +1,31 @@
-"""What makes a resumed run the same run: per-step random seeds, and checkpoints that a crash
-while saving cannot break."""
+"""What makes a resumed run the same run: per-step random seeds, checkpoints that a crash while
+saving cannot break, and `ckpt_path=` continuing the run it names: in its own folder (Hydra's
+run folder for a resume is the checkpoint's, see `conf/train.yaml`), on its own learning-rate
+schedule, with its metrics appended to its `metrics.csv`."""
 
 from __future__ import annotations
 
+import csv
+import logging
 import os
+import re
+import shutil
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import lightning as L
 import torch
+from hydra.core.hydra_config import HydraConfig
 from lightning.pytorch.plugins.io import TorchCheckpointIO
+from omegaconf import DictConfig, OmegaConf
 
 from bert_lightning.atomic import atomic_path
+from bert_lightning.checkpoint import ResumePoint
 from bert_lightning.data.sampling import hash_seed
+
+log = logging.getLogger(__name__)
 
 
 class StepSeed(L.Callback):
@@ -42,3 +57,96 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             torch.save(checkpoint, f)
             f.flush()
             os.fsync(f.fileno())
+
+
+def run_folder_of(ckpt_path: str | os.PathLike) -> Path | None:
+    """The run folder a checkpoint of ours sits in (`<run>/checkpoints/last.ckpt`), else None
+    (a checkpoint copied elsewhere, or a path that is not a file: a new folder then)."""
+    path = Path(ckpt_path)
+    return path.parent.parent if path.is_file() and path.parent.name == "checkpoints" else None
+
+
+def already_done(cfg: DictConfig, start: ResumePoint | None) -> bool:
+    """True when the checkpoint a run resumes already reached `trainer.max_steps`: says so in
+    one line and writes nothing (the folder Hydra made for the run, if new, is removed)."""
+    max_steps = cfg.trainer.max_steps
+    if start is None or max_steps is None or max_steps < 0 or start.step < max_steps:
+        return False
+    print(
+        f"{cfg.ckpt_path} already reached max_steps={max_steps}: nothing to do "
+        "(raise trainer.max_steps to continue)"
+    )
+    out_dir = Path(cfg.paths.output_dir)
+    if hydra_run_dir() == out_dir:
+        remove_hydra_only_folder(out_dir)
+    return True
+
+
+def hydra_run_dir() -> Path | None:
+    """The folder Hydra made for this job; None outside a Hydra job (tests, notebooks)."""
+    if not HydraConfig.initialized():
+        return None
+    folder = OmegaConf.select(HydraConfig.get(), "runtime.output_dir", throw_on_missing=False)
+    return Path(folder) if folder else None
+
+
+def continued_optim(optim: dict, start: ResumePoint | None, max_steps: int) -> dict:
+    """The `conf/optim` config of a continued run: the schedule's `total_steps` is the original
+    run's (its checkpoint records it), so the learning rate goes on decaying where it was,
+    unless `optim.total_steps` is set. Past that total the learning rate stays 0: a warning says
+    so and how to stretch the decay."""
+    if start is None or optim.get("total_steps") is not None:
+        return optim
+    total = (start.hparams.get("optim") or {}).get("total_steps")
+    if total is None:  # a checkpoint older than the record: the schedule spans this fit
+        return optim
+    if max_steps is not None and max_steps > total:
+        log.warning(
+            "the learning rate schedule of the continued run ends at step %d (its "
+            "optim.total_steps): later steps train at lr 0; optim.total_steps=%d stretches "
+            "the decay to trainer.max_steps",
+            total,
+            max_steps,
+        )
+    return {**optim, "total_steps": total}
+
+
+@contextmanager
+def own_checkpoints_expected(ckpt_path: str | None) -> Iterator[None]:
+    """A run continued in its own folder finds its checkpoints there: Lightning's warning
+    about a non-empty checkpoint folder is then expected, and silenced for that folder only."""
+    with warnings.catch_warnings():
+        if ckpt_path:
+            folder = re.escape(str(Path(ckpt_path).resolve().parent))
+            warnings.filterwarnings(
+                "ignore", message=f"Checkpoint directory {folder} exists and is not empty"
+            )
+        yield
+
+
+def keep_metrics_before(metrics_csv: Path, step: int) -> None:
+    """Drops the rows of `metrics.csv` at `step` or later: a run continued from a checkpoint at
+    `step` logs them again (a crashed run may have logged past its last checkpoint), so that the
+    file holds every step once, in order. `step` 0 (a fresh run) empties it."""
+    if not metrics_csv.is_file():
+        return
+    with open(metrics_csv, newline="") as f:
+        reader = csv.DictReader(f)
+        fields, rows = reader.fieldnames or [], list(reader)
+    kept = [r for r in rows if r.get("step") and int(r["step"]) < step]
+    if not kept:
+        metrics_csv.unlink()
+        return
+    with atomic_path(metrics_csv) as tmp, open(tmp, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(kept)
+
+
+def remove_hydra_only_folder(folder: Path) -> None:
+    """Removes a run folder that holds only what Hydra wrote before the run started (`.hydra/`
+    and the job's log): a run that did nothing leaves no folder behind."""
+    if folder.is_dir() and all(
+        p.name == ".hydra" or (p.suffix == ".log" and p.is_file()) for p in folder.iterdir()
+    ):
+        shutil.rmtree(folder)

@@ -1,27 +1,77 @@
 """The one trainer builder of both runs (pretraining and fine-tuning): loggers and callbacks
 are dicts of `_target_` entries in the `logger` / `callbacks` groups, instantiated by one loop,
-then handed to the `trainer` group's Trainer."""
+then handed to the `trainer` group's Trainer. The progress bar and the model summary are
+callbacks too (`callbacks/_progress.yaml`), kept only where `trainer.enable_progress_bar` /
+`trainer.enable_model_summary` ask for them."""
 
 from __future__ import annotations
 
+import logging
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import lightning as L
 from hydra.utils import instantiate
+from lightning.pytorch.callbacks import ModelSummary, ProgressBar
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
 from bert_lightning.atomic import write_text
 
+FAILED = "FAILED"  # the marker file of a run folder whose run raised: its one-line reason
+
+
+class _Quiet(logging.Filter):
+    """Lightning advertises its cloud logger at every Trainer construction, and announces that
+    it keeps our model summary (`callbacks/_progress.yaml`) instead of its own."""
+
+    NOISE = ("💡 Tip", "Trainer already configured with model summary callbacks")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(self.NOISE)
+
+
+def silence_noise() -> None:
+    """What a clean run would print that no user can act on, silenced by its exact text (at
+    each build: a caller's `warnings.catch_warnings` may have reset the filters)."""
+    # torchdata's StatefulDataLoader calls torch's deprecated `set_vital` on every construction
+    warnings.filterwarnings("ignore", message="'set_vital' is deprecated")
+    # Lightning's pytree copy builds torch's deprecated LeafSpec (Lightning's to fix)
+    warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
+    rank_zero_log = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+    if not any(isinstance(f, _Quiet) for f in rank_zero_log.filters):
+        rank_zero_log.addFilter(_Quiet())
+
+
+class SaveResolvedConfig(L.Callback):
+    """`config_resolved.yaml` when the fit starts, once the data and the model are built: a run
+    that failed before leaves none (it would look usable)."""
+
+    def __init__(self, cfg: DictConfig):
+        self.cfg = cfg
+
+    @rank_zero_only
+    def on_fit_start(self, trainer, pl_module):
+        save_resolved_config(self.cfg, Path(trainer.default_root_dir))
+
 
 def build_trainer(cfg: DictConfig) -> L.Trainer:
     """`cfg.trainer` with `cfg.logger` and `cfg.callbacks`; its root is the run folder."""
+    silence_noise()
     loggers = [instantiate(c) for c in (cfg.get("logger") or {}).values()]
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
+    # Lightning refuses a progress bar callback when the bar is off, and would add its own
+    # (Rich's, with `Epoch 0/-2` on a step-bound run) when none is given
+    if not cfg.trainer.get("enable_progress_bar", True):
+        callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
+    if not cfg.trainer.get("enable_model_summary", True):
+        callbacks = [c for c in callbacks if not isinstance(c, ModelSummary)]
     return instantiate(
         cfg.trainer,
         logger=loggers,
-        callbacks=callbacks,
+        callbacks=[*callbacks, SaveResolvedConfig(cfg)],
         default_root_dir=str(cfg.paths.output_dir),
     )
 
@@ -30,3 +80,19 @@ def build_trainer(cfg: DictConfig) -> L.Trainer:
 def save_resolved_config(cfg: DictConfig, out_dir: Path) -> None:
     """`config_resolved.yaml` in the run folder: what ran, with every interpolation filled."""
     write_text(Path(out_dir) / "config_resolved.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+
+
+@contextmanager
+def failure_marked(out_dir: Path) -> Iterator[None]:
+    """A run that raises leaves `FAILED` (its one-line reason) beside its log; one that
+    completes removes the marker of the crashed run it continued."""
+    marker = Path(out_dir) / FAILED
+    try:
+        yield
+    except BaseException as e:
+        if rank_zero_only.rank == 0:
+            reason = (str(e).strip().splitlines() or [""])[0]
+            write_text(marker, f"{type(e).__name__}: {reason}\n")
+        raise
+    if rank_zero_only.rank == 0:
+        marker.unlink(missing_ok=True)

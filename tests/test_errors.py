@@ -1,0 +1,167 @@
+"""A user's mistake is one line `error: ...` on stderr and exit code 2, from every entry point,
+with the traceback only on request (HYDRA_FULL_ERROR=1, `--debug`)."""
+
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from hydra.errors import InstantiationException
+
+from bert_lightning.cli import main
+from bert_lightning.data.corpus import BadRecordError
+from bert_lightning.errors import UserError, user_error
+from conftest import tiny_overrides, write_corpus
+from finetune_fixtures import (
+    relevance_ckpt,
+    sentiment_rows,
+    write_csv,
+    write_our_ckpt,
+    write_tokenizer,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _logging_restored():
+    """An in-process Hydra run points the root logger at this test's captured stdout, which
+    is closed once the test ends: the next test's log lines would fail to write."""
+    handlers = logging.root.handlers[:]
+    yield
+    logging.root.handlers[:] = handlers
+
+
+def cli_error(capsys, *argv) -> str:
+    """The one stderr line of `bert-lightning ARGV` (in process) failing on a user's mistake."""
+    with pytest.raises(SystemExit) as e:
+        main([str(a) for a in argv])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1 and err.rstrip().endswith(lines[0])
+    return lines[0]
+
+
+def pretrain_error(capsys, tmp_path, *extra) -> str:
+    write_corpus(tmp_path / "corpus.jsonl", 20)
+    hydra_dir = f"hydra.run.dir={tmp_path / 'hydra'}"
+    return cli_error(capsys, "pretrain", *tiny_overrides(tmp_path, hydra_dir, *extra))
+
+
+def test_a_bad_json_line_names_file_line_and_column_from_train_py(tmp_path):
+    out = tmp_path / "run"
+    corpus = write_corpus(out / "corpus.jsonl", 20)
+    lines = corpus.read_text().splitlines()
+    lines[2] = '{"text": "a\tb"}'  # a raw tab inside a JSON string, column 12
+    corpus.write_text("\n".join(lines) + "\n")
+    r = subprocess.run(
+        [sys.executable, "train.py", *tiny_overrides(out, f"hydra.run.dir={tmp_path / 'h'}")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HYDRA_FULL_ERROR": "0"},
+    )
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines()[-1] == (
+        f"error: {corpus}:3:12: invalid JSON (Invalid control character at column 12); "
+        "data.on_bad_record=skip skips such records"
+    )
+
+
+def test_a_missing_file_raised_inside_hydra_instantiate_is_one_line(tmp_path, capsys):
+    nope = tmp_path / "nope.jsonl"
+    err = pretrain_error(capsys, tmp_path, f"data.train_files={nope}")
+    assert err == f"error: {nope}: no such file or folder"
+
+
+def test_a_missing_task_file_is_one_line(tmp_path, capsys):
+    run = [f"hydra.run.dir={tmp_path / 'h'}", f"paths.output_dir={tmp_path / 'run'}"]
+    err = cli_error(capsys, "finetune", f"task.train_file={tmp_path / 'x.csv'}", *run)
+    assert err == f"error: {tmp_path / 'x.csv'}: no such data file"
+
+
+def test_a_misspelt_key_is_one_line(tmp_path, capsys):
+    err = pretrain_error(capsys, tmp_path, "+data.masking.mlm_probabilty=0.2")
+    assert err == (
+        "error: data.masking: unknown key(s) ['mlm_probabilty']; "
+        "known keys: ['mlm_probability', 'p_mask', 'p_random', 'whole_word']"
+    )
+
+
+def test_a_bad_config_value_is_one_line(tmp_path, capsys):
+    err = pretrain_error(capsys, tmp_path, "data.packing=pakced")
+    assert err == "error: data.packing='pakced'; expected one of ('packed', 'document')"
+
+
+def test_a_text_file_named_ckpt_is_not_a_checkpoint(tmp_path, capsys):
+    fake = tmp_path / "model.ckpt"
+    fake.write_text("hello\n")
+    err = cli_error(capsys, "fill-mask", fake, "a [MASK] b")
+    assert err == (
+        f"error: {fake}: not a checkpoint "
+        "(torch.load could not read it: not the zip archive torch.save writes)"
+    )
+
+
+@pytest.fixture
+def mismatched(tmp_path):
+    """A pretraining .ckpt whose tokenizer has more tokens than its model has embeddings."""
+    small = write_tokenizer(tmp_path / "small.json")
+    path = tmp_path / "mismatch.ckpt"
+    write_our_ckpt(path, small)
+    raw = torch.load(path, weights_only=True)
+    big = small.__class__.from_str(small.to_str())
+    big.add_tokens([f"extra{i}" for i in range(10)])
+    raw["tokenizer"] = big.to_str()
+    torch.save(raw, path)
+    want = f"the model has a vocabulary of {small.get_vocab_size()} but its tokenizer has "
+    return path, f"error: {path}: {want}{big.get_vocab_size()} tokens"
+
+
+def test_vocabulary_mismatch_in_fill_mask(mismatched, capsys):
+    path, message = mismatched
+    assert cli_error(capsys, "fill-mask", path, "a [MASK] b") == message
+
+
+def test_vocabulary_mismatch_as_pretrained(tmp_path, mismatched, capsys):
+    path, message = mismatched
+    train = write_csv(tmp_path / "train.csv", sentiment_rows(20))
+    run = [f"hydra.run.dir={tmp_path / 'h'}", f"paths.output_dir={tmp_path / 'run'}"]
+    err = cli_error(capsys, "finetune", f"task.train_file={train}", f"pretrained={path}", *run)
+    assert err == message
+
+
+def test_a_fine_tuning_checkpoint_as_pretraining_ckpt_path(tmp_path, capsys):
+    ckpt, _ = relevance_ckpt(tmp_path, write_tokenizer(tmp_path / "tokenizer.json"))
+    err = pretrain_error(capsys, tmp_path, f"ckpt_path={ckpt}")
+    assert err == (
+        f"error: {ckpt}: a fine-tuning checkpoint; "
+        "ckpt_path (resuming a pretraining run) needs a pretraining one"
+    )
+
+
+def test_debug_and_hydra_full_error_keep_the_traceback(tmp_path, monkeypatch):
+    fake = tmp_path / "model.ckpt"
+    fake.write_text("hello\n")
+    with pytest.raises(UserError, match="not a checkpoint"):
+        main(["--debug", "fill-mask", str(fake), "a [MASK] b"])
+    monkeypatch.setenv("HYDRA_FULL_ERROR", "1")
+    write_corpus(tmp_path / "corpus.jsonl", 20)
+    overrides = tiny_overrides(tmp_path, f"hydra.run.dir={tmp_path / 'h'}", "data.packing=x")
+    with pytest.raises(InstantiationException) as e:
+        main(["pretrain", *overrides])
+    assert "data.packing='x'" in str(user_error(e.value))
+
+
+def test_other_exceptions_stay_tracebacks():
+    from bert_lightning.errors import reported
+
+    with pytest.raises(KeyError), reported():
+        raise KeyError("a bug")
+    wrapped = RuntimeError("wrapper")
+    wrapped.__cause__ = BadRecordError("f.jsonl:3: no 'text' field")
+    assert str(user_error(wrapped)) == "f.jsonl:3: no 'text' field"

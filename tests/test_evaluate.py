@@ -1,0 +1,92 @@
+"""`bert-lightning evaluate`: a fine-tuned checkpoint's task metrics on any file (those
+finetune() writes for a test file), a pretraining checkpoint's MLM metrics on any corpus (those
+its run logs for the same validation files); `score`/`evaluate` read a file as the task did."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from bert_lightning.cli import main
+from bert_lightning.config import bundled, compose
+from bert_lightning.data.corpus import iter_documents
+from bert_lightning.training.finetune import finetune
+from bert_lightning.training.pretrain import train
+from conftest import tiny_overrides, write_corpus
+from finetune_fixtures import sentiment_rows, write_tokenizer
+
+COLA_NAMES = ["source", "label", "original", "sentence"]  # GLUE CoLA: a TSV without header
+
+
+def write_cola(path, rows) -> None:
+    path.write_text("".join(f"src\t{r['label']}\t\t{r['sentence']}\n" for r in rows))
+
+
+@pytest.mark.slow
+def test_evaluate_gives_the_test_metrics_finetune_wrote(tmp_path, capsys):
+    write_tokenizer(tmp_path / "tokenizer.json")
+    write_cola(tmp_path / "train.tsv", sentiment_rows(48))
+    rows = sentiment_rows(16, seed=1)
+    write_cola(tmp_path / "test.tsv", rows)
+    cfg = compose(
+        "finetune",
+        [
+            f"task.train_file={tmp_path / 'train.tsv'}",
+            f"task.test_file={tmp_path / 'test.tsv'}",
+            "task.header=false",
+            f"task.names=[{','.join(COLA_NAMES)}]",
+            f"paths.output_dir={tmp_path / 'run'}",
+            f"tokenizer={tmp_path / 'tokenizer.json'}",
+            "model.hidden_size=32",
+            "model.num_hidden_layers=2",
+            "model.num_attention_heads=2",
+            "model.intermediate_size=64",
+            "max_seq_length=32",
+            "batch_size=8",
+            "trainer.accelerator=cpu",
+            "trainer.max_epochs=1",
+            "trainer.enable_progress_bar=false",
+            "trainer.enable_model_summary=false",
+        ],
+    )
+    results = finetune(cfg)
+    ckpt = results["best_checkpoint"]
+    out = tmp_path / "eval.json"
+    main(["evaluate", ckpt, str(tmp_path / "test.tsv"), "--json", str(out)])
+    got = json.loads(out.read_text())
+    assert got["kind"] == "fine-tuning" and got["metrics"]["rows"] == len(rows)
+    want = {k.removeprefix("test/"): v for k, v in results["test"].items()}
+    assert {k: got["metrics"][k] for k in want} == pytest.approx(want, abs=1e-6)
+    assert "acc" in capsys.readouterr().out
+
+    # the same rows with a header row, told on the command line
+    pd.DataFrame(rows).to_csv(tmp_path / "test.csv", index=False)
+    main(["evaluate", ckpt, str(tmp_path / "test.csv"), "--header", "--json", str(out)])
+    assert json.loads(out.read_text())["metrics"]["acc"] == pytest.approx(want["acc"])
+
+    # score reads the headerless TSV as the task did: no "no column 'sentence'"
+    main(["score", ckpt, str(tmp_path / "test.tsv"), str(tmp_path / "scored.csv")])
+    scored = pd.read_csv(tmp_path / "scored.csv")
+    assert list(scored.columns) == [*COLA_NAMES, "score"] and len(scored) == len(rows)
+
+
+@pytest.mark.slow
+def test_evaluate_gives_the_mlm_loss_the_run_validated_with(tmp_path, caplog):
+    out = tmp_path / "run"
+    write_corpus(out / "corpus.jsonl", 60)
+    val = tmp_path / "val.jsonl"
+    docs = list(iter_documents([bundled("c4_sample.jsonl")]))[100:120]
+    val.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
+    with caplog.at_level("INFO", logger="bert_lightning.data.mlm"):
+        val_loss = train(compose(overrides=tiny_overrides(out, f"data.val_files={val}")))
+    assert "every document of data.train_files trains" in caplog.text  # the switch is said
+
+    report = tmp_path / "mlm.json"
+    args = ["--max-seq-length", "32", "--batch-size", "8", "--cache-dir", str(tmp_path / "c")]
+    main(
+        ["evaluate", str(out / "checkpoints" / "last.ckpt"), str(val), *args, "--json", str(report)]
+    )
+    got = json.loads(report.read_text())
+    assert got["kind"] == "pretraining"
+    assert got["metrics"]["loss"] == pytest.approx(val_loss, rel=1e-5)
+    assert 0 < got["metrics"]["mlm_acc"] < 1 and got["metrics"]["ppl"] > 1

@@ -1,0 +1,129 @@
+"""What a run leaves in its folder and prints: `ckpt_path=` continues the run in its own folder
+on its own schedule, a finished run resumed does nothing, a failed run leaves a `FAILED` marker
+and nothing that looks usable, and a fresh run prints step lines and no warnings of ours."""
+
+import csv
+import logging
+import warnings
+from types import SimpleNamespace
+
+import pytest
+
+from bert_lightning.config import compose, resumed_run
+from bert_lightning.training.callbacks import StepProgressBar
+from bert_lightning.training.pretrain import train
+from conftest import tiny_overrides, write_corpus
+
+LR, WARMUP = 1e-3, 4
+
+
+def expected_lr(step: int, total: int) -> float:
+    """conf/optim/adamw.yaml's schedule: linear warmup, linear decay to 0 at `total`."""
+    if step < WARMUP:
+        return LR * (step + 1) / WARMUP
+    return LR * max(0.0, (total - step) / (total - WARMUP))
+
+
+def run(out, *extra):
+    overrides = tiny_overrides(
+        out, "trainer.val_check_interval=10", f"optim.warmup_steps={WARMUP}", *extra
+    )
+    return train(compose(overrides=overrides))
+
+
+def rows(out):
+    with open(out / "metrics.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def snapshot(folder):
+    return {
+        str(p.relative_to(folder)): p.stat().st_mtime_ns
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+@pytest.mark.slow
+def test_a_continued_run_keeps_its_folder_and_its_schedule(tmp_path, caplog, capsys):
+    out = tmp_path / "run"
+    write_corpus(out / "corpus.jsonl")
+    run(out, "trainer.max_steps=20")
+    last = out / "checkpoints" / "last.ckpt"
+    assert resumed_run(str(last)) == str(out)  # Hydra's run folder for the resume
+    assert resumed_run(None) is None
+
+    # past the original total (20) the rate stays 0, and a warning says how to stretch it
+    with caplog.at_level(logging.WARNING):
+        run(out, "trainer.max_steps=24", f"ckpt_path={last}")
+    assert "optim.total_steps=24 stretches the decay" in caplog.text
+    # a second continuation, with a longer schedule: redrawn from the current step
+    run(out, "trainer.max_steps=28", "optim.total_steps=30", f"ckpt_path={last}")
+
+    lrs = [(int(r["step"]), float(r["lr-AdamW/pg1"])) for r in rows(out) if r["lr-AdamW/pg1"]]
+    assert [s for s, _ in lrs] == list(range(28))  # every step once, in order, in one file
+    for step, lr in lrs:
+        assert lr == pytest.approx(expected_lr(step, 20 if step < 24 else 30), abs=1e-12), step
+    train_steps = [int(r["step"]) for r in rows(out) if r["train/loss"]]
+    assert train_steps == list(range(28))
+    assert [int(r["step"]) for r in rows(out) if r["val/loss"]] == [0, 9, 19]
+    assert not (out / "FAILED").exists()
+
+    # finished: one line, nothing written
+    before = snapshot(tmp_path)
+    capsys.readouterr()
+    assert run(out, "trainer.max_steps=28", f"ckpt_path={last}") is None
+    assert capsys.readouterr().out == (
+        f"{last} already reached max_steps=28: nothing to do "
+        "(raise trainer.max_steps to continue)\n"
+    )
+    assert snapshot(tmp_path) == before
+
+
+def test_an_empty_corpus_leaves_a_failed_marker_and_no_model_folder(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "corpus.jsonl").write_text("")
+    with pytest.raises(ValueError, match="no documents with text in"):
+        run(out)
+    assert sorted(p.name for p in out.iterdir()) == ["FAILED", "corpus.jsonl"]
+    reason = (out / "FAILED").read_text()
+    assert reason.startswith("ValueError: no documents with text in [") and reason.count("\n") == 1
+
+
+@pytest.mark.slow
+def test_a_fresh_run_prints_step_lines_and_no_warnings(tmp_path, capsys, caplog):
+    out = tmp_path / "run"
+    write_corpus(out / "corpus.jsonl")
+    (out / ".hydra").mkdir()  # what Hydra writes into the run folder before the run starts
+    (out / "train.log").write_text("")
+    bar = ("trainer.enable_progress_bar=true", "trainer.enable_model_summary=true")
+    with caplog.at_level(logging.INFO), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run(out, *bar, "trainer.val_check_interval=3", "callbacks.progress_bar.every=2")
+    shown = [str(w.message) for w in caught]
+    assert not [w for w in shown if "exists and is not empty" in w], shown
+    assert not [w for w in shown if "set_vital" in w or "LeafSpec" in w], shown
+
+    printed = capsys.readouterr().out.splitlines()  # pytest's stdout is no terminal
+    steps = [line for line in printed if line.startswith("step ")]
+    assert [line.split()[1] for line in steps] == ["2/6", "4/6", "6/6"]
+    assert all(" loss " in line and " eta " in line for line in steps), steps
+    validations = [line for line in printed if line.startswith("validation at step ")]
+    assert [line.split(":")[0] for line in validations] == [
+        "validation at step 0",
+        "validation at step 3",
+        "validation at step 6",
+    ]
+    assert all("loss" in line and "ppl" in line for line in validations)
+    assert not any("Epoch" in line for line in printed)
+
+    summary = [r.getMessage() for r in caplog.records if "Trainable params" in r.getMessage()]
+    assert len(summary) == 1 and "flops" not in summary[0].lower()
+    assert "💡" not in caplog.text
+
+
+def test_the_bar_counts_the_steps_of_a_run_bound_by_epochs():
+    """Fine-tuning runs by epochs (max_steps=-1): the total is what the epochs make."""
+    assert StepProgressBar._total(SimpleNamespace(estimated_stepping_batches=30)) == 30
+    assert StepProgressBar._total(SimpleNamespace(estimated_stepping_batches=float("inf"))) is None
