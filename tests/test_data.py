@@ -84,3 +84,18 @@ def test_config_errors_are_named(tmp_path):
         PretrainDataModule(
             train_files=str(tmp_path / "c.jsonl"), masking={"p_mask": 0.95, "p_random": 0.1}
         )
+
+
+def test_data_is_built_once_per_run(tmp_path, monkeypatch):
+    """validate-then-fit calls prepare_data and setup twice each: the sets are built once."""
+    from bert_lightning.config import compose
+    from bert_lightning.training.pretrain import train
+    from conftest import tiny_overrides
+
+    builds = []
+    build = PretrainDataModule._build
+    monkeypatch.setattr(PretrainDataModule, "_build", lambda dm: builds.append(1) or build(dm))
+    write_corpus(tmp_path / "corpus.jsonl")
+    overrides = tiny_overrides(tmp_path, "validate_before_fit=true", "trainer.max_steps=2")
+    train(compose(overrides=overrides))
+    assert len(builds) == 1

@@ -281,9 +281,10 @@ class PretrainDataModule(L.LightningDataModule):
         )
 
     def prepare_data(self):
-        self._build()  # rank 0 fills the cache; the other ranks then read it in setup()
+        self.setup()  # rank 0 builds here, filling the disk cache the other ranks read in setup()
 
     def setup(self, stage: str | None = None):
+        """Builds once per process: validate-then-fit and prepare_data reuse the sets."""
         if self.train_set is None:
             self.train_set, self.val_set = self._build()
             log.info(
