@@ -87,15 +87,21 @@ def test_config_errors_are_named(tmp_path):
 
 
 def test_data_is_built_once_per_run(tmp_path, monkeypatch):
-    """validate-then-fit calls prepare_data and setup twice each: the sets are built once."""
+    """validate-then-fit calls prepare_data and setup twice each: the sets are built once, and
+    each document set (training, held out) is tokenized once."""
     from bert_lightning.config import compose
+    from bert_lightning.data import pipeline
     from bert_lightning.training.pretrain import train
     from conftest import tiny_overrides
 
-    builds = []
-    build = PretrainDataModule._build
-    monkeypatch.setattr(PretrainDataModule, "_build", lambda dm: builds.append(1) or build(dm))
+    calls = []
+
+    def counted(name, fn):
+        return lambda *a, **kw: calls.append(name) or fn(*a, **kw)
+
+    monkeypatch.setattr(PretrainDataModule, "build", counted("build", PretrainDataModule.build))
+    monkeypatch.setattr(pipeline, "tokenize", counted("tokenize", pipeline.tokenize))
     write_corpus(tmp_path / "corpus.jsonl")
     overrides = tiny_overrides(tmp_path, "validate_before_fit=true", "trainer.max_steps=2")
     train(compose(overrides=overrides))
-    assert len(builds) == 1
+    assert calls == ["build", "tokenize", "tokenize"]
