@@ -1,6 +1,7 @@
 import pytest
 import torch
 
+from bert_lightning.data import pipeline
 from bert_lightning.data.corpus import BadRecordError, iter_documents
 from bert_lightning.data.mlm import PretrainDataModule
 from conftest import write_corpus
@@ -61,6 +62,21 @@ def test_validation_holds_out_whole_documents(tmp_path, tiny_tokenizer):
         for r in dm.val_set
     ]
     assert not train & {tuple(r) for r in restored}
+
+
+def test_the_stages_compose_to_the_datamodule_sets(tmp_path, tiny_tokenizer):
+    """read -> hold out -> tokenize -> frame (-> mask once), called one by one, give the sets."""
+    dm = datamodule(tmp_path, tiny_tokenizer)
+    docs = pipeline.read_documents(dm.train_files, dm.read_options(), str(tmp_path / "again"))
+    train_docs, val_docs = pipeline.hold_out(docs, 5, dm.seed)
+    tokens = pipeline.tokenize(train_docs, tiny_tokenizer)
+    assert len(tokens) == 35 and tokens.column_names == ["input_ids"]
+    train = pipeline.frame(tokens, pipeline.framing(tiny_tokenizer, "packed", 32))
+    assert train["input_ids"] == dm.train_set["input_ids"]
+    val = pipeline.mlm_examples(val_docs, tiny_tokenizer, "packed", 32)
+    assert pipeline.mask_once(val, dm.collator(), dm.seed)["labels"] == dm.val_set["labels"]
+    with pytest.raises(ValueError, match="40 documents in .*: too few to hold out"):
+        pipeline.hold_out(docs, 40, dm.seed)
 
 
 def test_empty_corpus_and_bad_records(tmp_path, tiny_tokenizer):
