@@ -55,8 +55,9 @@ def world_and_rank(trainer) -> tuple[int, int]:
 
 
 class BertDataModule(L.LightningDataModule):
-    """Tokenizer, loaders and the once-built sets; `build()` makes (train, validation) sets and
-    `tokenizer_documents()` the stream a tokenizer is trained on."""
+    """Tokenizer, loaders and the once-built sets. A corpus gives `build()`, its (train,
+    validation) sets, `tokenizer_documents()`, the stream a tokenizer is trained on, and
+    `source()`, where that stream comes from (for an error)."""
 
     objective = "mlm"  # what the examples train (NSPDataModule: mlm_nsp)
 
