@@ -80,7 +80,7 @@ def throughput(tok, work: Path, repeats: int) -> dict:
             cache_dir=str(work / f"arrow_{time.perf_counter_ns()}"),
         )
         dm.tokenizer = tok
-        dm._examples(dm._read(files))
+        dm.examples(dm.read(files), tok)
 
     t = median_time(run_arrow, repeats)
     res["arrow_1proc"] = {"MB_per_s": mb / t, "tokens_per_s": n_tokens / t}
@@ -90,7 +90,7 @@ def throughput(tok, work: Path, repeats: int) -> dict:
     tok_bytes = sum(shard_paths(out, f)[0].stat().st_size for f in files)
     dm = PretrainDataModule(train_files=files, val_files=files[0], cache_dir=str(work / "ar"))
     dm.tokenizer = tok
-    arrow = dm._examples(dm._read(files))
+    arrow = dm.examples(dm.read(files), tok)
     arrow_bytes = sum(
         Path(c["filename"]).stat().st_size
         for c in arrow.cache_files

@@ -1,6 +1,7 @@
 import pytest
 import torch
 
+from bert_lightning.data import pipeline
 from bert_lightning.data.corpus import BadRecordError, iter_documents
 from bert_lightning.data.mlm import PretrainDataModule
 from conftest import write_corpus
@@ -63,6 +64,21 @@ def test_validation_holds_out_whole_documents(tmp_path, tiny_tokenizer):
     assert not train & {tuple(r) for r in restored}
 
 
+def test_the_stages_compose_to_the_datamodule_sets(tmp_path, tiny_tokenizer):
+    """read -> hold out -> tokenize -> frame (-> mask once), called one by one, give the sets."""
+    dm = datamodule(tmp_path, tiny_tokenizer)
+    docs = pipeline.read_documents(dm.train_files, dm.read_options(), str(tmp_path / "again"))
+    train_docs, val_docs = pipeline.hold_out(docs, 5, dm.seed)
+    tokens = pipeline.tokenize(train_docs, tiny_tokenizer)
+    assert len(tokens) == 35 and tokens.column_names == ["input_ids"]
+    train = pipeline.frame(tokens, pipeline.framing(tiny_tokenizer, "packed", 32))
+    assert train["input_ids"] == dm.train_set["input_ids"]
+    val = pipeline.mlm_examples(val_docs, tiny_tokenizer, "packed", 32)
+    assert pipeline.mask_once(val, dm.collator(), dm.seed)["labels"] == dm.val_set["labels"]
+    with pytest.raises(ValueError, match="40 documents in .*: too few to hold out"):
+        pipeline.hold_out(docs, 40, dm.seed)
+
+
 def test_empty_corpus_and_bad_records(tmp_path, tiny_tokenizer):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("\n\n")
@@ -84,3 +100,24 @@ def test_config_errors_are_named(tmp_path):
         PretrainDataModule(
             train_files=str(tmp_path / "c.jsonl"), masking={"p_mask": 0.95, "p_random": 0.1}
         )
+
+
+def test_data_is_built_once_per_run(tmp_path, monkeypatch):
+    """validate-then-fit calls prepare_data and setup twice each: the sets are built once, and
+    each document set (training, held out) is tokenized once."""
+    from bert_lightning.config import compose
+    from bert_lightning.data import pipeline
+    from bert_lightning.training.pretrain import train
+    from conftest import tiny_overrides
+
+    calls = []
+
+    def counted(name, fn):
+        return lambda *a, **kw: calls.append(name) or fn(*a, **kw)
+
+    monkeypatch.setattr(PretrainDataModule, "build", counted("build", PretrainDataModule.build))
+    monkeypatch.setattr(pipeline, "tokenize", counted("tokenize", pipeline.tokenize))
+    write_corpus(tmp_path / "corpus.jsonl")
+    overrides = tiny_overrides(tmp_path, "validate_before_fit=true", "trainer.max_steps=2")
+    train(compose(overrides=overrides))
+    assert calls == ["build", "tokenize", "tokenize"]

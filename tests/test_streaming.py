@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from bert_lightning.data.corpus import BadRecordError, iter_documents
-from bert_lightning.data.mlm import _frame
+from bert_lightning.data.pipeline import frame_batch
 from bert_lightning.data.streaming import StreamingDataModule
 from conftest import SAMPLE
 
@@ -59,7 +59,7 @@ def test_streamed_shards_split_over_ranks_each_block_once(tmp_path, tiny_tokeniz
                 docs[i * 40 : i * 40 + 40], add_special_tokens=False
             )
         ]
-        blocks = _frame({"input_ids": ids}, 2, 3, 30, "packed")["input_ids"]
+        blocks = frame_batch({"input_ids": ids}, 2, 3, 30, "packed")["input_ids"]
         expected.update(tuple(b) for b in blocks)
     assert seen == expected
 

@@ -19,7 +19,8 @@ from bert_lightning.atomic import write_json
 from bert_lightning.checkpoint import FINETUNING, read_checkpoint
 from bert_lightning.commands.fill_mask import load_mlm
 from bert_lightning.commands.score import add_table_arguments, finetuned_module, table_options
-from bert_lightning.data.mlm import PACKINGS, PretrainDataModule
+from bert_lightning.data.mlm import PretrainDataModule
+from bert_lightning.data.pipeline import PACKINGS
 from bert_lightning.data.tables import collate
 from bert_lightning.data.tokenizer import special_ids
 from bert_lightning.errors import UserError

@@ -1,15 +1,17 @@
-"""The MLM pretraining LightningDataModule: C4 documents -> token ids -> framed examples.
+"""The pretraining LightningDataModules: thin, they compose the functions of data/pipeline.py.
 
-Documents are read once into an Arrow dataset (`datasets`, memory-mapped and cached on disk),
-tokenized with a batched `map`, then framed either *packed* (documents concatenated and cut
-into full blocks, no padding) or *per document* (truncated, padded per batch).
+`BertDataModule` holds what every corpus shares: the tokenizer, the masking collator, the
+loaders, and the sets built once per process and run (`prepare_data` on rank 0 and `setup`,
+called again by validate-then-fit, reuse them). `PretrainDataModule` builds them from files:
+C4 documents -> token ids -> framed examples, with the `examples` function it holds (MLM blocks
+here, NSP pairs in data/nsp.py); data/streaming.py streams instead.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
+from functools import partial
 from pathlib import Path
 
 import datasets
@@ -18,13 +20,19 @@ import torch
 from tokenizers import Tokenizer
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from bert_lightning.data.corpus import BadRecordError, iter_documents, resolve_files
+from bert_lightning.data.corpus import iter_documents, resolve_files
 from bert_lightning.data.masking import MaskingConfig, MLMCollator
+from bert_lightning.data.pipeline import (
+    PACKINGS,
+    hold_out,
+    mask_once,
+    mlm_examples,
+    read_documents,
+)
 from bert_lightning.data.prepare import TokenBlocks, cache_folder, prepare
 from bert_lightning.data.sampling import EpochSampler, SeededExamples
 from bert_lightning.data.tokenizer import (
     TokenizerConfig,
-    batch_encode,
     load_tokenizer,
     save_tokenizer,
     special_ids,
@@ -35,56 +43,26 @@ from bert_lightning.fields import from_dict
 
 log = logging.getLogger(__name__)
 
-PACKINGS = ("packed", "document")
 # what the examples train: MLM alone, or MLM + NSP on sentence pairs (the module adds the loss)
 OBJECTIVES = ("mlm", "mlm_nsp")
 CACHE_FORMATS = ("arrow", "tokens")  # tokens: flat token arrays (data/prepare.py)
 BUNDLED_SAMPLE = str(Path(__file__).parents[1] / "assets" / "c4_sample.jsonl")
 
 
-def _documents(files: list[str], stamp: list, **read):
-    """Generator for `Dataset.from_generator`; `stamp` (sizes and mtimes) only feeds the
-    cache fingerprint, so that an edited file is read again."""
-    for text in iter_documents(files, **read):
-        yield {"text": text}
+def world_and_rank(trainer) -> tuple[int, int]:
+    """This process's share of the training data (all of it outside a trainer)."""
+    return (trainer.world_size, trainer.global_rank) if trainer else (1, 0)
 
 
-def _fingerprint(*parts) -> str:
-    """A `datasets` cache key for a step: every input that changes its output."""
-    return hashlib.sha256(repr(parts).encode()).hexdigest()[:32]
+class BertDataModule(L.LightningDataModule):
+    """Tokenizer, loaders and the once-built sets. A corpus gives `build()`, its (train,
+    validation) sets, `tokenizer_documents()`, the stream a tokenizer is trained on, and
+    `source()`, where that stream comes from (for an error)."""
 
-
-def _tokenize(batch, tokenizer: Tokenizer):
-    return {"input_ids": batch_encode(tokenizer, batch["text"])}
-
-
-def _frame(batch, cls_id: int, sep_id: int, block: int, packing: str):
-    """Token ids of documents -> `[CLS] ... [SEP]` examples of at most `block + 2` tokens."""
-    if packing == "document":
-        return {"input_ids": [[cls_id, *ids[:block], sep_id] for ids in batch["input_ids"]]}
-    flat = [t for ids in batch["input_ids"] for t in ids]
-    n = len(flat) // block  # the tail of a map batch (< one block per 1,000 docs) is dropped
-    return {"input_ids": [[cls_id, *flat[i * block : (i + 1) * block], sep_id] for i in range(n)]}
-
-
-def _mask_once(batch, indices, collator: MLMCollator, seed: int):
-    """Fixed validation masks: seeded by the position of the batch, not by run or epoch."""
-    g = torch.Generator().manual_seed(seed + indices[0])
-    ids, labels = [], []
-    for row in batch["input_ids"]:
-        m, lab = collator.mask(torch.tensor([row]), g)
-        ids.append(m[0].tolist())
-        labels.append(lab[0].tolist())
-    return {"input_ids": ids, "labels": labels}
-
-
-class PretrainDataModule(L.LightningDataModule):
     objective = "mlm"  # what the examples train (NSPDataModule: mlm_nsp)
 
     def __init__(
         self,
-        train_files: str | list[str] | None = BUNDLED_SAMPLE,
-        val_files: str | list[str] | None = None,
         val_docs: int = 50,
         max_seq_length: int = 128,
         packing: str = "packed",
@@ -95,7 +73,6 @@ class PretrainDataModule(L.LightningDataModule):
         on_bad_record: str = "error",
         max_doc_chars: int | None = 1_000_000,
         text_unit: str = "block",
-        cache_format: str = "arrow",
         num_proc: int | None = None,
         cache_dir: str | None = None,
         seed: int = 1234,
@@ -105,16 +82,6 @@ class PretrainDataModule(L.LightningDataModule):
             raise UserError(f"data.packing={packing!r}; expected one of {PACKINGS}")
         if max_seq_length < 3:
             raise UserError(f"data.max_seq_length={max_seq_length}; expected at least 3")
-        # None: a subclass brings its own documents (data/streaming.py)
-        self.train_files = resolve_files(train_files) if train_files is not None else None
-        self.val_files = resolve_files(val_files) if val_files else None
-        if self.val_files and self.train_files:  # the switch is said, not silent
-            log.info(
-                "validating on data.val_files (%d files); every document of data.train_files "
-                "trains: data.val_docs=%d holds documents out only without data.val_files",
-                len(self.val_files),
-                val_docs,
-            )
         self.val_docs = val_docs
         self.max_seq_length, self.packing = max_seq_length, packing
         self.batch_size, self.num_workers = batch_size, num_workers
@@ -122,11 +89,6 @@ class PretrainDataModule(L.LightningDataModule):
         self.tokenizer_cfg = from_dict(TokenizerConfig, tokenizer, "data.tokenizer")
         self.on_bad_record, self.num_proc = on_bad_record, num_proc
         self.max_doc_chars, self.text_unit = max_doc_chars, text_unit
-        if cache_format not in CACHE_FORMATS:
-            raise UserError(f"data.cache_format={cache_format!r}; expected one of {CACHE_FORMATS}")
-        if cache_format == "tokens" and not val_files:
-            raise UserError("data.cache_format=tokens needs data.val_files (no held-out split)")
-        self.cache_format = cache_format
         self.cache_dir, self.seed = cache_dir, seed
         self.tokenizer: Tokenizer | None = None
         self.train_set = self.val_set = None
@@ -136,9 +98,9 @@ class PretrainDataModule(L.LightningDataModule):
         self, out_dir: str | os.PathLike, tokenizer_json: str | None = None
     ) -> Tokenizer:
         """In order: `tokenizer_json` (a resumed checkpoint's), `tokenizer.path`, the run's own
-        `tokenizer.json` if it exists (DDP ranks reuse rank 0's), else train one on the training
-        files (refusing an empty corpus: its tokenizer would hold the special tokens only). The
-        tokenizer in use is always saved as `out_dir/tokenizer.json`."""
+        `tokenizer.json` if it exists (DDP ranks reuse rank 0's), else train one on
+        `tokenizer_documents()` (refusing an empty corpus: its tokenizer would hold the special
+        tokens only). The tokenizer in use is always saved as `out_dir/tokenizer.json`."""
         saved = Path(out_dir) / "tokenizer.json"
         if tokenizer_json:
             self.tokenizer = Tokenizer.from_str(tokenizer_json)
@@ -148,11 +110,8 @@ class PretrainDataModule(L.LightningDataModule):
             self.tokenizer = load_tokenizer(saved)
             return self.tokenizer
         else:
-            if (
-                self.train_files is not None
-                and next(self.documents(self.train_files), None) is None
-            ):
-                raise ValueError(f"no documents with text in {self.train_files}")
+            if next(self.tokenizer_documents(), None) is None:
+                raise ValueError(f"no documents with text in {self.source()}")
             self.tokenizer = train_wordpiece(
                 self.tokenizer_documents,
                 vocab_size=self.tokenizer_cfg.vocab_size,
@@ -169,129 +128,18 @@ class PretrainDataModule(L.LightningDataModule):
             "text_unit": self.text_unit,
         }
 
-    def documents(self, files: list[str]):
-        return iter_documents(files, **self.read_options())
-
-    def tokenizer_documents(self):
-        """The stream a tokenizer is trained on (its first `tokenizer.max_docs` documents)."""
-        return self.documents(self.train_files)
-
     def collator(self) -> MLMCollator:
         return MLMCollator.for_tokenizer(self.tokenizer, self.masking)
 
-    # -- datasets --------------------------------------------------------------------------
-    def _read(self, files: list[str]) -> datasets.Dataset:
-        if next(self.documents(files), None) is None:
-            raise UserError(f"no documents with text in {files}")
-        stamp = [(f, os.path.getsize(f), os.path.getmtime(f)) for f in files]
-        try:
-            ds = datasets.Dataset.from_generator(
-                _documents,
-                features=datasets.Features({"text": datasets.Value("string")}),
-                gen_kwargs={"files": files, "stamp": stamp, **self.read_options()},
-                cache_dir=self.cache_dir,
-            )
-        except datasets.exceptions.DatasetGenerationError as e:
-            if isinstance(e.__cause__, BadRecordError):  # datasets wraps it; show it plainly
-                raise e.__cause__ from None
-            raise
-        return ds
-
-    def _frame_kwargs(self) -> dict:
-        """What `_frame` needs: the same framing for cached, streamed and validation data."""
-        ids = special_ids(self.tokenizer)
-        return {
-            "cls_id": ids["[CLS]"],
-            "sep_id": ids["[SEP]"],
-            "block": self.max_seq_length - 2,
-            "packing": self.packing,
-        }
-
-    def _examples(self, docs: datasets.Dataset) -> datasets.Dataset:
-        num_proc = self.num_proc if self.num_proc and len(docs) >= 10_000 else None
-        tokens = docs.map(
-            _tokenize,
-            batched=True,
-            fn_kwargs={"tokenizer": self.tokenizer},
-            remove_columns=docs.column_names,
-            num_proc=num_proc,
-            new_fingerprint=_fingerprint(docs._fingerprint, self.tokenizer.to_str()),
-            desc="tokenizing",
-        )
-        return tokens.map(
-            _frame,
-            batched=True,
-            batch_size=1000,
-            fn_kwargs=self._frame_kwargs(),
-            num_proc=num_proc,
-            new_fingerprint=_fingerprint(tokens._fingerprint, self.packing, self.max_seq_length),
-            desc=f"framing ({self.packing})",
-        )
-
-    def _build(self) -> tuple[datasets.Dataset, datasets.Dataset]:
-        if self.tokenizer is None:
-            raise RuntimeError("call build_tokenizer(out_dir) before preparing the data")
-        if self.cache_format == "tokens":
-            return self._token_blocks(), self.held_out(self.val_files)
-        docs = self._read(self.train_files)
-        if self.val_files:
-            train_docs, val_docs = docs, self._read(self.val_files)
-        else:
-            if len(docs) <= self.val_docs:
-                raise UserError(
-                    f"{len(docs)} documents in {self.train_files}: too few to hold out "
-                    f"data.val_docs={self.val_docs} for validation"
-                )
-            split = docs.train_test_split(test_size=self.val_docs, seed=self.seed)
-            train_docs, val_docs = split["train"], split["test"]
-        train_set = self._examples(train_docs)
-        if len(train_set) == 0:
-            raise UserError(f"no training examples from {self.train_files}")
-        return train_set, self._validation(val_docs)
-
-    def _token_blocks(self) -> TokenBlocks:
-        """Training examples memory-mapped from flat token arrays, prepared once."""
-        out = cache_folder(self.cache_dir or datasets.config.HF_DATASETS_CACHE, self.tokenizer)
-        prepare(self.train_files, out, self.tokenizer, self.num_proc or 1, self.read_options())
-        ids = special_ids(self.tokenizer)
-        return TokenBlocks(
-            self.train_files,
-            out,
-            self.max_seq_length - 2,
-            ids["[CLS]"],
-            ids["[SEP]"],
-            self.packing,
-        )
-
-    def held_out(self, files: list[str]) -> datasets.Dataset:
-        """The documents of `files` as validation examples: framed, then masked with the seed
-        (`bert-lightning evaluate` scores a checkpoint on any corpus this way)."""
-        return self._validation(self._read(files))
-
-    def _validation(self, val_docs: datasets.Dataset) -> datasets.Dataset:
-        """Held-out documents -> examples masked once, with a fixed seed."""
-        val_examples = self._examples(val_docs)
-        return val_examples.map(
-            _mask_once,
-            batched=True,
-            with_indices=True,
-            fn_kwargs={"collator": self.collator(), "seed": self.seed},
-            new_fingerprint=_fingerprint(val_examples._fingerprint, self.masking, self.seed),
-            desc="masking validation",
-        )
-
+    # -- the sets, built once --------------------------------------------------------------
     def prepare_data(self):
-        self._build()  # rank 0 fills the cache; the other ranks then read it in setup()
+        self.setup()  # rank 0 builds here, filling the disk cache the other ranks read in setup()
 
     def setup(self, stage: str | None = None):
-        if self.train_set is None:
-            self.train_set, self.val_set = self._build()
-            log.info(
-                "%d training and %d validation examples (%s)",
-                len(self.train_set),
-                len(self.val_set),
-                self.packing,
-            )
+        if self.val_set is None:
+            if self.tokenizer is None:
+                raise RuntimeError("call build_tokenizer(out_dir) before preparing the data")
+            self.train_set, self.val_set = self.build()
 
     def _loader(self, ds, sampler=None) -> StatefulDataLoader:
         return StatefulDataLoader(
@@ -306,11 +154,97 @@ class PretrainDataModule(L.LightningDataModule):
 
     def train_dataloader(self):
         """Shuffled per epoch from the seed, this rank's share only (see data/sampling.py)."""
-        world, rank = (
-            (self.trainer.world_size, self.trainer.global_rank) if self.trainer else (1, 0)
-        )
+        world, rank = world_and_rank(self.trainer)
         sampler = EpochSampler(self.train_set, num_replicas=world, rank=rank, seed=self.seed)
         return self._loader(SeededExamples(self.train_set, self.seed), sampler)
 
     def val_dataloader(self):
         return self._loader(self.val_set)
+
+
+class PretrainDataModule(BertDataModule):
+    """Examples from files. `train_files=None`: validation only (`held_out`, for
+    `bert-lightning evaluate`). `examples(docs, tokenizer)`: documents -> examples."""
+
+    def __init__(
+        self,
+        train_files: str | list[str] | None = BUNDLED_SAMPLE,
+        val_files: str | list[str] | None = None,
+        cache_format: str = "arrow",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.train_files = resolve_files(train_files) if train_files is not None else None
+        self.val_files = resolve_files(val_files) if val_files else None
+        if self.val_files and self.train_files:  # the switch is said, not silent
+            log.info(
+                "validating on data.val_files (%d files); every document of data.train_files "
+                "trains: data.val_docs=%d holds documents out only without data.val_files",
+                len(self.val_files),
+                self.val_docs,
+            )
+        if cache_format not in CACHE_FORMATS:
+            raise UserError(f"data.cache_format={cache_format!r}; expected one of {CACHE_FORMATS}")
+        if cache_format == "tokens" and not val_files:
+            raise UserError("data.cache_format=tokens needs data.val_files (no held-out split)")
+        self.cache_format = cache_format
+        self.examples = partial(
+            mlm_examples,
+            packing=self.packing,
+            max_seq_length=self.max_seq_length,
+            num_proc=self.num_proc,
+        )
+
+    def source(self):
+        return self.train_files
+
+    def tokenizer_documents(self):
+        """The stream a tokenizer is trained on (its first `tokenizer.max_docs` documents)."""
+        return iter_documents(self.train_files, **self.read_options())
+
+    def read(self, files: list[str]) -> datasets.Dataset:
+        return read_documents(files, self.read_options(), self.cache_dir)
+
+    def build(self) -> tuple[datasets.Dataset | TokenBlocks, datasets.Dataset]:
+        if self.cache_format == "tokens":
+            train_set, val_set = self.token_blocks(), self.held_out(self.val_files)
+        else:
+            docs = self.read(self.train_files)
+            if self.val_files:
+                train_docs, val_docs = docs, self.read(self.val_files)
+            else:
+                train_docs, val_docs = hold_out(docs, self.val_docs, self.seed, self.train_files)
+            train_set = self.examples(train_docs, self.tokenizer)
+            if len(train_set) == 0:
+                raise UserError(f"no training examples from {self.train_files}")
+            val_set = self.validation(val_docs)
+        log.info(
+            "%d training and %d validation examples (%s)",
+            len(train_set),
+            len(val_set),
+            self.packing,
+        )
+        return train_set, val_set
+
+    def token_blocks(self) -> TokenBlocks:
+        """Training examples memory-mapped from flat token arrays, prepared once."""
+        out = cache_folder(self.cache_dir or datasets.config.HF_DATASETS_CACHE, self.tokenizer)
+        prepare(self.train_files, out, self.tokenizer, self.num_proc or 1, self.read_options())
+        ids = special_ids(self.tokenizer)
+        return TokenBlocks(
+            self.train_files,
+            out,
+            self.max_seq_length - 2,
+            ids["[CLS]"],
+            ids["[SEP]"],
+            self.packing,
+        )
+
+    def validation(self, docs: datasets.Dataset) -> datasets.Dataset:
+        """Held-out documents -> examples masked once, with the seed."""
+        return mask_once(self.examples(docs, self.tokenizer), self.collator(), self.seed)
+
+    def held_out(self, files: list[str]) -> datasets.Dataset:
+        """The documents of `files` as validation examples (`bert-lightning evaluate` scores a
+        checkpoint on any corpus this way)."""
+        return self.validation(self.read(files))

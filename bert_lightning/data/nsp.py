@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from functools import lru_cache
+from functools import lru_cache, partial
 
 import datasets
 from tokenizers import Tokenizer
 
-from bert_lightning.data.mlm import OBJECTIVES, PretrainDataModule, _fingerprint
+from bert_lightning.data.mlm import OBJECTIVES, PretrainDataModule
+from bert_lightning.data.pipeline import fingerprint, map_procs
 from bert_lightning.data.tokenizer import batch_encode, special_ids
 from bert_lightning.errors import UserError
 
@@ -134,6 +135,65 @@ def _pairs(batch, indices, documents, cls_id, sep_id, max_seq_length, short_seq_
     return {"input_ids": ids, "token_type_ids": types, "next_sentence_label": labels}
 
 
+def tokenize_sentences(
+    docs: datasets.Dataset, tokenizer: Tokenizer, num_proc: int | None = None
+) -> datasets.Dataset:
+    """`text` -> `sentences` (token ids of each), documents without any dropped."""
+    return docs.map(
+        _tokenize_sentences,
+        batched=True,
+        fn_kwargs={"tokenizer": tokenizer},
+        remove_columns=docs.column_names,
+        num_proc=map_procs(docs, num_proc),
+        new_fingerprint=fingerprint(docs._fingerprint, tokenizer.to_str(), "sentences"),
+        desc="splitting sentences",
+    ).filter(lambda row: len(row["sentences"]) > 0, desc="dropping empty documents")
+
+
+def frame_pairs(
+    sentences: datasets.Dataset,
+    tokenizer: Tokenizer,
+    max_seq_length: int,
+    short_seq_prob: float,
+    dupe_factor: int,
+    seed: int,
+    num_proc: int | None = None,
+) -> datasets.Dataset:
+    """The frame stage of NSP: documents' sentences -> `[CLS] A [SEP] B [SEP]` pairs with
+    `token_type_ids` and `next_sentence_label`."""
+    if len(sentences) < 2:
+        raise UserError("NSP needs at least 2 documents with text (NotNext draws another)")
+    ids = special_ids(tokenizer)
+    params = (max_seq_length, short_seq_prob, seed, dupe_factor)
+    return sentences.map(
+        _pairs,
+        batched=True,
+        with_indices=True,
+        remove_columns=["sentences"],
+        fn_kwargs={
+            "documents": sentences["sentences"],
+            "cls_id": ids["[CLS]"],
+            "sep_id": ids["[SEP]"],
+            "max_seq_length": max_seq_length,
+            "short_seq_prob": short_seq_prob,
+            "seed": seed,
+            "dupe": dupe_factor,
+        },
+        num_proc=map_procs(sentences, num_proc),
+        new_fingerprint=fingerprint(sentences._fingerprint, *params, "pairs"),
+        desc="making NSP pairs",
+    )
+
+
+def nsp_examples(
+    docs: datasets.Dataset, tokenizer: Tokenizer, num_proc: int | None = None, **pairing
+) -> datasets.Dataset:
+    """Documents -> NSP pairs: split into tokenized sentences, then paired (`pairing`: the
+    arguments of `frame_pairs`)."""
+    sentences = tokenize_sentences(docs, tokenizer, num_proc)
+    return frame_pairs(sentences, tokenizer, num_proc=num_proc, **pairing)
+
+
 class NSPDataModule(PretrainDataModule):
     """MLM + NSP: examples are sentence pairs with `next_sentence_label`, instead of blocks.
     `dupe_factor`: passes over the corpus with different pairings (BERT used 10).
@@ -159,39 +219,12 @@ class NSPDataModule(PretrainDataModule):
             raise UserError("NSP pairs use the Arrow cache: data.cache_format must be arrow")
         if objective not in OBJECTIVES:
             raise UserError(f"data.objective={objective!r}; expected one of {OBJECTIVES}")
-        self.short_seq_prob, self.dupe_factor = short_seq_prob, dupe_factor
         self.objective = objective
-
-    def _examples(self, docs: datasets.Dataset) -> datasets.Dataset:
-        ids = special_ids(self.tokenizer)
-        num_proc = self.num_proc if self.num_proc and len(docs) >= 10_000 else None
-        sentences = docs.map(
-            _tokenize_sentences,
-            batched=True,
-            fn_kwargs={"tokenizer": self.tokenizer},
-            remove_columns=docs.column_names,
-            num_proc=num_proc,
-            new_fingerprint=_fingerprint(docs._fingerprint, self.tokenizer.to_str(), "sentences"),
-            desc="splitting sentences",
-        ).filter(lambda row: len(row["sentences"]) > 0, desc="dropping empty documents")
-        if len(sentences) < 2:
-            raise UserError("NSP needs at least 2 documents with text (NotNext draws another)")
-        params = (self.max_seq_length, self.short_seq_prob, self.seed, self.dupe_factor)
-        return sentences.map(
-            _pairs,
-            batched=True,
-            with_indices=True,
-            remove_columns=["sentences"],
-            fn_kwargs={
-                "documents": sentences["sentences"],
-                "cls_id": ids["[CLS]"],
-                "sep_id": ids["[SEP]"],
-                "max_seq_length": self.max_seq_length,
-                "short_seq_prob": self.short_seq_prob,
-                "seed": self.seed,
-                "dupe": self.dupe_factor,
-            },
-            num_proc=num_proc,
-            new_fingerprint=_fingerprint(sentences._fingerprint, *params, "pairs"),
-            desc="making NSP pairs",
+        self.examples = partial(
+            nsp_examples,
+            num_proc=self.num_proc,
+            max_seq_length=self.max_seq_length,
+            short_seq_prob=short_seq_prob,
+            dupe_factor=dupe_factor,
+            seed=self.seed,
         )

@@ -13,18 +13,53 @@ from itertools import islice
 
 import datasets
 from datasets.distributed import split_dataset_by_node
+from tokenizers import Tokenizer
 
-from bert_lightning.data.corpus import iter_documents, resolve_files
-from bert_lightning.data.mlm import PretrainDataModule, _frame, _tokenize
+from bert_lightning.data.corpus import resolve_files
+from bert_lightning.data.mlm import BertDataModule, world_and_rank
+from bert_lightning.data.pipeline import (
+    encode,
+    frame_batch,
+    framing,
+    mask_once,
+    mlm_examples,
+    text_rows,
+)
 from bert_lightning.errors import UserError
 
 
-def _stream_documents(files: list[str], **read):
-    for text in iter_documents(files, **read):
-        yield {"text": text}
+def stream_documents(
+    path: str, name: str | None, data_files: dict, split: str, read: dict
+) -> datasets.IterableDataset:
+    """The `text` of a split, streamed; the hub is only reached here. `path=files`: our reader
+    over `data_files[split]` (sharded over ranks and workers), with the `read` options."""
+    if path == "files":
+        if split not in data_files:
+            raise UserError(f"data.data_files has no {split!r} files")
+        return datasets.IterableDataset.from_generator(
+            text_rows, gen_kwargs={"files": resolve_files(data_files[split]), **read}
+        )
+    ds = datasets.load_dataset(
+        path, name, split=split, data_files=data_files or None, streaming=True
+    )
+    return ds.select_columns(["text"]).filter(lambda row: bool(row["text"].strip()))
 
 
-class StreamingDataModule(PretrainDataModule):
+def stream_examples(
+    docs: datasets.IterableDataset, tokenizer: Tokenizer, packing: str, max_seq_length: int
+) -> datasets.IterableDataset:
+    """Streamed documents -> examples, tokenized and framed as they stream (as `mlm_examples`)."""
+    return docs.map(
+        encode, batched=True, fn_kwargs={"tokenizer": tokenizer}, remove_columns="text"
+    ).map(
+        frame_batch,
+        batched=True,
+        batch_size=1000,
+        fn_kwargs=framing(tokenizer, packing, max_seq_length),
+    )
+
+
+class StreamingDataModule(BertDataModule):
     """`path`, `name`, `data_files`: the arguments of `datasets.load_dataset` (`json` and
     `data_files` for local shards). `path=files` reads `data_files` (files, folders, globs per
     split) with our own reader instead: `.txt` sources and `on_bad_record`/`max_doc_chars`
@@ -41,7 +76,8 @@ class StreamingDataModule(PretrainDataModule):
         shuffle_buffer: int = 10_000,
         **kwargs,
     ):
-        kwargs["train_files"] = None
+        for files_option in ("train_files", "val_files", "cache_format"):
+            kwargs.pop(files_option, None)  # of the files config extended; the stream replaces
         super().__init__(**kwargs)
         self.path, self.name = path, name
         # plain dict/list/str (Hydra passes its own containers, which `datasets` cannot read)
@@ -52,23 +88,11 @@ class StreamingDataModule(PretrainDataModule):
         self.train_split, self.val_split = train_split, val_split
         self.shuffle_buffer = shuffle_buffer
 
+    def source(self):
+        return f"{self.path} split {self.train_split!r}"
+
     def stream(self, split: str) -> datasets.IterableDataset:
-        """The `text` of a split, streamed; the hub is only reached here."""
-        if self.path == "files":  # the file list is sharded over ranks and workers
-            if split not in self.data_files:
-                raise UserError(f"data.data_files has no {split!r} files")
-            return datasets.IterableDataset.from_generator(
-                _stream_documents,
-                gen_kwargs={"files": resolve_files(self.data_files[split]), **self.read_options()},
-            )
-        ds = datasets.load_dataset(
-            self.path,
-            self.name,
-            split=split,
-            data_files=self.data_files or None,
-            streaming=True,
-        )
-        return ds.select_columns(["text"]).filter(lambda row: bool(row["text"].strip()))
+        return stream_documents(self.path, self.name, self.data_files, split, self.read_options())
 
     def _texts(self, split: str, n: int | None):
         return (row["text"] for row in islice(self.stream(split), n))
@@ -76,29 +100,22 @@ class StreamingDataModule(PretrainDataModule):
     def tokenizer_documents(self):
         return self._texts(self.train_split, self.tokenizer_cfg.max_docs)
 
-    def prepare_data(self):
-        pass  # nothing to cache
-
-    def setup(self, stage: str | None = None):
-        if self.tokenizer is None:
-            raise RuntimeError("call build_tokenizer(out_dir) before preparing the data")
-        if self.val_set is None:
-            docs = [{"text": t} for t in self._texts(self.val_split, self.val_docs)]
-            if not docs:
-                raise UserError(f"{self.path}: split {self.val_split!r} has no documents")
-            self.val_set = self._validation(datasets.Dataset.from_list(docs))
+    def build(self) -> tuple[None, datasets.Dataset]:
+        """The validation set only: the training stream is opened by each data loader."""
+        docs = [{"text": t} for t in self._texts(self.val_split, self.val_docs)]
+        if not docs:
+            raise UserError(f"{self.path}: split {self.val_split!r} has no documents")
+        examples = mlm_examples(
+            datasets.Dataset.from_list(docs),
+            self.tokenizer,
+            self.packing,
+            self.max_seq_length,
+            self.num_proc,
+        )
+        return None, mask_once(examples, self.collator(), self.seed)
 
     def train_dataloader(self):
-        world, rank = (
-            (self.trainer.world_size, self.trainer.global_rank) if self.trainer else (1, 0)
-        )
-        ds = split_dataset_by_node(self.stream(self.train_split), rank=rank, world_size=world)
-        ds = ds.map(
-            _tokenize, batched=True, fn_kwargs={"tokenizer": self.tokenizer}, remove_columns="text"
-        ).map(
-            _frame,
-            batched=True,
-            batch_size=1000,
-            fn_kwargs=self._frame_kwargs(),
-        )
+        world, rank = world_and_rank(self.trainer)
+        docs = split_dataset_by_node(self.stream(self.train_split), rank=rank, world_size=world)
+        ds = stream_examples(docs, self.tokenizer, self.packing, self.max_seq_length)
         return self._loader(ds.shuffle(seed=self.seed, buffer_size=self.shuffle_buffer))

@@ -1,0 +1,164 @@
+"""The pretraining data as plain functions, one per stage: read -> tokenize -> frame, and for
+validation hold out -> mask once. Each takes and returns a `datasets.Dataset`; the DataModules
+(data/mlm.py, data/nsp.py) compose them, and data/streaming.py maps the same batch functions
+over a stream.
+
+Documents are read once into an Arrow dataset (`datasets`, memory-mapped and cached on disk),
+tokenized with a batched `map`, then framed either *packed* (documents concatenated and cut
+into full blocks, no padding) or *per document* (truncated, padded per batch). Every step has a
+fingerprint of its inputs, so the same step on another rank reads the cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import datasets
+import torch
+from tokenizers import Tokenizer
+
+from bert_lightning.data.corpus import BadRecordError, iter_documents
+from bert_lightning.data.masking import MLMCollator
+from bert_lightning.data.tokenizer import batch_encode, special_ids
+from bert_lightning.errors import UserError
+
+PACKINGS = ("packed", "document")
+
+
+def fingerprint(*parts) -> str:
+    """A `datasets` cache key for a step: every input that changes its output."""
+    return hashlib.sha256(repr(parts).encode()).hexdigest()[:32]
+
+
+def map_procs(docs: datasets.Dataset, num_proc: int | None) -> int | None:
+    """Processes for a `map`: worth starting from 10,000 documents on."""
+    return num_proc if num_proc and len(docs) >= 10_000 else None
+
+
+def text_rows(files: list[str], stamp: list | None = None, **read):
+    """Generator for `(Iterable)Dataset.from_generator`; `stamp` (sizes and mtimes) only feeds
+    the cache fingerprint, so that an edited file is read again."""
+    for text in iter_documents(files, **read):
+        yield {"text": text}
+
+
+def read_documents(files: list[str], read: dict, cache_dir: str | None = None) -> datasets.Dataset:
+    """The `text` of every document of `files`; `read`: the options of `iter_documents`."""
+    if next(iter_documents(files, **read), None) is None:
+        raise UserError(f"no documents with text in {files}")
+    stamp = [(f, os.path.getsize(f), os.path.getmtime(f)) for f in files]
+    try:
+        return datasets.Dataset.from_generator(
+            text_rows,
+            features=datasets.Features({"text": datasets.Value("string")}),
+            gen_kwargs={"files": files, "stamp": stamp, **read},
+            cache_dir=cache_dir,
+        )
+    except datasets.exceptions.DatasetGenerationError as e:
+        if isinstance(e.__cause__, BadRecordError):  # datasets wraps it; show it plainly
+            raise e.__cause__ from None
+        raise
+
+
+def encode(batch, tokenizer: Tokenizer):
+    """A `map` batch of documents -> their token ids (no special tokens)."""
+    return {"input_ids": batch_encode(tokenizer, batch["text"])}
+
+
+def framing(tokenizer: Tokenizer, packing: str, max_seq_length: int) -> dict:
+    """The arguments of `frame_batch`: the same framing for cached, streamed and validation
+    data."""
+    ids = special_ids(tokenizer)
+    return {
+        "cls_id": ids["[CLS]"],
+        "sep_id": ids["[SEP]"],
+        "block": max_seq_length - 2,
+        "packing": packing,
+    }
+
+
+def frame_batch(batch, cls_id: int, sep_id: int, block: int, packing: str):
+    """Token ids of documents -> `[CLS] ... [SEP]` examples of at most `block + 2` tokens."""
+    if packing == "document":
+        return {"input_ids": [[cls_id, *ids[:block], sep_id] for ids in batch["input_ids"]]}
+    flat = [t for ids in batch["input_ids"] for t in ids]
+    n = len(flat) // block  # the tail of a map batch (< one block per 1,000 docs) is dropped
+    return {"input_ids": [[cls_id, *flat[i * block : (i + 1) * block], sep_id] for i in range(n)]}
+
+
+def tokenize(
+    docs: datasets.Dataset, tokenizer: Tokenizer, num_proc: int | None = None
+) -> datasets.Dataset:
+    """`text` -> `input_ids`, one row per document."""
+    return docs.map(
+        encode,
+        batched=True,
+        fn_kwargs={"tokenizer": tokenizer},
+        remove_columns=docs.column_names,
+        num_proc=map_procs(docs, num_proc),
+        new_fingerprint=fingerprint(docs._fingerprint, tokenizer.to_str()),
+        desc="tokenizing",
+    )
+
+
+def frame(tokens: datasets.Dataset, how: dict, num_proc: int | None = None) -> datasets.Dataset:
+    """Documents' `input_ids` -> framed examples; `how`: `framing(...)`."""
+    return tokens.map(
+        frame_batch,
+        batched=True,
+        batch_size=1000,
+        fn_kwargs=how,
+        num_proc=map_procs(tokens, num_proc),
+        new_fingerprint=fingerprint(tokens._fingerprint, how),
+        desc=f"framing ({how['packing']})",
+    )
+
+
+def mlm_examples(
+    docs: datasets.Dataset,
+    tokenizer: Tokenizer,
+    packing: str,
+    max_seq_length: int,
+    num_proc: int | None = None,
+) -> datasets.Dataset:
+    """Documents -> MLM examples: tokenized, then framed."""
+    how = framing(tokenizer, packing, max_seq_length)
+    return frame(tokenize(docs, tokenizer, num_proc), how, num_proc)
+
+
+def hold_out(
+    docs: datasets.Dataset, val_docs: int, seed: int, source: object = "the corpus"
+) -> tuple[datasets.Dataset, datasets.Dataset]:
+    """(training, validation) documents: `val_docs` whole documents drawn with the seed, so no
+    validation text is trained on."""
+    if len(docs) <= val_docs:
+        raise UserError(
+            f"{len(docs)} documents in {source}: too few to hold out "
+            f"data.val_docs={val_docs} for validation"
+        )
+    split = docs.train_test_split(test_size=val_docs, seed=seed)
+    return split["train"], split["test"]
+
+
+def _mask_batch(batch, indices, collator: MLMCollator, seed: int):
+    g = torch.Generator().manual_seed(seed + indices[0])
+    ids, labels = [], []
+    for row in batch["input_ids"]:
+        m, lab = collator.mask(torch.tensor([row]), g)
+        ids.append(m[0].tolist())
+        labels.append(lab[0].tolist())
+    return {"input_ids": ids, "labels": labels}
+
+
+def mask_once(examples: datasets.Dataset, collator: MLMCollator, seed: int) -> datasets.Dataset:
+    """Fixed validation masks, so the validation loss is comparable across evaluations: seeded
+    by the position of the batch, not by run or epoch."""
+    return examples.map(
+        _mask_batch,
+        batched=True,
+        with_indices=True,
+        fn_kwargs={"collator": collator, "seed": seed},
+        new_fingerprint=fingerprint(examples._fingerprint, collator.masking, seed),
+        desc="masking validation",
+    )
