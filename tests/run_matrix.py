@@ -88,3 +88,7 @@ if __name__ == "__main__":  # under torchrun: every multi-process case, one afte
         for precision in PRECISIONS:
             for job in JOBS if (preset, precision) not in REFUSED else []:
                 run_case(preset, precision, job, case_dir(root, preset, precision, job))
+    import torch.distributed as dist
+
+    if dist.is_initialized():  # gloo's threads ended before exit, not torn down under it
+        dist.destroy_process_group()
