@@ -21,22 +21,21 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
-from omegaconf import OmegaConf
+from hydra.utils import instantiate
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from bert_lightning.config import compose
 from bert_lightning.interop import ours_to_hf
 from bert_lightning.model import BertConfig, BertForPreTraining, pretraining_flops, query_rows
 from bert_lightning.training.callbacks import device_peak_flops
 from bert_lightning.training.optim import adamw
 
-CONF = Path(__file__).resolve().parents[1] / "bert_lightning" / "conf" / "model"
 STEPS = {"bert_mini": 12, "bert_small": 8, "bert_base": 4}  # timed steps per model, CPU
 
 
 def model_config(size: str, vocab_size: int = 30522) -> BertConfig:
-    raw = OmegaConf.to_container(OmegaConf.load(CONF / f"{size}.yaml"))
-    raw.pop("_target_")
-    return BertConfig(**raw, vocab_size=vocab_size)
+    """The `model=<size>` preset, as train.py composes it."""
+    return instantiate(compose("train", [f"model={size}"]).model, vocab_size=vocab_size)
 
 
 def random_batch(c: BertConfig, batch: int, seq: int, device, seed: int = 0) -> dict:
