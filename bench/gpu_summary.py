@@ -22,7 +22,7 @@ def step_rows(out: Path) -> list[str]:
             mfu = f"{r['gflops'] / peak:.1%}" if peak else "-"
             measured = f"{r['gflops'] / r['peak_gflops']:.0%}"
             rows.append(
-                f"| {r['size']} bare step, {mode}, batch {r['batch']} x 128 | {mfu} "
+                f"| {r['size']} bare step, {mode}, batch {r['batch']} x {r['seq']} | {mfu} "
                 f"({measured} of a measured bf16 matmul) | {r['ours_tok_s']:,.0f} tok/s vs "
                 f"transformers {r['theirs_tok_s']:,.0f} ({r['ratio']:.2f}x) |"
             )

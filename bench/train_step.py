@@ -227,7 +227,7 @@ def main():
             )
         print(line, flush=True)
         if args.json:
-            meta = {"device": name, "compile": args.compile, "batch": args.batch_size}
+            meta = dict(device=name, compile=args.compile, batch=args.batch_size, seq=args.seq_len)
             Path(args.json).write_text(json.dumps([{**meta, **r} for r in rows], indent=1))
 
 

@@ -9,6 +9,7 @@ from hydra.utils import instantiate
 
 from bert_lightning.config import compose
 from bert_lightning.data.corpus import BadRecordError
+from bert_lightning.errors import UserError
 from bert_lightning.training.pretrain import train
 from conftest import tiny_overrides, write_corpus
 
@@ -86,9 +87,11 @@ def test_missing_data_path_is_named(tmp_path):
 def test_logger_without_its_package_is_a_one_line_hint(tmp_path, monkeypatch, option):
     monkeypatch.setitem(sys.modules, option, None)  # as if not installed
     cfg = compose(overrides=tiny_overrides(tmp_path, f"logger={option}"))
-    with pytest.raises(SystemExit) as e:
+    with pytest.raises(InstantiationException) as e:  # the entry points print its UserError
         instantiate(cfg.logger[option])
-    assert str(e.value) == f'logger={option} needs {option}: pip install "bert-lightning[{option}]"'
+    e = e.value.__cause__
+    assert isinstance(e, UserError)
+    assert str(e) == f'logger={option} needs {option}: pip install "bert-lightning[{option}]"'
 
 
 @pytest.mark.slow

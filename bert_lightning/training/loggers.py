@@ -11,6 +11,8 @@ from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 
+from bert_lightning.errors import UserError
+
 
 class _AppendingWriter(ExperimentWriter):
     """Lightning's writer warns about, then deletes, a `metrics.csv` it finds. In a run folder
@@ -38,7 +40,7 @@ class RunCSVLogger(CSVLogger):
 
 def require(module: str, option: str) -> None:
     if importlib.util.find_spec(module) is None:
-        raise SystemExit(f'logger={option} needs {module}: pip install "bert-lightning[{option}]"')
+        raise UserError(f'logger={option} needs {module}: pip install "bert-lightning[{option}]"')
 
 
 def wandb(**kwargs):
@@ -49,9 +51,7 @@ def wandb(**kwargs):
 
 
 def tensorboard(**kwargs):
-    require(
-        "tensorboard", "tensorboard"
-    )  # Lightning's logger writes through torch.utils.tensorboard
+    require("tensorboard", "tensorboard")  # Lightning's logger writes through torch's writer
     from lightning.pytorch.loggers import TensorBoardLogger
 
     return TensorBoardLogger(**kwargs)

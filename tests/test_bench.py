@@ -1,0 +1,48 @@
+"""The benchmark scripts that bench/gpu_check.sh chains run end to end on tiny settings (on the
+CPU), and the summary reads what they write: a GPU session must not find them broken."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def bench(*args: str, cwd: Path) -> str:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "bench")]))
+    r = subprocess.run(
+        [sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r.stdout
+
+
+@pytest.mark.slow
+def test_step_and_loop_benches_feed_the_gpu_summary(tmp_path):
+    tiny = ["model.hidden_size=32", "model.num_hidden_layers=2", "model.num_attention_heads=2"]
+    tiny += ["model.intermediate_size=64", "data.max_seq_length=32", "data.batch_size=4"]
+    bench(
+        str(ROOT / "bench/train_step.py"),
+        *["--sizes", "bert_tiny", "--batch-size", "2", "--seq-len", "16", "--steps", "1"],
+        *["--warmup", "1", "--no-bf16", "--json", str(tmp_path / "step_eager.json")],
+        cwd=tmp_path,
+    )
+    bench(
+        str(ROOT / "bench/fit_overhead.py"),
+        *["--steps", "4", "--warmup", "1", "--ckpt-every", "2"],
+        *["--json", str(tmp_path / "fit_overhead.json"), "model=bert_tiny", *tiny],
+        cwd=tmp_path,
+    )
+    step = json.loads((tmp_path / "step_eager.json").read_text())[0]
+    assert step["size"] == "bert_tiny" and step["ours_tok_s"] > 0 and step["ratio"] > 0
+    assert set(json.loads((tmp_path / "fit_overhead.json").read_text())) >= {
+        "mean_overhead",
+        "median_overhead",
+    }
+    summary = bench(str(ROOT / "bench/gpu_summary.py"), str(tmp_path), cwd=tmp_path)
+    assert "| bert_tiny bare step, eager, batch 2 x 16 |" in summary
+    assert "| train.py fit vs bare step, bert_base | median step" in summary
