@@ -19,9 +19,10 @@ from finetune_fixtures import sentiment_rows, write_csv, write_tokenizer
 
 SINGLE = ["default", "cpu", "gpu"]
 MULTI = ["ddp", "ddp_sim", "fsdp"]
-PRECISIONS = ["32-true", "bf16-mixed", "bf16-true", "16-mixed"]  # 16-mixed: a gradient scaler
+# 16-mixed is not here: on a CPU Lightning runs it as bf16-mixed (test_run_matrix steps the
+# gradient scaler's path with an explicit CPU scaler instead)
+PRECISIONS = ["32-true", "bf16-mixed", "bf16-true"]
 JOBS = ["mlm", "mlm_nsp", "finetune"]
-REFUSED = {("fsdp", "16-mixed")}  # Lightning's ModelParallelStrategy refuses a gradient scaler
 CLIP = 1e-3  # far below a tiny model's first gradient norms: every step is clipped
 STEPS = 2
 
