@@ -23,6 +23,17 @@ NOUNS = ["movie", "film", "story", "plot", "cast", "show"]
 WORDS = GOOD + BAD + NOUNS + ["the", "a", "was", "is", "paris", "london", "bob", "alice", "in"]
 
 
+# the width-32 encoder of tiny_config and its batches, as fine-tuning overrides
+TINY_FINETUNE = [
+    "model.hidden_size=32",
+    "model.num_hidden_layers=2",
+    "model.num_attention_heads=2",
+    "model.intermediate_size=64",
+    "max_seq_length=32",
+    "batch_size=8",
+]
+
+
 def tiny_config(vocab_size: int, layers: int = 2) -> BertConfig:
     return BertConfig(
         vocab_size=vocab_size,

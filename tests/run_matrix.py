@@ -15,7 +15,7 @@ from bert_lightning.config import compose
 from bert_lightning.training.finetune import finetune
 from bert_lightning.training.pretrain import train
 from conftest import tiny_overrides, write_corpus
-from finetune_fixtures import sentiment_rows, write_csv, write_tokenizer
+from finetune_fixtures import TINY_FINETUNE, sentiment_rows, write_csv, write_tokenizer
 
 SINGLE = ["default", "cpu", "gpu"]
 MULTI = ["ddp", "ddp_sim", "fsdp"]
@@ -59,12 +59,7 @@ def run_case(preset: str, precision: str, job: str, out: Path, accelerator: str 
                     f"paths.output_dir={out}",
                     f"tokenizer={tok}",
                     f"task.train_file={train_file}",
-                    "model.hidden_size=32",
-                    "model.num_hidden_layers=2",
-                    "model.num_attention_heads=2",
-                    "model.intermediate_size=64",
-                    "max_seq_length=32",
-                    "batch_size=8",
+                    *TINY_FINETUNE,
                     *trainer,
                 ],
             )

@@ -13,7 +13,7 @@ from bert_lightning.data.corpus import iter_documents
 from bert_lightning.training.finetune import finetune
 from bert_lightning.training.pretrain import train
 from conftest import tiny_overrides, write_corpus
-from finetune_fixtures import sentiment_rows, write_tokenizer
+from finetune_fixtures import TINY_FINETUNE, sentiment_rows, write_tokenizer
 
 COLA_NAMES = ["source", "label", "original", "sentence"]  # GLUE CoLA: a TSV without header
 
@@ -37,12 +37,7 @@ def test_evaluate_gives_the_test_metrics_finetune_wrote(tmp_path, capsys):
             f"task.names=[{','.join(COLA_NAMES)}]",
             f"paths.output_dir={tmp_path / 'run'}",
             f"tokenizer={tmp_path / 'tokenizer.json'}",
-            "model.hidden_size=32",
-            "model.num_hidden_layers=2",
-            "model.num_attention_heads=2",
-            "model.intermediate_size=64",
-            "max_seq_length=32",
-            "batch_size=8",
+            *TINY_FINETUNE,
             "trainer.accelerator=cpu",
             "trainer.max_epochs=1",
             "trainer.enable_progress_bar=false",
