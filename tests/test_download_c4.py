@@ -14,6 +14,7 @@ from huggingface_hub import constants
 from bert_lightning.cli import main
 from bert_lightning.commands.download_c4 import parse_shards, shard_name
 from bert_lightning.data.corpus import iter_documents
+from bert_lightning.errors import UserError
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 PREFIX = "/datasets/allenai/c4/resolve/main/en/"
@@ -130,25 +131,30 @@ def test_an_interrupted_download_resumes(tmp_path, hub):
     assert not part.exists()
 
 
-def test_a_checksum_mismatch_is_one_line(tmp_path, hub):
+def test_a_checksum_mismatch_is_one_line(tmp_path, hub, capsys):
     name = shard_name("train", 0)
     data = bytearray(hub.files[name])
     data[len(data) // 2] ^= 0xFF
     hub.files[name] = bytes(data)  # corrupted in transit, same size
     with pytest.raises(SystemExit) as e:
         main(["download-c4", str(tmp_path / "c4"), "--train", "0"])
-    msg = str(e.value)
-    assert "\n" not in msg
-    assert msg.startswith(f"download-c4: {name}: sha256 ") and "differs from the hub's" in msg
+    assert e.value.code == 2
+    msg = capsys.readouterr().err
+    assert msg.count("\n") == 1, msg
+    assert msg.startswith(f"error: {name}: sha256 ") and "differs from the hub's" in msg
     assert list((tmp_path / "c4" / "en").iterdir()) == []  # neither a final nor a partial file
 
 
-def test_shard_specs_and_mistakes():
+def test_shard_specs_and_mistakes(capsys):
     assert parse_shards("train", "0-2,5,7-8") == [0, 1, 2, 5, 7, 8]
     assert parse_shards("validation", "all") == list(range(8))
-    with pytest.raises(ValueError, match="--validation 3-9: expected shard numbers from 0 to 7"):
+    with pytest.raises(UserError, match="--validation 3-9: expected shard numbers from 0 to 7"):
         parse_shards("validation", "3-9")
-    with pytest.raises(SystemExit, match="give --train and/or --validation"):
-        main(["download-c4", "out"])
-    with pytest.raises(SystemExit, match="download-c4: --train x"):
-        main(["download-c4", "out", "--train", "x"])
+    for argv, message in [
+        (["out"], "error: give --train and/or --validation shards, e.g. --train 0-7\n"),
+        (["out", "--train", "x"], "error: --train x: expected shard numbers from 0 to 1023 "),
+    ]:
+        with pytest.raises(SystemExit) as e:
+            main(["download-c4", *argv])
+        assert e.value.code == 2
+        assert capsys.readouterr().err.startswith(message)

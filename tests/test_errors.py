@@ -16,9 +16,11 @@ from bert_lightning.data.corpus import BadRecordError
 from bert_lightning.errors import UserError, user_error
 from conftest import tiny_overrides, write_corpus
 from finetune_fixtures import (
+    ad_rows,
     relevance_ckpt,
     sentiment_rows,
     write_csv,
+    write_jsonl,
     write_our_ckpt,
     write_tokenizer,
 )
@@ -95,6 +97,56 @@ def test_a_misspelt_key_is_one_line(tmp_path, capsys):
 def test_a_bad_config_value_is_one_line(tmp_path, capsys):
     err = pretrain_error(capsys, tmp_path, "data.packing=pakced")
     assert err == "error: data.packing='pakced'; expected one of ('packed', 'document')"
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("data.batch_size=abc", "data.batch_size: expected int, got 'abc'"),
+        ("trainer.max_steps=ten", "trainer.max_steps: expected int, got 'ten'"),
+        ("model.hidden_size=1.5", "model.hidden_size: expected int, got 1.5"),
+        ("optim.lr=fast", "optim.lr: expected float, got 'fast'"),
+        ("data.masking.mlm_probability=x", "data.masking.mlm_probability: expected float, got 'x'"),
+        ("data.tokenizer.vocab_size=1e3", "data.tokenizer.vocab_size: expected int, got 1000.0"),
+    ],
+)
+def test_a_value_of_the_wrong_type_names_its_key(tmp_path, capsys, override, message):
+    assert pretrain_error(capsys, tmp_path, override) == f"error: {message}"
+    assert not (tmp_path / "checkpoints").exists()
+
+
+def test_a_bad_line_of_a_task_jsonl_names_line_and_column(tmp_path, capsys):
+    train = write_jsonl(tmp_path / "train.jsonl", sentiment_rows(20))
+    train.write_text(train.read_text() + '{"sentence": oops, "label": 1}\n')
+    run = [f"hydra.run.dir={tmp_path / 'h'}", f"paths.output_dir={tmp_path / 'run'}"]
+    err = cli_error(capsys, "finetune", f"task.train_file={train}", *run)
+    assert err == f"error: {train}:21:14: invalid JSON (Expecting value)"
+    train.write_text(train.read_text().replace("oops", '"ok"') + "[1, 2]\n")
+    err = cli_error(capsys, "finetune", f"task.train_file={train}", *run)
+    assert err == f"error: {train}:22: a JSON list; expected an object"
+
+
+def test_resuming_with_another_model_names_the_settings(tmp_path, capsys):
+    ckpt = tmp_path / "pre.ckpt"
+    write_our_ckpt(ckpt, write_tokenizer(tmp_path / "tokenizer.json"))  # 2 layers, width 32
+    # dropout may change on a resume: it shapes no weight
+    same = "model.max_position_embeddings=64"  # as the checkpoint's
+    changed = ["model.num_hidden_layers=3", "model.hidden_act=relu", "model.hidden_dropout_prob=0"]
+    err = pretrain_error(capsys, tmp_path, f"ckpt_path={ckpt}", same, *changed)
+    assert err == (
+        f"error: {ckpt}: its model has model.num_hidden_layers=2, model.hidden_act=gelu, "
+        "this run's has 3, relu; a resumed run keeps its model (give the run's settings)"
+    )
+    tuned, _ = relevance_ckpt(tmp_path, write_tokenizer(tmp_path / "tokenizer.json"))
+    ads = write_csv(tmp_path / "ads.csv", ad_rows())
+    run = [f"hydra.run.dir={tmp_path / 'h'}", f"paths.output_dir={tmp_path / 'run'}"]
+    task = ["task=ad_relevance", f"task.train_file={ads}", "task.label_type=graded"]
+    bi = ["task.architecture=bi_encoder", "task.pooling=mean", "max_seq_length=32"]
+    err = cli_error(capsys, "finetune", *task, *bi, f"ckpt_path={tuned}", *run)
+    assert err == (
+        f"error: {tuned}: its model has task.architecture=cross_encoder, task.pooling=cls, "
+        "this run's has bi_encoder, mean; a resumed run keeps its model (give the run's settings)"
+    )
 
 
 def test_a_text_file_named_ckpt_is_not_a_checkpoint(tmp_path, capsys):

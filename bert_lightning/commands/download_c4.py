@@ -12,13 +12,15 @@ import os
 import re
 from pathlib import Path
 
+from bert_lightning.errors import UserError
+
 REPO = "allenai/c4"
 SPLITS = {"train": 1024, "validation": 8}  # shards per split in allenai/c4 `en`
 SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
-class DownloadError(RuntimeError):
-    """A shard that could not be fetched or verified; the message is one line."""
+class DownloadError(UserError):
+    """A shard that could not be fetched or verified; the message is one line (exit 2)."""
 
 
 def shard_name(split: str, index: int) -> str:
@@ -35,7 +37,7 @@ def parse_shards(split: str, spec: str) -> list[int]:
         m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", part)
         lo, hi = (int(m[1]), int(m[2] or m[1])) if m else (1, 0)
         if not m or lo > hi or hi >= n:
-            raise ValueError(
+            raise UserError(
                 f"--{split} {spec}: expected shard numbers from 0 to {n - 1} "
                 "as 'all', 'N', 'A-B' or a comma list of those"
             )
@@ -156,10 +158,7 @@ def register(sub) -> None:
 
 def _main(args) -> None:
     if not (args.train or args.validation):
-        raise SystemExit("download-c4: give --train and/or --validation shards, e.g. --train 0-7")
-    try:
-        train = parse_shards("train", args.train) if args.train else []
-        validation = parse_shards("validation", args.validation) if args.validation else []
-        download_c4(args.out_dir, train, validation, args.revision, args.endpoint)
-    except (ValueError, DownloadError) as e:
-        raise SystemExit(f"download-c4: {e}") from None
+        raise UserError("give --train and/or --validation shards, e.g. --train 0-7")
+    train = parse_shards("train", args.train) if args.train else []
+    validation = parse_shards("validation", args.validation) if args.validation else []
+    download_c4(args.out_dir, train, validation, args.revision, args.endpoint)

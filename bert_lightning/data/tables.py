@@ -4,6 +4,7 @@ padded batches. Every bad value is reported with its file, row (or line) and col
 from __future__ import annotations
 
 import csv
+import json
 import math
 from itertools import islice
 from pathlib import Path
@@ -58,9 +59,11 @@ def read_table(path, fmt=None, encoding="utf-8", header=True, names=None) -> pd.
                 quoting=csv.QUOTE_MINIMAL if fmt == "csv" else csv.QUOTE_NONE,
             )
         elif fmt == "jsonl":
-            df = pd.read_json(path, lines=True, dtype=False, encoding=encoding)
+            df = pd.DataFrame.from_records(read_jsonl(path, encoding))
         else:
             df = pd.read_parquet(path)
+    except DataError:  # already names the line
+        raise
     except pd.errors.EmptyDataError:
         raise DataError(f"{path}: empty file") from None
     except (ValueError, pd.errors.ParserError) as e:
@@ -68,6 +71,23 @@ def read_table(path, fmt=None, encoding="utf-8", header=True, names=None) -> pd.
     if len(df) == 0:
         raise DataError(f"{path}: empty file (no data rows)")
     return df
+
+
+def read_jsonl(path: Path, encoding: str) -> list[dict]:
+    """One JSON object per line (blank lines skipped); a bad line is named with its column."""
+    rows = []
+    with open(path, encoding=encoding) as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataError(f"{path}:{n}:{e.colno}: invalid JSON ({e.msg})") from None
+            if not isinstance(row, dict):
+                raise DataError(f"{path}:{n}: a JSON {type(row).__name__}; expected an object")
+            rows.append(row)
+    return rows
 
 
 def write_table(df: pd.DataFrame, path: Path) -> None:

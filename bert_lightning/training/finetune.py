@@ -9,7 +9,6 @@ from functools import partial
 from pathlib import Path
 
 import lightning as L
-from hydra.utils import instantiate
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader
@@ -27,11 +26,13 @@ from bert_lightning.data.sampling import ResumableShuffle
 from bert_lightning.data.tables import GroupBatchSampler, collate
 from bert_lightning.data.tokenizer import load_tokenizer, special_ids, train_wordpiece
 from bert_lightning.errors import UserError
+from bert_lightning.fields import check_types, instantiate
 from bert_lightning.tasks.kinds import load_splits, make_task
 from bert_lightning.training.baselines import ad_relevance_baselines, summary
 from bert_lightning.training.finetune_module import FinetuneModule
 from bert_lightning.training.resume import (
     already_done,
+    check_same_model,
     continued_optim,
     keep_metrics_before,
     own_checkpoints_expected,
@@ -65,7 +66,7 @@ def encoder_and_tokenizer(cfg: DictConfig, train_table: dict):
         texts = texts_of(train_table)
         tok = train_wordpiece(lambda: iter(texts), cfg.tokenizer_vocab_size)
     config = instantiate(
-        cfg.model, vocab_size=tok.get_vocab_size(), pad_token_id=special_ids(tok)["[PAD]"]
+        cfg.model, "model", vocab_size=tok.get_vocab_size(), pad_token_id=special_ids(tok)["[PAD]"]
     )
     log.warning("no `pretrained` given: the encoder starts from RANDOM weights (no pretraining)")
     return config, tok, None
@@ -91,6 +92,7 @@ def finetune(cfg: DictConfig) -> dict | None:
 
 def _finetune(cfg: DictConfig, out_dir: Path, start: ResumePoint | None) -> dict:
     L.seed_everything(cfg.seed, workers=True)
+    check_types(cfg.optim, "optim")  # before the data are read
     task = make_task(OmegaConf.to_container(cfg.task, resolve=True))
     tables = load_splits(task, cfg.seed)
     config, tok, pre = encoder_and_tokenizer(cfg, tables["train"])
@@ -99,6 +101,7 @@ def _finetune(cfg: DictConfig, out_dir: Path, start: ResumePoint | None) -> dict
             f"max_seq_length={cfg.max_seq_length} exceeds the model's "
             f"max_position_embeddings={config.max_position_embeddings}"
         )
+    check_same_model(start, cfg.ckpt_path, asdict(config), task.cfg)
     module = FinetuneModule(
         asdict(config),
         task.cfg,

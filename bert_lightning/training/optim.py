@@ -9,10 +9,10 @@ config as a plain dict (checkpoints stay loadable with `weights_only=True`) and 
 from __future__ import annotations
 
 import torch
-from hydra.utils import instantiate
 from lightning.pytorch.plugins.precision import MixedPrecision
 
 from bert_lightning.errors import UserError
+from bert_lightning.fields import instantiate
 
 FUSED_DEVICES = ("cpu", "cuda", "mps", "xpu")  # where torch has a fused AdamW kernel
 
@@ -94,7 +94,7 @@ def configure_optimizers(module) -> dict:
     if module.hparams.optim.get("total_steps") is None:
         # recorded in every checkpoint: a continued run keeps this schedule (resume.py)
         module.hparams.optim = {**module.hparams.optim, "total_steps": run_steps}
-    build = instantiate(module.hparams.optim)
+    build = instantiate(module.hparams.optim, "optim")
     return build(module.model, run_steps=run_steps, fused=scaler is None)
 
 

@@ -8,16 +8,17 @@ from dataclasses import asdict
 from pathlib import Path
 
 import lightning as L
-from hydra.utils import instantiate
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
 from bert_lightning.checkpoint import PRETRAINING, ResumePoint, resume_point
 from bert_lightning.data.tokenizer import special_ids
 from bert_lightning.errors import UserError
+from bert_lightning.fields import check_types, instantiate
 from bert_lightning.training.pretrain_module import BertPretrainModule
 from bert_lightning.training.resume import (
     already_done,
+    check_same_model,
     continued_optim,
     keep_metrics_before,
     own_checkpoints_expected,
@@ -31,11 +32,13 @@ def build(cfg: DictConfig, start: ResumePoint | None = None):
     """Data module, Lightning module and trainer of a run, before any training. `start`: the
     checkpoint a resumed run continues (its tokenizer and schedule)."""
     out_dir = Path(cfg.paths.output_dir)
-    dm = instantiate(cfg.data)
+    check_types(cfg.optim, "optim")  # built by the trainer, once the corpus is read
+    dm = instantiate(cfg.data, "data")
     tok = dm.build_tokenizer(out_dir, start.tokenizer if start else None)
     config = instantiate(
-        cfg.model, vocab_size=tok.get_vocab_size(), pad_token_id=special_ids(tok)["[PAD]"]
+        cfg.model, "model", vocab_size=tok.get_vocab_size(), pad_token_id=special_ids(tok)["[PAD]"]
     )
+    check_same_model(start, cfg.ckpt_path, asdict(config))
     if config.max_position_embeddings < cfg.data.max_seq_length:
         raise UserError(
             f"data.max_seq_length={cfg.data.max_seq_length} exceeds "

@@ -24,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from bert_lightning.atomic import atomic_path
 from bert_lightning.checkpoint import ResumePoint
 from bert_lightning.data.sampling import hash_seed
+from bert_lightning.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +89,37 @@ def hydra_run_dir() -> Path | None:
         return None
     folder = OmegaConf.select(HydraConfig.get(), "runtime.output_dir", throw_on_missing=False)
     return Path(folder) if folder else None
+
+
+# model settings a continued run may change: they shape no weight and no computation to come
+FREE_ON_RESUME = ("hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range")
+TASK_MODEL_KEYS = ("kind", "architecture", "pooling", "labels")  # the task's part of the model
+
+
+def check_same_model(
+    start: ResumePoint | None, ckpt_path: str, model: dict, task: dict | None = None
+) -> None:
+    """A continued run trains the checkpoint's model: a `model` (or, fine-tuning, `task`)
+    config that builds another one is an error naming the settings that differ, not a
+    `state_dict` size mismatch."""
+    if start is None:
+        return
+    sections = [("model", start.hparams.get("config") or {}, model, list(model))]
+    if task is not None:
+        sections.append(("task", start.hparams.get("task") or {}, task, TASK_MODEL_KEYS))
+    differ = [
+        (f"{name}.{k}", saved[k], now.get(k))
+        for name, saved, now, keys in sections
+        for k in keys
+        if k not in FREE_ON_RESUME and k in saved and saved[k] != now.get(k)
+    ]
+    if differ:
+        was = ", ".join(f"{k}={a}" for k, a, _ in differ)
+        now = ", ".join(f"{b}" for _, _, b in differ)
+        raise UserError(
+            f"{ckpt_path}: its model has {was}, this run's has {now}; "
+            "a resumed run keeps its model (give the run's settings)"
+        )
 
 
 def continued_optim(optim: dict, start: ResumePoint | None, max_steps: int) -> dict:

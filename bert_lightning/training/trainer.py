@@ -13,12 +13,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import lightning as L
-from hydra.utils import instantiate
 from lightning.pytorch.callbacks import ModelSummary, ProgressBar
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
 from bert_lightning.atomic import write_text
+from bert_lightning.fields import instantiate
 
 FAILED = "FAILED"  # the marker file of a run folder whose run raised: its one-line reason
 
@@ -60,8 +60,8 @@ class SaveResolvedConfig(L.Callback):
 def build_trainer(cfg: DictConfig) -> L.Trainer:
     """`cfg.trainer` with `cfg.logger` and `cfg.callbacks`; its root is the run folder."""
     silence_noise()
-    loggers = [instantiate(c) for c in (cfg.get("logger") or {}).values()]
-    callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
+    loggers = [instantiate(c, f"logger.{k}") for k, c in (cfg.get("logger") or {}).items()]
+    callbacks = [instantiate(c, f"callbacks.{k}") for k, c in (cfg.get("callbacks") or {}).items()]
     # Lightning refuses a progress bar callback when the bar is off, and would add its own
     # (Rich's, with `Epoch 0/-2` on a step-bound run) when none is given
     if not cfg.trainer.get("enable_progress_bar", True):
@@ -70,6 +70,7 @@ def build_trainer(cfg: DictConfig) -> L.Trainer:
         callbacks = [c for c in callbacks if not isinstance(c, ModelSummary)]
     return instantiate(
         cfg.trainer,
+        "trainer",
         logger=loggers,
         callbacks=[*callbacks, SaveResolvedConfig(cfg)],
         default_root_dir=str(cfg.paths.output_dir),
