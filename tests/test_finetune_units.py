@@ -13,6 +13,7 @@ from bert_lightning.data.tables import (
     grouped_split,
     grouped_subsample,
 )
+from bert_lightning.errors import UserError
 from bert_lightning.interop import ours_to_hf
 from bert_lightning.model.heads import BertForSequenceClassification, BertForTokenClassification
 from bert_lightning.tasks.kinds import load_splits, make_task, pairwise_loss
@@ -94,6 +95,20 @@ def test_pairwise_loss_by_hand():
     task = make_task(task_cfg("ad_relevance", loss="pairwise", pairs="batch"))
     want = (math.log1p(math.exp(-2)) + 2 * math.log1p(math.exp(-1))) / 3
     assert task.loss(s[:, None], {"target": t, "group": g}) == pytest.approx(want)
+
+
+def test_pointwise_plus_pairwise_is_the_sum():
+    s, t, g = torch.tensor([2.0, 0.0, -1.0]), torch.tensor([1.0, 0.0, 0.5]), torch.tensor([0, 0, 1])
+    parts = [
+        make_task(task_cfg("ad_relevance", label_type="graded", loss=kind))
+        for kind in ("pointwise", "pairwise", "pointwise+pairwise")
+    ]
+    point, pair, both = (p.loss(s[:, None], {"target": t, "group": g}) for p in parts)
+    assert pair == pytest.approx(math.log1p(math.exp(-2)))  # the one pair of query 0
+    assert both == pytest.approx(point + pair)
+    assert [p.grouped_batches for p in parts] == [False, True, True]
+    with pytest.raises(UserError, match=r"task.loss='listwise'; expected one of \("):
+        make_task(task_cfg("ad_relevance", loss="listwise")).loss(s[:, None], {"target": t})
 
 
 def test_pointwise_loss_is_bce_on_the_score():

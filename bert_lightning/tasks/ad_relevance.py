@@ -14,8 +14,11 @@ from torchmetrics.classification import (
 from torchmetrics.retrieval import RetrievalNormalizedDCG
 
 from bert_lightning.data import tables as D
+from bert_lightning.errors import UserError
 from bert_lightning.model.heads import BertBiEncoder
 from bert_lightning.tasks.base import COMMON_KEYS, TABLE_KEYS, Task
+
+LOSSES = ("pointwise", "pairwise", "pointwise+pairwise")
 
 
 class AdRelevance(Task):
@@ -23,10 +26,10 @@ class AdRelevance(Task):
 
     Targets: `binary` 0/1; `graded` grades in [grade_min, grade_max], scaled to [0, 1]
     (`graded_to: scale`) or 1 at or above `threshold` (`graded_to: threshold`); `clicks`
-    clicks / impressions. Loss: `pointwise` BCE on the score, or `pairwise` within a query
+    clicks / impressions. Loss: `pointwise` BCE on the score, `pairwise` within a query
     (`pairwise_loss: logistic` log(1 + e^-(s_i - s_j)) or `margin` max(0, m - (s_i - s_j))
     over pairs with target_i > target_j: of one query, or with `pairs: batch` of the whole batch,
-    across queries too, a global order as Spearman reads it)."""
+    across queries too, a global order as Spearman reads it), or `pointwise+pairwise`, the sum."""
 
     keys = (*COMMON_KEYS, *TABLE_KEYS, "query_column", "ad_column", "label_type", "grade_min")
     keys += ("grade_max", "graded_to", "threshold", "clicks_column", "impressions_column")
@@ -91,20 +94,31 @@ class AdRelevance(Task):
     def scores(self, logits):
         return torch.sigmoid(logits.float()[:, 0])  # (B,)
 
+    @property
+    def grouped_batches(self) -> bool:
+        """Batches of whole queries: a pairwise term needs pairs of one query."""
+        return "pairwise" in self.cfg.get("loss", "pointwise")
+
     def loss(self, logits, batch):
+        """`pointwise`, `pairwise`, or `pointwise+pairwise`: their sum (BCE for each row's
+        level, read by Spearman across queries; pairs for the order within a query)."""
         s, t = logits.float()[:, 0], batch["target"].float()  # (B,), (B,)
-        if self.cfg.get("loss", "pointwise") == "pointwise":
-            return F.binary_cross_entropy_with_logits(s, t)
-        scope = self.cfg.get("pairs", "query")
-        if scope not in ("query", "batch"):
-            raise ValueError(f"task.pairs={scope!r}; expected query or batch")
-        return pairwise_loss(
-            s,
-            t,
-            batch["group"] if scope == "query" else torch.zeros_like(batch["group"]),
-            self.cfg.get("pairwise_loss", "logistic"),
-            self.cfg.get("margin", 1.0),
-        )
+        kind = self.cfg.get("loss", "pointwise")
+        if kind not in LOSSES:
+            raise UserError(f"task.loss={kind!r}; expected one of {LOSSES}")
+        total = F.binary_cross_entropy_with_logits(s, t) if "pointwise" in kind else 0.0
+        if "pairwise" in kind:
+            scope = self.cfg.get("pairs", "query")
+            if scope not in ("query", "batch"):
+                raise UserError(f"task.pairs={scope!r}; expected query or batch")
+            total = total + pairwise_loss(
+                s,
+                t,
+                batch["group"] if scope == "query" else torch.zeros_like(batch["group"]),
+                self.cfg.get("pairwise_loss", "logistic"),
+                self.cfg.get("margin", 1.0),
+            )
+        return total
 
     @property
     def binary_targets(self) -> bool:

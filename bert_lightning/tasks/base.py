@@ -36,6 +36,7 @@ class Task:
 
     head = BertForSequenceClassification
     keys = (*COMMON_KEYS, *TABLE_KEYS, "text_column", "text_pair_column")
+    grouped_batches = False  # True: each training batch holds whole groups (a ranking loss)
 
     def __init__(self, cfg: dict):
         self.cfg = dict(cfg)

@@ -117,7 +117,7 @@ def _finetune(cfg: DictConfig, out_dir: Path, start: ResumePoint | None) -> dict
 
     pad = partial(collate, pad_id=special_ids(tok)["[PAD]"])
     feats = {k: task.encode(t, tok, cfg.max_seq_length) for k, t in tables.items()}
-    if task.cfg.get("loss") == "pairwise":
+    if task.grouped_batches:
         sampler = GroupBatchSampler([f["group"] for f in feats["train"]], cfg.batch_size, cfg.seed)
         train_dl = StatefulDataLoader(feats["train"], batch_sampler=sampler, collate_fn=pad)
     else:  # stateful: a resumed run continues at the same batch of the same shuffled epoch
