@@ -181,14 +181,20 @@ def test_dataset_preset_trains_on_its_published_format(tmp_path, name):
 
 @pytest.mark.slow
 def test_bi_encoder_trains_beside_its_baselines(tmp_path):
-    """results.json holds BM25 and the zero-shot cosine of the starting encoder."""
+    """results.json holds BM25 and the zero-shot cosine of the starting encoder; with
+    `optim.head_lr` the head (20 cos - 10) moves at its own rate, the encoder at `optim.lr`."""
     tok = write_tokenizer(tmp_path / "tokenizer.json")
-    write_hf_folder(tmp_path / "hf", tok)
+    start = write_hf_folder(tmp_path / "hf", tok)
     data = write_dataset(tmp_path / "hd", "home_depot")
     extra = [f"data_dir={data}", f"pretrained={tmp_path / 'hf'}", "task.architecture=bi_encoder"]
+    extra += ["optim.lr=1e-7", "optim.head_lr=0.05"]
     cfg = compose("finetune", overrides(tmp_path, "ad_relevance", "dataset=home_depot", *extra))
     results = finetune(cfg)
     assert results["steps"] > 0 and sorted(results["baselines"]) == ["bm25", "zero_shot"]
+    state = torch.load(results["best_checkpoint"], weights_only=True)["state_dict"]
+    assert abs(float(state["model.classifier.bias"]) + 10) > 0.05  # Adam: ~0.05 a step
+    moved = max((state[f"model.{k}"] - v).abs().max() for k, v in start.items())
+    assert moved < 1e-5  # ~1e-7 a step
     for scores in (results["test"], *results["baselines"].values()):
         assert {"test/auroc", "test/spearman", "test/ndcg@10"} <= set(scores)
     with pytest.raises(ValueError, match="bi_encoder"):  # no transformers class for it

@@ -32,6 +32,33 @@ def test_adamw_is_fused_and_decays_matrices_only():
     assert not torch.equal(before, model.bert.pooler.dense.weight)
 
 
+def test_head_lr_is_the_rate_of_what_is_outside_the_encoder():
+    from bert_lightning.model.heads import BertBiEncoder
+
+    model = BertBiEncoder(
+        BertConfig(
+            vocab_size=50,
+            hidden_size=16,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=32,
+        )
+    )
+    built = adamw(model, run_steps=10, lr=1e-3, head_lr=0.1, warmup_steps=2)
+    groups = built["optimizer"].param_groups
+    assert [(g["lr"], g["weight_decay"]) for g in groups] == [
+        (1e-3 / 2, 0.01),
+        (1e-3 / 2, 0.0),
+        (0.1 / 2, 0.01),
+        (0.1 / 2, 0.0),  # warmup step 0
+    ]
+    head = [p for g in groups[2:] for p in g["params"]]
+    assert [id(p) for p in head] == [id(model.classifier.weight), id(model.classifier.bias)]
+    assert sum(len(g["params"]) for g in groups) == len(list(model.parameters()))
+    built["lr_scheduler"]["scheduler"].step()
+    assert [g["lr"] for g in groups] == [1e-3, 1e-3, 0.1, 0.1]  # one schedule, two rates
+
+
 def test_no_peak_flops_where_unknown():
     # a CPU has no table entry: MFU is omitted, not invented
     assert device_peak_flops("cpu", "bf16-mixed") is None

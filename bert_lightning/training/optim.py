@@ -17,14 +17,25 @@ from bert_lightning.fields import instantiate
 FUSED_DEVICES = ("cpu", "cuda", "mps", "xpu")  # where torch has a fused AdamW kernel
 
 
-def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
-    """BERT's rule: decay matrices (linear and embedding weights), not biases or LayerNorm."""
-    decay = [p for p in model.parameters() if p.requires_grad and p.ndim >= 2]
-    no_decay = [p for p in model.parameters() if p.requires_grad and p.ndim < 2]
-    return [
-        {"params": decay, "weight_decay": weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
+def param_groups(
+    model: torch.nn.Module, weight_decay: float, lr: float, head_lr: float | None = None
+) -> list[dict]:
+    """BERT's rule: decay matrices (linear and embedding weights), not biases or LayerNorm.
+    `head_lr`: the rate of the parameters outside the encoder (`model.bert`): a new head fits
+    its data fast while the encoder moves at `lr`, so the encoder's features are not bent to
+    make up for an unfit head (Kumar et al. 2022, "Fine-Tuning can Distort Pretrained Features")."""
+    head = set()
+    if head_lr is not None:
+        head = {id(p) for p in model.parameters()} - {id(p) for p in model.bert.parameters()}
+    groups = []
+    for rate, in_head in ((lr, False), (head_lr, True)):
+        params = [p for p in model.parameters() if p.requires_grad and (id(p) in head) == in_head]
+        for decay in (True, False):
+            chosen = [p for p in params if (p.ndim >= 2) == decay]
+            if chosen:
+                wd = weight_decay if decay else 0.0
+                groups.append({"params": chosen, "weight_decay": wd, "lr": rate})
+    return groups
 
 
 def warmup_linear_decay(warmup_steps: int, total_steps: int):
@@ -63,6 +74,7 @@ def adamw(
     warmup_steps: int | None = None,
     warmup_ratio: float | None = None,
     total_steps: int | None = None,
+    head_lr: float | None = None,
 ) -> dict:
     """What `configure_optimizers` returns. `run_steps`: the optimizer steps of this fit;
     `total_steps` (default `run_steps`) is where the decay reaches 0, a value of its own so that
@@ -71,7 +83,7 @@ def adamw(
     device = next(model.parameters()).device.type
     fused = fused and device in FUSED_DEVICES
     opt = torch.optim.AdamW(
-        param_groups(model, weight_decay),
+        param_groups(model, weight_decay, lr, head_lr),
         lr=lr,
         betas=tuple(betas),
         eps=eps,
