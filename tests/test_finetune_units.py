@@ -97,7 +97,7 @@ def test_pairwise_loss_by_hand():
     assert task.loss(s[:, None], {"target": t, "group": g}) == pytest.approx(want)
 
 
-def test_pointwise_plus_pairwise_is_the_sum():
+def test_pointwise_plus_pairwise_is_the_weighted_sum():
     s, t, g = torch.tensor([2.0, 0.0, -1.0]), torch.tensor([1.0, 0.0, 0.5]), torch.tensor([0, 0, 1])
     parts = [
         make_task(task_cfg("ad_relevance", label_type="graded", loss=kind))
@@ -106,6 +106,8 @@ def test_pointwise_plus_pairwise_is_the_sum():
     point, pair, both = (p.loss(s[:, None], {"target": t, "group": g}) for p in parts)
     assert pair == pytest.approx(math.log1p(math.exp(-2)))  # the one pair of query 0
     assert both == pytest.approx(point + pair)
+    weighted = make_task(task_cfg("ad_relevance", loss="pointwise+pairwise", pairwise_weight=3.0))
+    assert weighted.loss(s[:, None], {"target": t, "group": g}) == pytest.approx(point + 3 * pair)
     assert [p.grouped_batches for p in parts] == [False, True, True]
     with pytest.raises(UserError, match=r"task.loss='listwise'; expected one of \("):
         make_task(task_cfg("ad_relevance", loss="listwise")).loss(s[:, None], {"target": t})

@@ -82,3 +82,29 @@ def test_flops_per_batch_stays_on_the_device_and_equals_the_formula():
         module.model.config, 3, 10, int(picked.sum()), query_rows(picked)[0].numel()
     )
     assert isinstance(got, torch.Tensor) and int(got) == expected
+
+
+def test_pretraining_with_head_lr_zero_moves_the_encoder_only(tmp_path):
+    """`optim.head_lr` in a pretraining run: at rate 0 the MLM head stays as initialised
+    (LayerNorm 1, biases 0) while the encoder's LayerNorms and biases move."""
+    from bert_lightning.config import compose
+    from bert_lightning.training.pretrain import train
+    from conftest import tiny_overrides, write_corpus
+
+    write_corpus(tmp_path / "corpus.jsonl", 20)
+    over = ["trainer.max_steps=3", "validate_before_fit=false", "optim.warmup_steps=0"]
+    train(compose(overrides=tiny_overrides(tmp_path, *over, "optim.head_lr=0")))
+    ckpt = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
+    assert [g["initial_lr"] for g in ckpt["optimizer_states"][0]["param_groups"]] == [
+        1e-3,
+        1e-3,
+        0.0,
+        0.0,
+    ]
+    state = ckpt["state_dict"]
+    head = "model.cls.predictions."
+    assert torch.equal(state[head + "transform.LayerNorm.weight"], torch.ones(32))
+    for name in ("bias", "transform.LayerNorm.bias", "transform.dense.bias"):
+        assert not state[head + name].any(), name
+    assert not torch.equal(state["model.bert.embeddings.LayerNorm.weight"], torch.ones(32))
+    assert state["model.bert.encoder.layer.1.output.dense.bias"].any()

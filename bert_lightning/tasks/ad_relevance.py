@@ -29,11 +29,13 @@ class AdRelevance(Task):
     clicks / impressions. Loss: `pointwise` BCE on the score, `pairwise` within a query
     (`pairwise_loss: logistic` log(1 + e^-(s_i - s_j)) or `margin` max(0, m - (s_i - s_j))
     over pairs with target_i > target_j: of one query, or with `pairs: batch` of the whole batch,
-    across queries too, a global order as Spearman reads it), or `pointwise+pairwise`, the sum."""
+    across queries too, a global order as Spearman reads it), or `pointwise+pairwise`:
+    BCE + `pairwise_weight` x the pairwise term."""
 
     keys = (*COMMON_KEYS, *TABLE_KEYS, "query_column", "ad_column", "label_type", "grade_min")
     keys += ("grade_max", "graded_to", "threshold", "clicks_column", "impressions_column")
-    keys += ("loss", "pairwise_loss", "margin", "pairs", "architecture", "baselines")
+    keys += ("loss", "pairwise_loss", "pairwise_weight", "margin", "pairs", "architecture")
+    keys += ("baselines",)
 
     @property
     def label_keys(self):
@@ -100,8 +102,9 @@ class AdRelevance(Task):
         return "pairwise" in self.cfg.get("loss", "pointwise")
 
     def loss(self, logits, batch):
-        """`pointwise`, `pairwise`, or `pointwise+pairwise`: their sum (BCE for each row's
-        level, read by Spearman across queries; pairs for the order within a query)."""
+        """`pointwise`, `pairwise`, or `pointwise+pairwise`: BCE + `pairwise_weight` x the
+        pairwise term (BCE for each row's level, read by Spearman across queries; pairs for the
+        order within a query, read by NDCG)."""
         s, t = logits.float()[:, 0], batch["target"].float()  # (B,), (B,)
         kind = self.cfg.get("loss", "pointwise")
         if kind not in LOSSES:
@@ -111,7 +114,7 @@ class AdRelevance(Task):
             scope = self.cfg.get("pairs", "query")
             if scope not in ("query", "batch"):
                 raise UserError(f"task.pairs={scope!r}; expected query or batch")
-            total = total + pairwise_loss(
+            total = total + self.cfg.get("pairwise_weight", 1.0) * pairwise_loss(
                 s,
                 t,
                 batch["group"] if scope == "query" else torch.zeros_like(batch["group"]),
