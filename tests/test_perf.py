@@ -4,17 +4,13 @@ from bert_lightning.model import BertConfig, BertForPreTraining
 from bert_lightning.training.callbacks import device_peak_flops
 from bert_lightning.training.optim import adamw
 
+SMALL = BertConfig(
+    vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32
+)
+
 
 def test_adamw_is_fused_and_decays_matrices_only():
-    model = BertForPreTraining(
-        BertConfig(
-            vocab_size=50,
-            hidden_size=16,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            intermediate_size=32,
-        )
-    )
+    model = BertForPreTraining(SMALL)
     opt = adamw(model, run_steps=10, lr=1e-3, weight_decay=0.1)["optimizer"]
     assert opt.defaults["fused"]  # the CPU has a fused AdamW since torch 2.4
     decay, no_decay = opt.param_groups
@@ -35,15 +31,7 @@ def test_adamw_is_fused_and_decays_matrices_only():
 def test_head_lr_is_the_rate_of_what_is_outside_the_encoder():
     from bert_lightning.model.heads import BertBiEncoder
 
-    model = BertBiEncoder(
-        BertConfig(
-            vocab_size=50,
-            hidden_size=16,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            intermediate_size=32,
-        )
-    )
+    model = BertBiEncoder(SMALL)
     built = adamw(model, run_steps=10, lr=1e-3, head_lr=0.1, warmup_steps=2)
     groups = built["optimizer"].param_groups
     assert [(g["lr"], g["weight_decay"]) for g in groups] == [
