@@ -137,6 +137,12 @@ def test_resuming_with_another_model_names_the_settings(tmp_path, capsys):
         f"error: {ckpt}: its model has model.num_hidden_layers=2, model.hidden_act=gelu, "
         "this run's has 3, relu; a resumed run keeps its model (give the run's settings)"
     )
+    err = pretrain_error(capsys, tmp_path, f"ckpt_path={ckpt}", same, "optim.head_lr=0.1")
+    assert err == (
+        "error: optim.head_lr=0.1, but the run it continues had None: a resumed run keeps its "
+        "optimizer's parameter groups (a rate may change, not whether the heads have one of "
+        "their own)"
+    )
     tuned, _ = relevance_ckpt(tmp_path, write_tokenizer(tmp_path / "tokenizer.json"))
     ads = write_csv(tmp_path / "ads.csv", ad_rows())
     run = [f"hydra.run.dir={tmp_path / 'h'}", f"paths.output_dir={tmp_path / 'run'}"]

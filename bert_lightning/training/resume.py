@@ -127,9 +127,16 @@ def continued_optim(optim: dict, start: ResumePoint | None, max_steps: int) -> d
     run's (its checkpoint records it), so the learning rate goes on decaying where it was,
     unless `optim.total_steps` is set. Past that total the learning rate stays 0: a warning says
     so and how to stretch the decay."""
+    saved = (start.hparams.get("optim") or {}) if start else {}
+    if start and (saved.get("head_lr") is None) != (optim.get("head_lr") is None):
+        raise UserError(
+            f"optim.head_lr={optim.get('head_lr')}, but the run it continues had "
+            f"{saved.get('head_lr')}: a resumed run keeps its optimizer's parameter groups "
+            "(a rate may change, not whether the heads have one of their own)"
+        )
     if start is None or optim.get("total_steps") is not None:
         return optim
-    total = (start.hparams.get("optim") or {}).get("total_steps")
+    total = saved.get("total_steps")
     if total is None:  # a checkpoint older than the record: the schedule spans this fit
         return optim
     if max_steps is not None and max_steps > total:
