@@ -110,7 +110,7 @@ def test_pointwise_plus_pairwise_is_the_weighted_sum():
     assert weighted.loss(s[:, None], {"target": t, "group": g}) == pytest.approx(point + 3 * pair)
     assert [p.grouped_batches for p in parts] == [False, True, True]
     with pytest.raises(UserError, match=r"task.loss='listwise'; expected one of \("):
-        make_task(task_cfg("ad_relevance", loss="listwise")).loss(s[:, None], {"target": t})
+        make_task(task_cfg("ad_relevance", loss="listwise"))  # refused before any step
 
 
 def test_pointwise_loss_is_bce_on_the_score():

@@ -37,6 +37,13 @@ class AdRelevance(Task):
     keys += ("loss", "pairwise_loss", "pairwise_weight", "margin", "pairs", "architecture")
     keys += ("baselines",)
 
+    def __init__(self, cfg: dict):
+        super().__init__(cfg)  # the loss is checked once here, not at every step
+        if self.cfg.get("loss", "pointwise") not in LOSSES:
+            raise UserError(f"task.loss={self.cfg['loss']!r}; expected one of {LOSSES}")
+        if self.cfg.get("pairs", "query") not in ("query", "batch"):
+            raise UserError(f"task.pairs={self.cfg['pairs']!r}; expected query or batch")
+
     @property
     def label_keys(self):
         clicks = self.cfg["label_type"] == "clicks"
@@ -107,13 +114,9 @@ class AdRelevance(Task):
         order within a query, read by NDCG)."""
         s, t = logits.float()[:, 0], batch["target"].float()  # (B,), (B,)
         kind = self.cfg.get("loss", "pointwise")
-        if kind not in LOSSES:
-            raise UserError(f"task.loss={kind!r}; expected one of {LOSSES}")
         total = F.binary_cross_entropy_with_logits(s, t) if "pointwise" in kind else 0.0
         if "pairwise" in kind:
             scope = self.cfg.get("pairs", "query")
-            if scope not in ("query", "batch"):
-                raise UserError(f"task.pairs={scope!r}; expected query or batch")
             total = total + self.cfg.get("pairwise_weight", 1.0) * pairwise_loss(
                 s,
                 t,
