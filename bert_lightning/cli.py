@@ -23,6 +23,7 @@ COMMANDS = [
     "embed",
     "export_hf",
     "report",
+    "downstream",
 ]
 COMMANDS += ["download_c4", "brackets_data"]
 HYDRA_COMMANDS = ("pretrain", "finetune")  # the rest of the command line is Hydra's

@@ -46,3 +46,25 @@ def test_step_and_loop_benches_feed_the_gpu_summary(tmp_path):
     summary = bench(str(ROOT / "bench/gpu_summary.py"), str(tmp_path), cwd=tmp_path)
     assert "| bert_tiny bare step, eager, batch 2 x 16 |" in summary
     assert "| train.py fit vs bare step, bert_base | median step" in summary
+
+
+@pytest.mark.slow
+def test_transformers_spends_the_same_budget_and_exports_a_folder_the_suite_reads(tmp_path):
+    """bench/hf_pretrain.py on a 3-second budget: a Hugging Face folder our reader loads, with
+    the config's shape and the tokenizer train.py would have trained."""
+    from tokenizers import Tokenizer
+
+    from bert_lightning.checkpoint import read_checkpoint
+    from conftest import tiny_overrides, write_corpus
+
+    write_corpus(tmp_path / "corpus.jsonl", 40)
+    overrides = [o for o in tiny_overrides(tmp_path) if not o.startswith("paths.")]
+    overrides += ["trainer.max_steps=-1", "trainer.max_time=00:00:00:03"]
+    out = bench(str(ROOT / "bench/hf_pretrain.py"), str(tmp_path / "hf"), *overrides, cwd=tmp_path)
+    summary = json.loads((tmp_path / "hf/summary.json").read_text())
+    assert summary["steps"] > 0 and 3.0 <= summary["seconds"] < 10 and summary["val_loss"] > 0
+    assert json.loads(out.splitlines()[-1]) == summary
+    model = read_checkpoint(tmp_path / "hf/hf_model")
+    assert model.config.hidden_size == 32 and model.kind == "Hugging Face"
+    trained = Tokenizer.from_file(str(tmp_path / "hf/tokenizer.json"))  # as train.py trains it
+    assert model.tokenizer.get_vocab() == trained.get_vocab()

@@ -46,6 +46,13 @@ TINY_MODEL = [
     "model.num_attention_heads=2",
     "model.intermediate_size=64",
 ]
+# the folders `bert-lightning downstream --data-dir` reads (conf/downstream/*.yaml)
+DOWNSTREAM_FOLDERS = {
+    "sst2": "glue_sst2",
+    "cola": "glue_cola",
+    "wnut17": "wnut17",
+    "home_depot": "home_depot",
+}
 STEPS = ["trainer.max_steps=2", "trainer.accelerator=cpu", "trainer.enable_progress_bar=false"]
 
 
@@ -96,6 +103,8 @@ def workspace(tmp_path_factory):
     write_conll(ws / "train.conll")
     for name in ("home_depot", "sst2", "cola", "wnut17"):  # dataset=NAME data_dir=path/to/NAME
         write_dataset(ws / "path/to" / name, name)
+    for name, folder in DOWNSTREAM_FOLDERS.items():  # downstream --data-dir path/to/data
+        write_dataset(ws / "path/to/data" / folder, name)
     rows = pd.DataFrame(regression_rows(48)).rename(columns={"text": "title", "target": "bid"})
     rows.to_parquet(ws / "bids.parquet")
     (ws / "texts.txt").write_text("the cat sat\non the mat\n")
@@ -116,6 +125,11 @@ def workspace(tmp_path_factory):
     hf = ws / "path/to/hf_bert_folder"
     cli.main(["export-hf", str(ckpt), str(hf)])
     (ws / "path/to/model").symlink_to(hf)
+    # docs/downstream.md's side by side: the recipe's run and the transformers folder
+    (ws / "outputs/cpu_30min/ours/checkpoints").mkdir(parents=True)
+    (ws / "outputs/cpu_30min/ours/checkpoints/last.ckpt").symlink_to(ckpt)
+    (ws / "outputs/cpu_30min/transformers").mkdir(parents=True)
+    (ws / "outputs/cpu_30min/transformers/hf_model").symlink_to(hf)
     (ws / "path/to/bert-base-uncased").mkdir(parents=True)
     (ws / "path/to/bert-base-uncased/vocab.txt").write_bytes((hf / "vocab.txt").read_bytes())
     cwd = os.getcwd()
@@ -136,7 +150,7 @@ def substitute(command: str, ws: dict) -> str:
         return str(ws["pretrain"])
 
     command = re.sub(r"[^\s=<]*<[^>]+>[^\s=]*\.ckpt", ckpt, command)
-    return command.replace("/path/to/", "path/to/")
+    return command.replace("/path/to/", "path/to/").replace("../shared/data", "path/to/data")
 
 
 def run_command(args: list[str], tmp: Path, ws: dict) -> None:
@@ -144,7 +158,8 @@ def run_command(args: list[str], tmp: Path, ws: dict) -> None:
     if args[0] == "bert-lightning" or args[:3] == ["python", "-m", "bert_lightning"]:
         argv = args[1:] if args[0] == "bert-lightning" else args[3:]
         report = ["trainer.max_steps=2", "trainer.log_every_n_steps=1"]  # its runs' overrides
-        cli.main(argv + report * (argv[0] == "report"))
+        suite = ["--seeds", "1", "--tasks", "sst2", "--out", str(tmp / "downstream")]
+        cli.main(argv + report * (argv[0] == "report") + suite * (argv[0] == "downstream"))
         return
     script, overrides = args[1], args[2:]
     chosen = " ".join(overrides)

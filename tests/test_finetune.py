@@ -199,3 +199,18 @@ def test_bi_encoder_trains_beside_its_baselines(tmp_path):
         assert {"test/auroc", "test/spearman", "test/ndcg@10"} <= set(scores)
     with pytest.raises(ValueError, match="bi_encoder"):  # no transformers class for it
         export_hf(results["best_checkpoint"], str(tmp_path / "hf_out"))
+
+
+def test_dropout_overrides_the_pretrained_models(tmp_path):
+    """`dropout=` sets the encoder's dropout for fine-tuning (a checkpoint pretrained without
+    dropout, as experiment=cpu_30min's, fine-tunes with BERT's 0.1)."""
+    tok = write_tokenizer(tmp_path / "tokenizer.json")
+    write_our_ckpt(tmp_path / "pre.ckpt", tok)  # pretrained with 0.1
+    files = task_files(tmp_path, "seq_classification")
+    extra = [f"pretrained={tmp_path / 'pre.ckpt'}", "dropout=0.0", "trainer.max_epochs=1"]
+    results = finetune(
+        compose("finetune", overrides(tmp_path, "seq_classification", *files, *extra))
+    )
+    saved = read_checkpoint(tmp_path / "run/checkpoints/last.ckpt")
+    assert results["steps"] > 0
+    assert saved.config.hidden_dropout_prob == saved.config.attention_probs_dropout_prob == 0.0

@@ -15,6 +15,7 @@ from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.utilities import rank_zero_only
 
 from bert_lightning.atomic import atomic_path
+from bert_lightning.training.optim import budget_timer
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +181,10 @@ class StepProgressBar(ProgressBar):
         shown = self._shown(self.get_metrics(trainer, pl_module), "train/")
         line = [f"step {step}/{total}" if total else f"step {step}"]
         line += [f"{k} {v}" for k, v in shown.items()]
-        if total and rate > 0:
+        timer = budget_timer(trainer)
+        if timer is not None:  # a run on a time budget ends when its time does
+            line.append(f"eta {_eta(max(0.0, timer.time_remaining()))}")
+        elif total and rate > 0:
             line.append(f"eta {_eta((total - step) / rate)}")
         print(" ".join(line), flush=True)
 

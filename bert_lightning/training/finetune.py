@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from functools import partial
 from pathlib import Path
 
@@ -96,6 +96,9 @@ def _finetune(cfg: DictConfig, out_dir: Path, start: ResumePoint | None) -> dict
     task = make_task(OmegaConf.to_container(cfg.task, resolve=True))
     tables = load_splits(task, cfg.seed)
     config, tok, pre = encoder_and_tokenizer(cfg, tables["train"])
+    if cfg.dropout is not None:  # a checkpoint pretrained without dropout fine-tunes with some
+        p = cfg.dropout
+        config = replace(config, hidden_dropout_prob=p, attention_probs_dropout_prob=p)
     if cfg.max_seq_length > config.max_position_embeddings:
         raise UserError(
             f"max_seq_length={cfg.max_seq_length} exceeds the model's "

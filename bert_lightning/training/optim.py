@@ -1,6 +1,7 @@
 """The one optimizer of pretraining and fine-tuning: AdamW over BERT's two parameter groups, a
-linear warmup, then a linear decay to 0 at `total_steps`; and the gradient clipping that goes
-with it under every precision.
+linear warmup, then a linear decay to 0 at `total_steps` or, on a time budget
+(`trainer.max_time`, `trainer.max_steps=-1`, no `max_epochs`), as that time runs out; and the
+gradient clipping that goes with it under every precision.
 
 `conf/optim/adamw.yaml` names `adamw` with `_partial_: true`; a LightningModule keeps that
 config as a plain dict (checkpoints stay loadable with `weights_only=True`) and builds it in
@@ -8,7 +9,11 @@ config as a plain dict (checkpoints stay loadable with `weights_only=True`) and 
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+
 import torch
+from lightning.pytorch.callbacks import Timer
 from lightning.pytorch.plugins.precision import MixedPrecision
 
 from bert_lightning.errors import UserError
@@ -50,6 +55,28 @@ def warmup_linear_decay(warmup_steps: int, total_steps: int):
     return factor
 
 
+def budget_linear_decay(
+    progress: Callable[[], float], warmup_steps: int | None, warmup_ratio: float | None
+):
+    """LambdaLR factor on a time budget (Cramming's budget schedule: the decay ends when the
+    time does, whatever the step rate). `progress()`: the share of the budget spent, 0..1.
+    Warmup over `warmup_steps` steps or the first `warmup_ratio` of the budget, then linear
+    decay to 0 at the budget's end."""
+    if warmup_steps is not None and warmup_ratio is not None:
+        warmup_length(0, warmup_steps, warmup_ratio)  # the one error for both set
+    spent_in_warmup = warmup_ratio or 0.0
+
+    def factor(step: int) -> float:
+        p = min(1.0, progress())
+        if warmup_steps:
+            warm = (step + 1) / warmup_steps
+        else:
+            warm = p / warmup_ratio if warmup_ratio else 1.0
+        return max(0.0, min(1.0, warm, (1.0 - p) / (1.0 - spent_in_warmup)))
+
+    return factor
+
+
 def warmup_length(total_steps: int, warmup_steps: int | None, warmup_ratio: float | None) -> int:
     """One warmup schema for pretraining and fine-tuning: a step count or a fraction of the
     schedule, never both."""
@@ -75,11 +102,13 @@ def adamw(
     warmup_ratio: float | None = None,
     total_steps: int | None = None,
     head_lr: float | None = None,
+    progress: Callable[[], float] | None = None,
 ) -> dict:
     """What `configure_optimizers` returns. `run_steps`: the optimizer steps of this fit;
     `total_steps` (default `run_steps`) is where the decay reaches 0, a value of its own so that
-    a run continued past its end keeps a schedule one can predict. `fused`: one kernel for all
-    parameters where the device has it (else the multi-tensor implementation)."""
+    a run continued past its end keeps a schedule one can predict. `progress`: the share of a
+    time budget spent; given, the schedule follows it instead of steps. `fused`: one kernel for
+    all parameters where the device has it (else the multi-tensor implementation)."""
     device = next(model.parameters()).device.type
     fused = fused and device in FUSED_DEVICES
     opt = torch.optim.AdamW(
@@ -90,9 +119,12 @@ def adamw(
         fused=fused or None,
         foreach=None if fused else True,
     )
-    total = total_steps or run_steps
-    warmup = warmup_length(total, warmup_steps, warmup_ratio)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_linear_decay(warmup, total))
+    if progress is not None:
+        factor = budget_linear_decay(progress, warmup_steps, warmup_ratio)
+    else:
+        total = total_steps or run_steps
+        factor = warmup_linear_decay(warmup_length(total, warmup_steps, warmup_ratio), total)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
     return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
 
@@ -102,12 +134,35 @@ def configure_optimizers(module) -> dict:
     exists (`16-mixed`): see `clip_gradients`."""
     trainer = module.trainer
     scaler = getattr(trainer.precision_plugin, "scaler", None)
-    run_steps = int(trainer.estimated_stepping_batches)
-    if module.hparams.optim.get("total_steps") is None:
-        # recorded in every checkpoint: a continued run keeps this schedule (resume.py)
-        module.hparams.optim = {**module.hparams.optim, "total_steps": run_steps}
+    progress = budget_progress(trainer)
+    run_steps = 0  # on a time budget the step count is not known ahead
+    if progress is None:
+        run_steps = int(trainer.estimated_stepping_batches)
+        if module.hparams.optim.get("total_steps") is None:
+            # recorded in every checkpoint: a continued run keeps this schedule (resume.py)
+            module.hparams.optim = {**module.hparams.optim, "total_steps": run_steps}
     build = instantiate(module.hparams.optim, "optim")
-    return build(module.model, run_steps=run_steps, fused=scaler is None)
+    return build(module.model, run_steps=run_steps, fused=scaler is None, progress=progress)
+
+
+def budget_timer(trainer) -> Timer | None:
+    """The Timer of a run bound by time alone (`trainer.max_time`; no `max_steps`, no
+    `max_epochs`): Lightning's own, whose clock a checkpoint saves, so a resumed run spends
+    what is left."""
+    if not math.isinf(trainer.estimated_stepping_batches):
+        return None
+    timer = next((c for c in trainer.callbacks if isinstance(c, Timer)), None)
+    return timer if timer is not None and timer.time_remaining() is not None else None
+
+
+def budget_progress(trainer) -> Callable[[], float] | None:
+    """The share of the run's time budget spent, the same on every rank (rank 0's clock;
+    the scheduler steps at the same point on all of them); None: a run bound by steps."""
+    timer = budget_timer(trainer)
+    if timer is None:
+        return None
+    duration = timer._duration  # the parsed max_time, in seconds (Lightning keeps it only here)
+    return lambda: trainer.strategy.broadcast(timer.time_elapsed() / duration)
 
 
 def follow_schedule(trainer) -> None:

@@ -15,6 +15,7 @@ from bert_lightning.checkpoint import PRETRAINING, ResumePoint, resume_point
 from bert_lightning.data.tokenizer import special_ids
 from bert_lightning.errors import UserError
 from bert_lightning.fields import check_types, instantiate
+from bert_lightning.training.optim import budget_timer
 from bert_lightning.training.pretrain_module import BertPretrainModule
 from bert_lightning.training.resume import (
     already_done,
@@ -55,6 +56,18 @@ def build(cfg: DictConfig, start: ResumePoint | None = None):
     return dm, module, build_trainer(cfg)
 
 
+def end_of_budget(trainer) -> None:
+    """A run on a time budget stops between checkpoints (Lightning validates at the stop, but a
+    run that checkpoints every N steps saves only then): `last.ckpt` is written at the final
+    step, so the run's weights are those of its whole budget."""
+    ckpt = trainer.checkpoint_callback
+    if budget_timer(trainer) is None or ckpt is None or not ckpt.save_last:
+        return
+    trainer.save_checkpoint(
+        Path(ckpt.dirpath) / f"{ckpt.CHECKPOINT_NAME_LAST}{ckpt.FILE_EXTENSION}"
+    )
+
+
 def train(cfg: DictConfig) -> float | None:
     """Returns the last validation loss (what a sweep minimises); None when a resumed run had
     nothing left to do."""
@@ -73,6 +86,7 @@ def train(cfg: DictConfig) -> float | None:
             trainer.validate(module, datamodule=dm, verbose=not cfg.trainer.enable_progress_bar)
         with own_checkpoints_expected(cfg.ckpt_path):
             trainer.fit(module, datamodule=dm, ckpt_path=cfg.ckpt_path)
+            end_of_budget(trainer)
     val_loss = trainer.callback_metrics.get("val/loss")
     log.info("outputs in %s", out_dir)
     return float(val_loss) if val_loss is not None else None

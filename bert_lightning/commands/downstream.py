@@ -1,0 +1,45 @@
+"""`bert-lightning downstream MODEL... --tasks sst2,cola,wnut17,home_depot --data-dir DIR`:
+every model fine-tuned on every task over `--seeds` seeds on one fixed budget per task, beside
+the same shapes from random weights; writes downstream.md, downstream.json, downstream.png."""
+
+from __future__ import annotations
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "downstream",
+        help="fine-tune models on a fixed suite of tasks and seeds; a table of what each bought",
+    )
+    p.add_argument(
+        "models",
+        nargs="+",
+        metavar="MODEL",
+        help="a .ckpt of ours or a Hugging Face BERT folder, as PATH or NAME=PATH",
+    )
+    p.add_argument("--tasks", default="sst2,cola,wnut17,home_depot", help="comma-separated")
+    p.add_argument(
+        "--data-dir",
+        required=True,
+        help="the folder holding glue_sst2/, glue_cola/, wnut17/, home_depot/ as published",
+    )
+    p.add_argument("--seeds", type=int, default=3, help="seeds 1..N per cell")
+    p.add_argument("--budget", default="cpu", help="cpu, gpu (conf/downstream/) or a YAML file")
+    p.add_argument(
+        "--out", default="outputs/downstream", help="the suite's folder (rerun: continues)"
+    )
+    p.add_argument("--no-random", action="store_true", help="no random-weights row")
+    p.set_defaults(func=_run)
+
+
+def _run(a) -> None:
+    from bert_lightning.experiments.downstream import downstream
+
+    downstream(
+        a.models,
+        [t for t in a.tasks.split(",") if t],
+        a.data_dir,
+        seeds=a.seeds,
+        budget=a.budget,
+        out=a.out,
+        random=not a.no_random,
+    )

@@ -1,0 +1,299 @@
+"""The downstream suite: every model fine-tuned on every task, over several seeds, on one fixed
+budget per task (`conf/downstream/<budget>.yaml`), beside the same shapes from random weights;
+`downstream.md`, `downstream.json` and `downstream.png` say what pretraining bought.
+
+Each cell (model, task, seed) is an ordinary fine-tuning run folder,
+`<out>/cells/<model>/<task>/seed<s>/`; one holding `results.json` is finished and not re-run, so
+an interrupted suite continues where it stopped."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import shutil
+import statistics
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from bert_lightning.atomic import write_json, write_text
+from bert_lightning.checkpoint import read_checkpoint
+from bert_lightning.config import CONFIG_DIR, compose
+from bert_lightning.data.tokenizer import save_tokenizer
+from bert_lightning.errors import MissingFileError, UserError
+from bert_lightning.fields import from_dict
+from bert_lightning.training.callbacks import save_figure
+from bert_lightning.training.finetune import finetune
+
+# BertConfig fields that do not shape a model (the random row keeps the rest)
+NOT_SHAPE = ("vocab_size", "pad_token_id")
+QUIET = ("lightning.pytorch", "lightning.fabric")  # their console lines, kept in each cell's log
+
+
+@dataclass(frozen=True)
+class TaskBudget:
+    dataset: str  # the conf/dataset/ preset
+    folder: str  # its files' folder under --data-dir
+    metric: str  # the test metric the table shows (results.json's test/<metric>)
+    label: str  # the table's column
+    rows: int | None  # training rows (task.subsample.train); null: the whole train part
+    validation_rows: int
+    test_rows: int | None  # null: the whole test part
+    epochs: int
+    lr: float
+    max_seq_length: int
+    batch_size: int
+    overrides: list = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str
+    overrides: tuple[str, ...]  # what starts it: pretrained=..., or random weights of a shape
+    source: str
+
+
+def load_budget(name_or_path: str) -> tuple[list[str], dict[str, TaskBudget]]:
+    """`cpu`, `gpu` (conf/downstream/) or a YAML file of the same form."""
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = CONFIG_DIR / "downstream" / f"{name_or_path}.yaml"
+    if not path.is_file():
+        known = sorted(p.stem for p in (CONFIG_DIR / "downstream").glob("*.yaml"))
+        raise MissingFileError(
+            f"--budget {name_or_path}: no such budget (one of {known}, or a YAML)"
+        )
+    raw = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    tasks = {k: from_dict(TaskBudget, v, f"{path}: tasks.{k}") for k, v in raw["tasks"].items()}
+    return list(raw.get("overrides") or []), tasks
+
+
+def model_name(path: str) -> str:
+    p = Path(path)
+    if p.suffix == ".ckpt":  # <run>/checkpoints/last.ckpt: the run's name
+        return p.parent.parent.name if p.parent.name == "checkpoints" else p.stem
+    return p.name
+
+
+def pretrained_models(specs: list[str], out: Path, random: bool) -> list[Model]:
+    """`NAME=PATH` or `PATH` (named after its run or folder) -> the models, plus one `random`
+    row per distinct shape and tokenizer (random weights, fine-tuned on the same budget)."""
+    models, shapes = [], {}
+    for spec in specs:
+        name, _, path = spec.partition("=") if "=" in spec else (model_name(spec), "", spec)
+        ckpt = read_checkpoint(path)
+        models.append(Model(name, (f"pretrained={path}",), ckpt.source))
+        shape = {k: v for k, v in asdict(ckpt.config).items() if k not in NOT_SHAPE}
+        tok = ckpt.tokenizer.to_str()
+        key = hashlib.sha256(json.dumps([shape, tok], sort_keys=True).encode()).hexdigest()[:12]
+        shapes.setdefault(key, (name, shape, ckpt.tokenizer))
+    names = [m.name for m in models]
+    if len(set(names)) != len(names) or "random" in names:
+        raise UserError(f"model names {names}: give each its own (NAME=PATH), none 'random'")
+    if not random:
+        return models
+    for key, (like, shape, tok) in shapes.items():
+        name = "random" if len(shapes) == 1 else f"random-{like}"
+        tok_path = out / "random" / key / "tokenizer.json"
+        if not tok_path.is_file():
+            save_tokenizer(tok, tok_path)
+        model = tuple(f"model.{k}={v}" for k, v in shape.items())
+        models.append(
+            Model(name, (f"tokenizer={tok_path}", *model), f"random weights, {like}'s shape")
+        )
+    return models
+
+
+def null(n: int | None) -> str:
+    return "null" if n is None else str(n)
+
+
+def cell_overrides(common, task: TaskBudget, data_dir: Path, seed: int, folder: Path):
+    return [
+        f"dataset={task.dataset}",
+        f"data_dir={data_dir / task.folder}",
+        f"seed={seed}",
+        f"paths.output_dir={folder}",
+        f"task.subsample.train={null(task.rows)}",
+        f"task.subsample.validation={task.validation_rows}",
+        f"task.subsample.test={null(task.test_rows)}",
+        f"trainer.max_epochs={task.epochs}",
+        f"optim.lr={task.lr}",
+        f"max_seq_length={task.max_seq_length}",
+        f"batch_size={task.batch_size}",
+        *common,
+        *task.overrides,
+    ]
+
+
+@contextmanager
+def cell_log(path: Path) -> Iterator[None]:
+    """The cell's log lines (ours, Lightning's, Python warnings) go to its `train.log`, not
+    the console, where the suite prints one line per cell."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"))
+    root = logging.getLogger()
+    loggers = [root, *(logging.getLogger(n) for n in QUIET)]
+    consoles = [h for lg in loggers[1:] for h in lg.handlers]
+    saved = root.level, [h.level for h in consoles]
+    root.setLevel(logging.INFO)
+    for h in consoles:
+        h.setLevel(logging.WARNING)
+    for lg in loggers:
+        lg.addHandler(handler)
+    logging.captureWarnings(True)
+    try:
+        yield
+    finally:
+        logging.captureWarnings(False)
+        for lg in loggers:
+            lg.removeHandler(handler)
+        handler.close()
+        root.setLevel(saved[0])
+        for h, level in zip(consoles, saved[1], strict=True):
+            h.setLevel(level)
+
+
+def run_cell(overrides: list[str], folder: Path) -> dict:
+    """One fine-tuning run into `folder`; a half-done one (no results.json) starts over."""
+    if folder.exists():
+        shutil.rmtree(folder)
+    with cell_log(folder / "train.log"):
+        return finetune(compose("finetune", overrides))
+
+
+def score(results: dict, metric: str) -> float:
+    """The cell's test metric; NaN (a correlation of constant scores) ranks nothing: 0."""
+    value = results["test"][f"test/{metric}"]
+    return 0.0 if math.isnan(value) else value
+
+
+def _eta(seconds: float) -> str:
+    m, s = divmod(int(seconds), 60)
+    h, m = divmod(m, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
+
+
+def mean_std(values: list[float]) -> tuple[float, float]:
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def summarise(models, tasks: dict[str, TaskBudget], seeds, scores) -> dict:
+    """Mean and std over seeds per task, and of the per-seed average over tasks."""
+    out = {}
+    for m in models:
+        per_task = {t: [scores[m.name, t, s] for s in seeds] for t in tasks}
+        averages = [statistics.fmean(per_task[t][i] for t in tasks) for i in range(len(seeds))]
+        out[m.name] = {
+            "source": m.source,
+            "cells": {t: dict(zip(map(str, seeds), v, strict=True)) for t, v in per_task.items()},
+            "mean_std": {t: mean_std(v) for t, v in per_task.items()},
+            "average": mean_std(averages),
+        }
+    return out
+
+
+def table(summary: dict, tasks: dict[str, TaskBudget], seeds) -> str:
+    def cell(m, s):
+        return f"{m:.3f} ± {s:.3f}" if len(seeds) > 1 else f"{m:.3f}"
+
+    head = ["model", *(t.label for t in tasks.values()), "average"]
+    lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+    for name, row in summary.items():
+        cells = [cell(*row["mean_std"][t]) for t in tasks] + [cell(*row["average"])]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot(summary: dict, tasks: dict[str, TaskBudget], path: Path) -> None:
+    """Grouped bars: one group per task (and the average), one bar per model, std as error."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = [*(t.label for t in tasks.values()), "average"]
+    width = 0.8 / max(1, len(summary))
+    fig, ax = plt.subplots(figsize=(1.6 * len(groups) + 2, 4))
+    for i, (name, row) in enumerate(summary.items()):
+        ms = [row["mean_std"][t] for t in tasks] + [row["average"]]
+        xs = [g + (i - (len(summary) - 1) / 2) * width for g in range(len(groups))]
+        ax.bar(xs, [m for m, _ in ms], width, yerr=[s for _, s in ms], capsize=3, label=name)
+    ax.set_xticks(range(len(groups)), groups)
+    ax.set_ylabel("test metric (mean over seeds)")
+    ax.axhline(0, color="black", linewidth=0.5)
+    ax.legend()
+    ax.grid(axis="y", alpha=0.3)
+    save_figure(fig, path)
+    plt.close(fig)
+
+
+def downstream(
+    specs: list[str],
+    task_names: list[str],
+    data_dir: str,
+    seeds: int = 3,
+    budget: str = "cpu",
+    out: str = "outputs/downstream",
+    random: bool = True,
+) -> dict:
+    """Runs the cells not yet finished, then writes the table, JSON and chart into `out`."""
+    out_dir, data = Path(out), Path(data_dir)
+    common, budgets = load_budget(budget)
+    unknown = [t for t in task_names if t not in budgets]
+    if unknown:
+        raise UserError(
+            f"--tasks {','.join(unknown)}: not in budget {budget} ({', '.join(budgets)})"
+        )
+    tasks = {t: budgets[t] for t in task_names}
+    for t in tasks.values():
+        if not (data / t.folder).is_dir():
+            raise MissingFileError(
+                f"--data-dir {data}: no folder {t.folder}/ (the {t.dataset} files)"
+            )
+    if seeds < 1:
+        raise UserError(f"--seeds {seeds}; expected at least 1")
+    models = pretrained_models(specs, out_dir, random)
+    seed_list = list(range(1, seeds + 1))
+    cells = [(m, t, s) for m in models for t in tasks for s in seed_list]
+    scores, spent = {}, {}
+    for i, (m, t, s) in enumerate(cells, 1):
+        folder = out_dir / "cells" / m.name / t / f"seed{s}"
+        done = folder / "results.json"
+        if done.is_file():
+            scores[m.name, t, s] = score(json.loads(done.read_text()), tasks[t].metric)
+            continue
+        start = time.perf_counter()
+        overrides = [*m.overrides, *cell_overrides(common, tasks[t], data, s, folder)]
+        scores[m.name, t, s] = value = score(run_cell(overrides, folder), tasks[t].metric)
+        spent.setdefault(t, []).append(time.perf_counter() - start)
+        left = sum(
+            statistics.fmean(spent.get(t2) or [x for v in spent.values() for x in v])
+            for m2, t2, s2 in cells[i:]
+            if not (out_dir / "cells" / m2.name / t2 / f"seed{s2}" / "results.json").is_file()
+        )
+        print(
+            f"[{i}/{len(cells)}] {m.name} {t} seed {s}: {tasks[t].metric} {value:.4f} "
+            f"({spent[t][-1]:.0f} s; eta {_eta(left)})",
+            flush=True,
+        )
+    summary = summarise(models, tasks, seed_list, scores)
+    report = {
+        "budget": budget,
+        "seeds": seed_list,
+        "tasks": {k: asdict(v) for k, v in tasks.items()},
+        "models": summary,
+    }
+    text = table(summary, tasks, seed_list)
+    write_json(report, out_dir / "downstream.json")
+    write_text(out_dir / "downstream.md", text + "\n")
+    plot(summary, tasks, out_dir / "downstream.png")
+    print(text)
+    return report

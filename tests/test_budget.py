@@ -1,0 +1,94 @@
+"""A run on a time budget (`trainer.max_time`, `trainer.max_steps=-1`): the learning rate decays
+with the time spent, reaches its end when the time does, and a resumed run keeps the clock.
+A fake clock that moves one second per training batch makes the times exact."""
+
+import csv
+from types import SimpleNamespace
+
+import lightning as L
+import pytest
+import torch
+from lightning.pytorch.callbacks import timer as lightning_timer
+
+from bert_lightning.config import compose
+from bert_lightning.training.optim import budget_linear_decay
+from bert_lightning.training.pretrain import train
+from conftest import tiny_overrides, write_corpus
+
+CLOCK = SimpleNamespace(now=0.0)
+LR = 1e-3
+
+
+class Tick(L.Callback):
+    """Each training batch takes exactly one second of the fake clock."""
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        CLOCK.now += 1.0
+
+
+@pytest.fixture
+def fake_clock(monkeypatch):
+    monkeypatch.setattr(lightning_timer, "time", SimpleNamespace(monotonic=lambda: CLOCK.now))
+
+
+def run(out_dir, *extra):
+    write_corpus(out_dir / "corpus.jsonl", 60)
+    overrides = tiny_overrides(
+        out_dir,
+        "trainer.max_steps=-1",
+        "trainer.max_time=00:00:00:10",
+        "trainer.val_check_interval=4",
+        "callbacks.model_checkpoint.every_n_train_steps=4",
+        f"optim.lr={LR}",
+        "optim.warmup_steps=2",
+        "+callbacks.tick._target_=test_budget.Tick",
+        *extra,
+    )
+    train(compose(overrides=overrides))
+
+
+def rates(out_dir) -> list[float]:
+    with open(out_dir / "metrics.csv") as f:
+        return [float(r["lr-AdamW/pg1"]) for r in csv.DictReader(f) if r.get("lr-AdamW/pg1")]
+
+
+def test_the_rate_decays_with_the_time_spent_and_ends_with_the_budget(tmp_path, fake_clock):
+    """10 s at 1 s a step: 10 steps; after the 2-step warmup step s trains at lr (1 - s/10),
+    so the last step's rate is a tenth of the peak and the next would be 0."""
+    run(tmp_path)
+    lrs = rates(tmp_path)
+    assert len(lrs) == 10
+    assert lrs[:2] == pytest.approx([LR / 2, LR * 0.9])  # warmup (step 1 already at 1 - 1/10)
+    assert lrs[2:] == pytest.approx([LR * (1 - s / 10) for s in range(2, 10)])
+    last = torch.load(tmp_path / "checkpoints/last.ckpt", weights_only=True)
+    assert last["global_step"] == 10
+
+
+def test_a_resumed_run_spends_what_is_left_of_its_budget(tmp_path, fake_clock):
+    """Killed at step 4 of 10, resumed: the checkpoint's clock says 4 s were spent, so the run
+    takes 6 more steps at the rates of the run never killed, to the same weights."""
+    run(tmp_path / "whole")
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        run(
+            tmp_path / "killed",
+            "+callbacks.crash._target_=test_resume.CrashAt",
+            "+callbacks.crash.step=4",
+        )
+    last = tmp_path / "killed/checkpoints/last.ckpt"
+    run(tmp_path / "resumed", f"ckpt_path={last}")
+    assert rates(tmp_path / "resumed") == rates(tmp_path / "whole")[4:]
+    whole = torch.load(tmp_path / "whole/checkpoints/last.ckpt", weights_only=True)
+    resumed = torch.load(tmp_path / "resumed/checkpoints/last.ckpt", weights_only=True)
+    assert resumed["global_step"] == whole["global_step"] == 10
+    for name, tensor in whole["state_dict"].items():
+        assert torch.equal(tensor, resumed["state_dict"][name]), name
+
+
+def test_warmup_as_a_share_of_the_budget():
+    spent = SimpleNamespace(p=0.0)
+    factor = budget_linear_decay(lambda: spent.p, None, 0.2)
+    got = []
+    for p in (0.0, 0.1, 0.2, 0.6, 1.0, 1.5):
+        spent.p = p
+        got.append(factor(0))
+    assert got == pytest.approx([0.0, 0.5, 1.0, 0.5, 0.0, 0.0])

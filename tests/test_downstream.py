@@ -1,0 +1,159 @@
+"""`bert-lightning downstream`: cells as fine-tuning run folders, the random row, the table,
+JSON and chart, and a half-done suite continued without re-running its finished cells."""
+
+import json
+import statistics
+
+import pytest
+import yaml
+from tokenizers import Tokenizer
+
+from bert_lightning.cli import main
+from bert_lightning.experiments.downstream import load_budget
+from finetune_fixtures import write_dataset, write_hf_folder, write_our_ckpt, write_tokenizer
+
+TINY_TASK = {
+    "rows": 40,
+    "validation_rows": 8,
+    "test_rows": None,
+    "epochs": 1,
+    "lr": 1e-3,
+    "max_seq_length": 32,
+    "batch_size": 8,
+}
+
+
+def tiny_budget(path, base="cpu"):
+    """A budget of conf/downstream/ with every task cut to a few steps, on the CPU."""
+    common, tasks = load_budget(base)
+    common = [o.replace("accelerator=gpu", "accelerator=cpu") for o in common]
+    raw = {"overrides": common, "tasks": {}}
+    for name, t in tasks.items():
+        raw["tasks"][name] = {**t.__dict__, **TINY_TASK, "overrides": list(t.overrides)}
+    raw["tasks"]["home_depot"]["test_rows"] = 9
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+@pytest.fixture
+def suite(tmp_path):
+    tok = write_tokenizer(tmp_path / "tokenizer.json")
+    write_our_ckpt(tmp_path / "ours.ckpt", tok)
+    write_hf_folder(tmp_path / "hf_bert", tok)
+    for name, folder in (
+        ("sst2", "glue_sst2"),
+        ("cola", "glue_cola"),
+        ("wnut17", "wnut17"),
+        ("home_depot", "home_depot"),
+    ):
+        write_dataset(tmp_path / "data" / folder, name)
+    return tmp_path
+
+
+def run(tmp, *args, base="cpu"):
+    main(
+        [
+            "downstream",
+            f"ours={tmp / 'ours.ckpt'}",
+            str(tmp / "hf_bert"),
+            "--data-dir",
+            str(tmp / "data"),
+            "--budget",
+            str(tiny_budget(tmp / "tiny.yaml", base)),
+            "--out",
+            str(tmp / "suite"),
+            *args,
+        ]
+    )
+
+
+@pytest.mark.slow
+def test_every_model_on_every_task_beside_random_weights(suite, capsys):
+    run(suite, "--seeds", "2", "--tasks", "sst2,wnut17,home_depot,cola")
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("[")]
+    assert len(lines) == 3 * 4 * 2 and lines[0].startswith("[1/24] ours sst2 seed 1: acc ")
+    assert "eta" in lines[0] and lines[-1].startswith("[24/24] random cola seed 2: mcc ")
+    report = json.loads((suite / "suite/downstream.json").read_text())
+    # the same shape and tokenizer: one random row, from random weights of that shape
+    assert list(report["models"]) == ["ours", "hf_bert", "random"]
+    cell = suite / "suite/cells/random/sst2/seed2"
+    results = json.loads((cell / "results.json").read_text())
+    assert results["pretrained"] is None and (cell / "train.log").is_file()
+    cfg = yaml.safe_load((cell / "config_resolved.yaml").read_text())
+    assert cfg["model"]["hidden_size"] == 32 and cfg["seed"] == 2
+    assert cfg["task"]["subsample"]["train"] == 40
+    ours = report["models"]["ours"]
+    values = [ours["cells"][t][s] for t in ("sst2", "wnut17", "home_depot", "cola") for s in "12"]
+    seed1 = json.loads((suite / "suite/cells/ours/sst2/seed1/results.json").read_text())
+    assert ours["cells"]["sst2"]["1"] == seed1["test"]["test/acc"]
+    mean, std = ours["mean_std"]["sst2"]
+    assert mean == pytest.approx(statistics.fmean(values[:2]))
+    assert std == pytest.approx(statistics.stdev(values[:2]))
+    per_seed = [statistics.fmean(values[i::2]) for i in range(2)]
+    assert ours["average"] == pytest.approx(
+        [statistics.fmean(per_seed), statistics.stdev(per_seed)]
+    )
+    md = (suite / "suite/downstream.md").read_text().splitlines()
+    assert md[0] == "| model | SST-2 acc | WNUT-17 F1 | Home Depot Spearman | CoLA MCC | average |"
+    assert md[2].startswith(f"| ours | {mean:.3f} ± {std:.3f} |")
+    assert (suite / "suite/downstream.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.slow
+def test_a_half_done_suite_runs_only_its_unfinished_cells(suite, capsys):
+    run(suite, "--seeds", "1", "--tasks", "sst2", "--no-random")
+    capsys.readouterr()
+    finished = suite / "suite/cells/ours/sst2/seed1/results.json"
+    before = finished.read_text()
+    (suite / "suite/cells/hf_bert/sst2/seed1/results.json").unlink()  # stopped mid-cell
+    run(suite, "--seeds", "1", "--tasks", "sst2", "--no-random")
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("[")]
+    assert [ln.split(":")[0] for ln in lines] == ["[2/2] hf_bert sst2 seed 1"]
+    assert finished.read_text() == before
+    assert list(json.loads((suite / "suite/downstream.json").read_text())["models"]) == [
+        "ours",
+        "hf_bert",
+    ]
+
+
+@pytest.mark.slow
+def test_the_gpu_budget_steps_its_cells(suite, capsys):
+    """conf/downstream/gpu.yaml's cells (bf16-mixed) on the CPU, a few steps each."""
+    run(suite, "--seeds", "1", "--no-random", base="gpu")
+    report = json.loads((suite / "suite/downstream.json").read_text())
+    assert list(report["tasks"]) == ["sst2", "cola", "wnut17", "home_depot"]
+    cfg = yaml.safe_load((suite / "suite/cells/ours/cola/seed1/config_resolved.yaml").read_text())
+    assert cfg["trainer"]["precision"] == "bf16-mixed"
+    assert all(ln.startswith("[") for ln in capsys.readouterr().out.splitlines()[:8])
+
+
+def test_mistakes_are_one_line(suite, capsys):
+    for args, message in (
+        (["--tasks", "sst2,mnli"], "--tasks mnli: not in budget"),
+        (["--seeds", "0"], "--seeds 0; expected at least 1"),
+    ):
+        with pytest.raises(SystemExit) as e:
+            run(suite, *args)
+        assert e.value.code == 2 and message in capsys.readouterr().err
+    (suite / "data/wnut17/wnut17train.conll").unlink()
+    (suite / "data/wnut17/emerging.dev.conll").unlink()
+    (suite / "data/wnut17").rmdir()
+    with pytest.raises(SystemExit):
+        run(suite, "--tasks", "wnut17")
+    err = capsys.readouterr().err
+    assert err.startswith("error: --data-dir ") and "no folder wnut17/" in err
+    assert not (suite / "suite").exists()  # nothing ran, nothing written
+
+
+def test_the_random_row_has_the_shape_of_the_model(suite):
+    """One random row per shape: two models of other shapes get one each, named after them."""
+    from bert_lightning.experiments.downstream import pretrained_models
+
+    tok = write_tokenizer(suite / "tokenizer.json")
+    write_hf_folder(suite / "deeper", tok, layers=3)
+    models = pretrained_models([str(suite / "hf_bert"), str(suite / "deeper")], suite / "o", True)
+    assert [m.name for m in models] == ["hf_bert", "deeper", "random-hf_bert", "random-deeper"]
+    assert "model.num_hidden_layers=3" in models[3].overrides
+    assert "model.num_hidden_layers=2" in models[2].overrides
+    saved = [p for p in models[2].overrides if p.startswith("tokenizer=")][0].split("=", 1)[1]
+    assert Tokenizer.from_file(saved).get_vocab() == tok.get_vocab()
