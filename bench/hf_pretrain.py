@@ -79,6 +79,8 @@ def main(out: Path, overrides: list[str]) -> dict:
     config = instantiate(
         cfg.model, "model", vocab_size=tok.get_vocab_size(), pad_token_id=special_ids(tok)["[PAD]"]
     )
+    if config.pre_layer_norm:
+        sys.exit("model.pre_layer_norm=true: transformers' BERT has post-LN blocks only")
     hf_cfg = transformers.BertConfig(**asdict(config), attn_implementation="sdpa")
     model = transformers.BertForMaskedLM(hf_cfg).train()
     loader = DataLoader(
@@ -111,7 +113,7 @@ def main(out: Path, overrides: list[str]) -> dict:
             steps += 1
             tokens += int(batch["attention_mask"].sum())
             if steps % 100 == 0:
-                print(f"step {steps} loss {float(loss):.3f} spent {spent():.1%}", flush=True)
+                print(f"step {steps} loss {loss.item():.3f} spent {spent():.1%}", flush=True)
             if spent() >= 1.0:
                 break
     elapsed = time.perf_counter() - start

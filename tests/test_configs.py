@@ -11,10 +11,13 @@ from bert_lightning.model import BertConfig
 
 FINETUNE_EXPERIMENTS = {"brackets_grammar", "home_depot_minilm"}  # of finetune.py, not train.py
 FINETUNE_GROUPS = ("task", "dataset")  # groups of finetune.py only
+NOT_GROUPS = ("downstream",)  # `bert-lightning downstream --budget` files (test_downstream.py)
 GROUP_OPTIONS = [
     (group.name, option.stem)
     for group in sorted(
-        p for p in CONFIG_DIR.iterdir() if p.is_dir() and p.name not in FINETUNE_GROUPS
+        p
+        for p in CONFIG_DIR.iterdir()
+        if p.is_dir() and p.name not in (*FINETUNE_GROUPS, *NOT_GROUPS)
     )
     for option in sorted(group.glob("*.yaml"))
     if option.stem not in FINETUNE_EXPERIMENTS and not option.stem.startswith("_")

@@ -64,7 +64,7 @@ def budget_linear_decay(
     decay to 0 at the budget's end."""
     if warmup_steps is not None and warmup_ratio is not None:
         warmup_length(0, warmup_steps, warmup_ratio)  # the one error for both set
-    spent_in_warmup = warmup_ratio or 0.0
+    decay_share = max(1e-9, 1.0 - (warmup_ratio or 0.0))  # of the budget
 
     def factor(step: int) -> float:
         p = min(1.0, progress())
@@ -72,7 +72,7 @@ def budget_linear_decay(
             warm = (step + 1) / warmup_steps
         else:
             warm = p / warmup_ratio if warmup_ratio else 1.0
-        return max(0.0, min(1.0, warm, (1.0 - p) / (1.0 - spent_in_warmup)))
+        return max(0.0, min(1.0, warm, (1.0 - p) / decay_share))
 
     return factor
 
