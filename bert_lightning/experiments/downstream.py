@@ -28,7 +28,7 @@ from bert_lightning.config import CONFIG_DIR, compose
 from bert_lightning.data.tokenizer import save_tokenizer
 from bert_lightning.errors import MissingFileError, UserError
 from bert_lightning.fields import from_dict
-from bert_lightning.training.callbacks import save_figure
+from bert_lightning.training.callbacks import eta_text, save_figure
 from bert_lightning.training.finetune import finetune
 
 # BertConfig fields that do not shape a model (the random row keeps the rest)
@@ -175,12 +175,6 @@ def score(results: dict, metric: str) -> float:
     return 0.0 if math.isnan(value) else value
 
 
-def _eta(seconds: float) -> str:
-    m, s = divmod(int(seconds), 60)
-    h, m = divmod(m, 60)
-    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
-
-
 def mean_std(values: list[float]) -> tuple[float, float]:
     return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
 
@@ -281,7 +275,7 @@ def downstream(
         )
         print(
             f"[{i}/{len(cells)}] {m.name} {t} seed {s}: {tasks[t].metric} {value:.4f} "
-            f"({spent[t][-1]:.0f} s; eta {_eta(left)})",
+            f"({spent[t][-1]:.0f} s; eta {eta_text(left)})",
             flush=True,
         )
     summary = summarise(models, tasks, seed_list, scores)

@@ -100,7 +100,8 @@ def _fmt(v) -> str:
     return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
 
 
-def _eta(seconds: float) -> str:
+def eta_text(seconds: float) -> str:
+    """`1h05m` or `4m09s`: a progress line's time left."""
     m, s = divmod(int(seconds), 60)
     h, m = divmod(m, 60)
     return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
@@ -183,9 +184,9 @@ class StepProgressBar(ProgressBar):
         line += [f"{k} {v}" for k, v in shown.items()]
         timer = budget_timer(trainer)
         if timer is not None:  # a run on a time budget ends when its time does
-            line.append(f"eta {_eta(max(0.0, timer.time_remaining()))}")
+            line.append(f"eta {eta_text(max(0.0, timer.time_remaining()))}")
         elif total and rate > 0:
-            line.append(f"eta {_eta((total - step) / rate)}")
+            line.append(f"eta {eta_text((total - step) / rate)}")
         print(" ".join(line), flush=True)
 
     def on_validation_end(self, trainer, pl_module):
