@@ -161,6 +161,10 @@ def cell_log(path: Path) -> Iterator[None]:
             h.setLevel(level)
 
 
+def cell_folder(out: Path, model: Model, task: str, seed: int) -> Path:
+    return out / "cells" / model.name / task / f"seed{seed}"
+
+
 def run_cell(overrides: list[str], folder: Path) -> dict:
     """One fine-tuning run into `folder`; a half-done one (no results.json) starts over."""
     if folder.exists():
@@ -259,7 +263,7 @@ def downstream(
     cells = [(m, t, s) for m in models for t in tasks for s in seed_list]
     scores, spent = {}, {}
     for i, (m, t, s) in enumerate(cells, 1):
-        folder = out_dir / "cells" / m.name / t / f"seed{s}"
+        folder = cell_folder(out_dir, m, t, s)
         done = folder / "results.json"
         if done.is_file():
             scores[m.name, t, s] = score(json.loads(done.read_text()), tasks[t].metric)
@@ -271,7 +275,7 @@ def downstream(
         left = sum(
             statistics.fmean(spent.get(t2) or [x for v in spent.values() for x in v])
             for m2, t2, s2 in cells[i:]
-            if not (out_dir / "cells" / m2.name / t2 / f"seed{s2}" / "results.json").is_file()
+            if not (cell_folder(out_dir, m2, t2, s2) / "results.json").is_file()
         )
         print(
             f"[{i}/{len(cells)}] {m.name} {t} seed {s}: {tasks[t].metric} {value:.4f} "
