@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Every GPU check in one go (at most ~8 minutes) on a machine with a GPU and no network:
+# Every GPU check in one go (at most ~10 minutes) on a machine with a GPU and no network:
 #   bash bench/gpu_check.sh [WHEELS] [OUT]
 # WHEELS (default .whl): the wheels the GPU image lacks (hydra-core, omegaconf, antlr4,
 # datasets, torchdata, pysbd, ...), downloaded beforehand on a machine with a registry by
 # `bash ../shared/gpu/fetch_wheels.sh .whl` or `pip download` of the same list. OUT (default
 # $OUT, else gpu_check_out): JSON per check, logs, and summary.md, the table printed at the end.
-# Order: the step bench first (the headline figures), then the loop overhead, then a short real
+# Order: the step bench first (the headline figures), then padded batches (unpadded encoder
+# vs padded path vs transformers), then the loop overhead, then a short real
 # run of train.py on the GPU preset. Each part has its own time limit; a part that fails or
 # runs out of time leaves a blank row, the others still run.
 set -uo pipefail
@@ -35,6 +36,8 @@ step() {  # name, limit in seconds, command...
 bench="bench/train_step.py --device cuda --batch-size 256 --seq-len 128 --sizes bert_base bert_large"
 step step_eager 150 $py $bench --json "$out/step_eager.json"
 step step_compiled 180 $py $bench --compile --json "$out/step_compiled.json"
+step padded_step 120 $py bench/padded_step.py --device cuda --steps 20 --warmup 3 \
+  --json "$out/padded_step.json"
 step fit_overhead 100 $py bench/fit_overhead.py --steps 60 --ckpt-every 20 \
   --json "$out/fit_overhead.json" model=bert_base trainer=gpu data.batch_size=256 \
   data.num_workers=4

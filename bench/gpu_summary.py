@@ -29,6 +29,18 @@ def step_rows(out: Path) -> list[str]:
     return rows or ["| step bench | - | - |"]
 
 
+def padded_rows(out: Path) -> list[str]:
+    rows = []
+    for r in load(out / "padded_step.json") or []:
+        vs = f"; {r['vs_transformers']:.2f}x transformers" if r["vs_transformers"] else ""
+        rows.append(
+            f"| padded step {r['workload']}, {r['dtype']} ({r['padding']:.0%} padding) | "
+            f"unpadded {r['vs_padded']:.2f}x our padded path{vs} | "
+            f"{r['ours_tok_s']:,.0f} real tok/s |"
+        )
+    return rows or ["| padded step bench | - | - |"]
+
+
 def fit_row(out: Path) -> str:
     f = load(out / "fit_overhead.json")
     if not f:
@@ -58,7 +70,7 @@ def main(out: Path) -> None:
     gpu = (out / "gpu.txt").read_text().strip() if (out / "gpu.txt").is_file() else "?"
     print(f"GPU: {gpu}\n")
     print("| check | figure | against |\n|---|---|---|")
-    for row in [*step_rows(out), fit_row(out), train_row(out)]:
+    for row in [*step_rows(out), *padded_rows(out), fit_row(out), train_row(out)]:
         print(row)
 
 

@@ -155,3 +155,15 @@ def test_pretraining_flops_match_torch_flop_counter():
     assert R < B * T
     assert pretraining_flops(c, B, T, P, R, backward=False) == forward
     assert pretraining_flops(c, B, T, P, R) == counter.get_total_flops()
+
+    # padded: the dense layers run on the real tokens alone (the unpadded encoder)
+    mask = torch.ones(B, T, dtype=torch.long)
+    mask[0, 9:], mask[2, 5:] = 0, 0
+    labels = torch.where(mask.bool(), labels, -100)
+    with FlopCounterMode(display=False) as counter:
+        out = model(
+            ids, attention_mask=mask, labels=labels, next_sentence_label=torch.zeros(3).long()
+        )
+        out.loss.backward()
+    P, R = int((labels != -100).sum()), query_rows(labels != -100)[0].numel()
+    assert pretraining_flops(c, B, T, P, R, tokens=int(mask.sum())) == counter.get_total_flops()

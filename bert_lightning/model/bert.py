@@ -57,6 +57,35 @@ ACT2FN = {
 }
 
 
+@dataclass
+class Unpadded:
+    """Where the real tokens of a padded (B, T) batch sit in it. The encoder runs its Linears,
+    LayerNorms, activations and dropout on those (N, H) tokens alone, so a padded batch pays
+    for its padding only inside the attention product, laid out padded for it."""
+
+    index: torch.Tensor  # (N,) the real tokens' positions in the flattened (B * T) batch
+    B: int
+    T: int
+
+    @classmethod
+    def of(cls, attention_mask: torch.Tensor) -> Unpadded:
+        B, T = attention_mask.shape
+        return cls(attention_mask.flatten().nonzero().squeeze(1), B, T)
+
+    def unpad(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, ...) -> (N, ...)
+        return x.flatten(0, 1).index_select(0, self.index)
+
+    def pad(self, x: torch.Tensor) -> torch.Tensor:  # (N, ...) -> (B, T, ...), zeros at pads
+        out = x.new_zeros(self.B * self.T, *x.shape[1:]).index_copy(0, self.index, x)
+        return out.unflatten(0, (self.B, self.T))
+
+    def slots(self, rows: torch.Tensor) -> torch.Tensor:
+        """(B, R) positions of real tokens -> (B, R) their rows in the (N, ...) tensor."""
+        slot = torch.zeros(self.B * self.T, dtype=torch.long, device=rows.device)
+        slot[self.index] = torch.arange(self.index.numel(), device=rows.device)
+        return slot.view(self.B, self.T).gather(1, rows)  # (B, R)
+
+
 class BertEmbeddings(nn.Module):
     def __init__(self, config: BertConfig):
         super().__init__()
@@ -68,7 +97,8 @@ class BertEmbeddings(nn.Module):
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
-    def forward(self, input_ids, token_type_ids=None):
+    def forward(self, input_ids, token_type_ids=None, unpadded: Unpadded | None = None):
+        """(B, T, H), or (N, H) the real tokens alone with `unpadded`."""
         T = input_ids.size(1)
         if self.position_embeddings.num_embeddings < T:
             raise UserError(
@@ -81,6 +111,8 @@ class BertEmbeddings(nn.Module):
             x = x + self.token_type_embeddings.weight[0]
         else:
             x = x + self.token_type_embeddings(token_type_ids)
+        if unpadded is not None:
+            x = unpadded.unpad(x)  # (N, H)
         return self.dropout(self.LayerNorm(x))
 
 
@@ -93,20 +125,21 @@ class BertSelfAttention(nn.Module):
         self.value = nn.Linear(config.hidden_size, config.hidden_size)
         self.dropout_p = config.attention_probs_dropout_prob
 
-    def forward(self, x, attn_mask=None, x_q=None):
+    def forward(self, x, attn_mask=None, x_q=None, unpadded: Unpadded | None = None):
         """`x_q` (B, R, H): the rows that query, default all of `x`; keys and values always
-        come from every token of `x`."""
-        B, T, H = x.shape
-        nh = self.num_heads
-        x_q = x if x_q is None else x_q
-        R = x_q.size(1)
-        q = self.query(x_q).view(B, R, nh, H // nh).transpose(1, 2)  # (B, nh, R, hs)
-        k = self.key(x).view(B, T, nh, H // nh).transpose(1, 2)  # (B, nh, T, hs)
-        v = self.value(x).view(B, T, nh, H // nh).transpose(1, 2)  # (B, nh, T, hs)
+        come from every token of `x`. With `unpadded`, `x` is (N, H), the real tokens alone:
+        they are laid out padded for the attention product only."""
+        H, nh = x.size(-1), self.num_heads
+        pad = (lambda t: t) if unpadded is None else unpadded.pad
+        k = pad(self.key(x)).unflatten(-1, (nh, H // nh)).transpose(1, 2)  # (B, nh, T, hs)
+        v = pad(self.value(x)).unflatten(-1, (nh, H // nh)).transpose(1, 2)  # (B, nh, T, hs)
+        q = pad(self.query(x)) if x_q is None else self.query(x_q)  # (B, R, H)
+        q = q.unflatten(-1, (nh, H // nh)).transpose(1, 2)  # (B, nh, R, hs)
         y = F.scaled_dot_product_attention(
             q, k, v, attn_mask=attn_mask, dropout_p=self.dropout_p if self.training else 0.0
         )  # (B, nh, R, hs)
-        return y.transpose(1, 2).reshape(B, R, H)  # (B, R, H)
+        y = y.transpose(1, 2).flatten(2)  # (B, R, H)
+        return y if unpadded is None or x_q is not None else unpadded.unpad(y)  # or (N, H)
 
 
 class BertSelfOutput(nn.Module):
@@ -145,7 +178,8 @@ class BertOutput(nn.Module):
 class BertLayer(nn.Module):
     """One block. Post-LN (BERT): x = LN(x + f(x)). Pre-LN: x = x + f(LN(x)), reusing the same
     LayerNorm modules so that parameter names stay those of HF BERT. With `rows` (B, R)
-    positions, only those rows are computed (queries, FFN), attending to every token."""
+    positions, only those rows are computed (queries, FFN), attending to every token. With
+    `unpadded`, `x` is (N, H), the real tokens alone, and `rows` index it."""
 
     def __init__(self, config: BertConfig):
         super().__init__()
@@ -154,19 +188,24 @@ class BertLayer(nn.Module):
         self.intermediate = BertIntermediate(config)
         self.output = BertOutput(config)
 
-    def forward(self, x, attn_mask=None, rows=None):
+    def forward(self, x, attn_mask=None, rows=None, unpadded: Unpadded | None = None):
         att_out, ffn_out = self.attention.output, self.output
 
-        def select(t):  # (B, T, H) -> (B, R, H)
-            return t if rows is None else t.gather(1, rows[..., None].expand(-1, -1, t.size(-1)))
+        def select(t):  # (B, T, H) or (N, H) -> (B, R, H)
+            if rows is None:
+                return t
+            if unpadded is not None:
+                return t[rows]
+            return t.gather(1, rows[..., None].expand(-1, -1, t.size(-1)))
 
         if self.pre_ln:
             ln = att_out.LayerNorm(x)
-            h = self.attention.self(ln, attn_mask, None if rows is None else select(ln))
+            h = self.attention.self(ln, attn_mask, None if rows is None else select(ln), unpadded)
             x = select(x) + att_out.dropout(att_out.dense(h))
             h = self.intermediate(ffn_out.LayerNorm(x))
             return x + ffn_out.dropout(ffn_out.dense(h))
-        h = self.attention.self(x, attn_mask, None if rows is None else select(x))  # (B, R, H)
+        q = None if rows is None else select(x)
+        h = self.attention.self(x, attn_mask, q, unpadded)  # (B, R, H) or (N, H)
         x = att_out.LayerNorm(select(x) + att_out.dropout(att_out.dense(h)))
         h = self.intermediate(x)  # (B, T, I)
         return ffn_out.LayerNorm(x + ffn_out.dropout(ffn_out.dense(h)))
@@ -183,21 +222,35 @@ class BertEncoder(nn.Module):
             else None
         )
 
-    def forward(self, x, attn_mask=None, output_hidden_states=False, last_rows=None):
-        """`last_rows` (B, R): the last layer computes only these positions."""
-        hidden_states = [x] if output_hidden_states else None
+    def forward(
+        self,
+        x,
+        attn_mask=None,
+        output_hidden_states=False,
+        last_rows=None,
+        unpadded: Unpadded | None = None,
+    ):
+        """`last_rows` (B, R): the last layer computes only these positions. With `unpadded`,
+        `x` is (N, H), the real tokens alone; what is returned is laid out padded again (pad
+        positions zero), or (B, R, H) for `last_rows`."""
+
+        def padded(t):  # (N, H) -> (B, T, H); (B, T, H) or the last rows' (B, R, H) as they are
+            return unpadded.pad(t) if unpadded is not None and t.dim() == 2 else t
+
+        hidden_states = [padded(x)] if output_hidden_states else None
         for i, layer in enumerate(self.layer):
             if i == len(self.layer) - 1 and last_rows is not None:
-                x = layer(x, query_mask(attn_mask, last_rows), last_rows)
+                rows = last_rows if unpadded is None else unpadded.slots(last_rows)
+                x = layer(x, query_mask(attn_mask, last_rows), rows, unpadded)  # (B, R, H)
             else:
-                x = layer(x, attn_mask)
+                x = layer(x, attn_mask, unpadded=unpadded)
             if output_hidden_states:
-                hidden_states.append(x)
+                hidden_states.append(padded(x))
         if self.LayerNorm is not None:
             x = self.LayerNorm(x)
             if output_hidden_states:
-                hidden_states[-1] = x
-        return x, hidden_states
+                hidden_states[-1] = padded(x)
+        return padded(x), hidden_states
 
 
 def query_mask(attn_mask: torch.Tensor | None, rows: torch.Tensor) -> torch.Tensor | None:
@@ -256,6 +309,9 @@ class BertModel(nn.Module):
         self.embeddings = BertEmbeddings(config)
         self.encoder = BertEncoder(config)
         self.pooler = BertPooler(config) if add_pooling_layer else None
+        # run the encoder on the real tokens alone when a batch has padding (Unpadded); a
+        # runtime choice, not a property of the weights, so not in BertConfig
+        self.unpad = True
         init_weights(self, config.initializer_range)
 
     def forward(
@@ -268,13 +324,16 @@ class BertModel(nn.Module):
     ) -> EncoderOutput:
         """`last_rows` (B, R) positions, first column 0 ([CLS], for the pooler): the last layer
         runs on those only and `last_hidden_state` is (B, R, H)."""
-        x = self.embeddings(input_ids, token_type_ids)  # (B, T, H)
+        unpadded = None
+        if self.unpad and attention_mask is not None and not bool(attention_mask.all()):
+            unpadded = Unpadded.of(attention_mask)
+        x = self.embeddings(input_ids, token_type_ids, unpadded)  # (B, T, H) or (N, H)
         mask = extended_attention_mask(attention_mask)  # (B, 1, 1, T) or None
         if self.config.is_decoder:
-            T = x.size(1)
+            T = input_ids.size(1)
             left = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()  # (T, T)
             mask = left if mask is None else mask & left  # (B, 1, T, T)
-        x, hidden_states = self.encoder(x, mask, output_hidden_states, last_rows)
+        x, hidden_states = self.encoder(x, mask, output_hidden_states, last_rows, unpadded)
         pooled = self.pooler(x) if self.pooler is not None else None
         return EncoderOutput(x, pooled, hidden_states)
 

@@ -44,8 +44,9 @@ class BertPretrainModule(EncoderModule):
         self.train_acc = MulticlassAccuracy(num_classes=V, average="micro", validate_args=False)
         self.val_acc = MulticlassAccuracy(num_classes=V, average="micro")
         self.val_ppl = Perplexity()
-        # NSP accuracy, with objective=mlm_nsp (data=c4_nsp); the loss is then MLM + NSP
-        self.train_nsp_acc, self.val_nsp_acc = BinaryAccuracy(validate_args=False), BinaryAccuracy()
+        if self.nsp:  # NSP accuracy (data=c4_nsp); the loss is then MLM + NSP
+            self.train_nsp_acc = BinaryAccuracy(validate_args=False)
+            self.val_nsp_acc = BinaryAccuracy()
 
     def forward(self, batch: dict):
         return self.model(
@@ -63,7 +64,11 @@ class BertPretrainModule(EncoderModule):
         picked = batch["labels"] != -100  # (B, T)
         keep = picked.clone()
         keep[:, 0] = True  # the last layer's rows: [CLS] and the picked (query_rows' B x R)
-        return pretraining_flops(self.model.config, B, T, picked.sum(), B * keep.sum(1).max())
+        mask = batch.get("attention_mask")  # the unpadded encoder runs on real tokens only
+        tokens = None if mask is None else mask.sum()
+        return pretraining_flops(
+            self.model.config, B, T, picked.sum(), B * keep.sum(1).max(), tokens=tokens
+        )
 
     def training_step(self, batch, batch_idx):
         out = self(batch)
@@ -72,7 +77,8 @@ class BertPretrainModule(EncoderModule):
         if out.mlm_labels.numel():
             self.train_acc(out.mlm_logits.detach(), out.mlm_labels)
             self.log("train/mlm_acc", self.train_acc, batch_size=B)
-        self._log_nsp("train", out, batch, self.train_nsp_acc)
+        if self.nsp:
+            self._log_nsp("train", out, batch, self.train_nsp_acc)
         return out.loss
 
     def validation_step(self, batch, batch_idx):
@@ -84,7 +90,8 @@ class BertPretrainModule(EncoderModule):
             self.val_ppl(out.mlm_logits[None].float(), out.mlm_labels[None])
             self.log("val/mlm_acc", self.val_acc, batch_size=B)
             self.log("val/ppl", self.val_ppl, batch_size=B)
-        self._log_nsp("val", out, batch, self.val_nsp_acc)
+        if self.nsp:
+            self._log_nsp("val", out, batch, self.val_nsp_acc)
 
     def _log_nsp(self, stage: str, out, batch: dict, acc: BinaryAccuracy) -> None:
         if out.nsp_loss is None:

@@ -1,0 +1,126 @@
+"""The unpadded encoder (`BertModel.unpad`, on by default): a padded batch runs its Linears,
+LayerNorms and dropout on the real tokens alone; every output a head reads, the losses and the
+gradients equal the padded path's."""
+
+import pytest
+import torch
+from test_model import TINY as MODEL_TINY
+
+from bert_lightning.model import BertConfig, BertForPreTraining, BertModel
+from bert_lightning.model.bert import Unpadded
+from bert_lightning.model.heads import (
+    BertBiEncoder,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+)
+
+TINY = dict(MODEL_TINY, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+
+
+def ragged_batch(B: int = 5, T: int = 19, seed: int = 0):
+    """Rows of lengths 3..T, one of them full: [CLS] tokens [SEP] then padding, two segments."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.tensor([T, 3, 11, 7, 16][:B])
+    mask = (torch.arange(T) < lengths[:, None]).long()  # (B, T)
+    ids = torch.randint(5, 97, (B, T), generator=g) * mask  # (B, T), 0 = [PAD]
+    types = ((torch.arange(T) >= lengths[:, None] // 2) & mask.bool()).long()  # (B, T)
+    return ids, types, mask
+
+
+def both(model, fn):
+    """fn(model) on the padded path, then on the unpadded one, from the same weights."""
+    results = []
+    for flag in (False, True):
+        for m in model.modules():
+            if isinstance(m, BertModel):
+                m.unpad = flag
+        torch.manual_seed(0)
+        results.append(fn(model))
+    return results
+
+
+def grads(model) -> dict:
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize(
+    ("pre_ln", "causal"), [(False, False), (True, False), (False, True), (True, True)]
+)
+def test_encoder_outputs_at_real_tokens_equal_the_padded_path(pre_ln, causal):
+    model = BertModel(BertConfig(**TINY, pre_layer_norm=pre_ln, is_decoder=causal)).eval()
+    ids, types, mask = ragged_batch()
+    padded, unpadded = both(model, lambda m: m(ids, types, mask, output_hidden_states=True))
+    real = mask.bool()
+    torch.testing.assert_close(
+        unpadded.last_hidden_state[real], padded.last_hidden_state[real], atol=1e-5, rtol=0
+    )
+    torch.testing.assert_close(unpadded.pooler_output, padded.pooler_output, atol=1e-5, rtol=0)
+    for a, b in zip(unpadded.hidden_states, padded.hidden_states, strict=True):
+        torch.testing.assert_close(a[real], b[real], atol=1e-5, rtol=0)
+    assert unpadded.last_hidden_state[~real].abs().max() == 0  # pads are not computed
+
+
+@pytest.mark.parametrize("pre_ln", [False, True])
+def test_pretraining_losses_logits_and_gradients_equal_the_padded_path(pre_ln):
+    """MLM (sparse head, last layer on the picked rows) and NSP, forward and backward (dropout
+    off: the two paths draw their masks over tensors of different shapes)."""
+    model = BertForPreTraining(BertConfig(**TINY, pre_layer_norm=pre_ln))
+    ids, types, mask = ragged_batch()
+    labels = torch.where((torch.rand(ids.shape) < 0.3) & mask.bool(), ids, -100)
+    nsp = torch.tensor([0, 1, 0, 1, 1])
+
+    def step(m):
+        m.zero_grad()
+        out = m(ids, types, mask, labels=labels, next_sentence_label=nsp)
+        out.loss.backward()
+        return out, grads(m)
+
+    (a, ga), (b, gb) = both(model, step)
+    for x, y in [(a.mlm_loss, b.mlm_loss), (a.nsp_loss, b.nsp_loss)]:
+        torch.testing.assert_close(y, x, atol=1e-5, rtol=0)
+    torch.testing.assert_close(b.mlm_logits, a.mlm_logits, atol=1e-5, rtol=0)
+    assert ga.keys() == gb.keys()
+    for n in ga:
+        torch.testing.assert_close(gb[n], ga[n], atol=1e-5, rtol=1e-4, msg=n)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda c: BertForSequenceClassification(c, 3, pooling="cls"),
+        lambda c: BertForSequenceClassification(c, 1, pooling="mean"),
+        lambda c: BertForTokenClassification(c, 5),
+        lambda c: BertBiEncoder(c),
+    ],
+    ids=["sequence-cls", "regression-mean", "token", "bi-encoder"],
+)
+def test_fine_tuning_heads_equal_the_padded_path(make):
+    model = make(BertConfig(**TINY))
+    ids, types, mask = ragged_batch()
+
+    def step(m):
+        m.zero_grad()
+        out = m(ids, types, mask)  # (B, ...) or (B, T, labels)
+        (out[mask.bool()] if out.dim() == 3 else out).float().pow(2).sum().backward()
+        return out, grads(m)
+
+    (a, ga), (b, gb) = both(model, step)
+    real = mask.bool()
+    torch.testing.assert_close(
+        b[real] if b.dim() == 3 else b, a[real] if a.dim() == 3 else a, atol=1e-5, rtol=0
+    )
+    for n in ga:
+        torch.testing.assert_close(gb[n], ga[n], atol=1e-5, rtol=1e-4, msg=n)
+
+
+def test_a_batch_without_padding_takes_the_padded_path(monkeypatch):
+    """No pad, nothing to remove: the gather and scatter would be pure cost."""
+    model = BertModel(BertConfig(**TINY)).eval()
+    ids, types, mask = ragged_batch()
+    calls, of = [], Unpadded.of
+    monkeypatch.setattr(Unpadded, "of", lambda m: calls.append(m) or of(m))
+    model(ids, types, torch.ones_like(mask))
+    model(ids, types)
+    assert calls == []
+    model(ids, types, mask)
+    assert len(calls) == 1
