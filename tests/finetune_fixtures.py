@@ -9,11 +9,13 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
+import yaml
 from omegaconf import OmegaConf
 from safetensors.torch import save_file
 
 from bert_lightning.config import compose
 from bert_lightning.data.tokenizer import save_tokenizer, train_wordpiece
+from bert_lightning.experiments.downstream import load_budget
 from bert_lightning.model import BertConfig, BertForPreTraining
 from bert_lightning.training.finetune_module import FinetuneModule
 
@@ -181,3 +183,26 @@ def relevance_ckpt(tmp_path, tok):
         path,
     )
     return path, module.model.eval()
+
+
+TINY_TASK = {
+    "rows": 40,
+    "validation_rows": 8,
+    "test_rows": None,
+    "epochs": 1,
+    "lr": 1e-3,
+    "max_seq_length": 32,
+    "batch_size": 8,
+}
+
+
+def tiny_budget(path, base="cpu"):
+    """A budget of conf/downstream/ with every task cut to a few steps, on the CPU."""
+    common, tasks = load_budget(base)
+    common = [o.replace("accelerator=gpu", "accelerator=cpu") for o in common]
+    raw = {"overrides": common, "tasks": {}}
+    for name, t in tasks.items():
+        raw["tasks"][name] = {**t.__dict__, **TINY_TASK, "overrides": list(t.overrides)}
+    raw["tasks"]["home_depot"]["test_rows"] = 9
+    path.write_text(yaml.safe_dump(raw))
+    return path

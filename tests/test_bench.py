@@ -68,3 +68,62 @@ def test_transformers_spends_the_same_budget_and_exports_a_folder_the_suite_read
     assert model.config.hidden_size == 32 and model.kind == "Hugging Face"
     trained = Tokenizer.from_file(str(tmp_path / "hf/tokenizer.json"))  # as train.py trains it
     assert model.tokenizer.get_vocab() == trained.get_vocab()
+
+
+@pytest.mark.slow
+def test_budget_curve_pretrains_each_budget_then_one_suite(tmp_path):
+    """bench/budget_curve.py on 3-second budgets: a run of ours and of `transformers` per budget,
+    one suite over them, the curve starting at the random row; a rerun redoes nothing."""
+    from conftest import tiny_overrides, write_corpus
+    from finetune_fixtures import tiny_budget, write_dataset
+
+    write_corpus(tmp_path / "corpus.jsonl", 40)
+    write_dataset(tmp_path / "data/glue_sst2", "sst2")
+    overrides = [o for o in tiny_overrides(tmp_path) if not o.startswith("paths.")]
+    args = [str(ROOT / "bench/budget_curve.py"), str(tmp_path / "curve"), "--minutes", "0.05"]
+    args += ["--tasks", "sst2", "--seeds", "2", "--data-dir", str(tmp_path / "data")]
+    args += ["--suite-budget", str(tiny_budget(tmp_path / "tiny.yaml")), *overrides]
+    out = bench(*args, cwd=tmp_path)
+    assert "pretraining ours_0.05min" in out and "pretraining transformers_0.05min" in out
+    curve = tmp_path / "curve"
+    assert (curve / "ours_0.05min/checkpoints/last.ckpt").is_file()
+    assert json.loads((curve / "transformers_0.05min/summary.json").read_text())["seconds"] >= 3
+    models = json.loads((curve / "downstream/downstream.json").read_text())["models"]
+    assert list(models) == ["ours_0.05min", "transformers_0.05min", "random"]
+    points = json.loads((curve / "curve.json").read_text())["curve"]
+    steps = {"transformers": json.loads((curve / "transformers_0.05min/summary.json").read_text())}
+    for t in ("ours", "transformers"):
+        assert points[t][0] == [0.0, 0, *models["random"]["average"]]
+        assert points[t][1][0] == 0.05 and points[t][1][2:] == models[f"{t}_0.05min"]["average"]
+        assert points[t][1][1] > 0
+    assert points["transformers"][1][1] == steps["transformers"]["steps"]
+    table = (curve / "curve.md").read_text()
+    assert table.splitlines()[2].startswith("| 0 (random weights) | ")
+    assert table.splitlines()[3].startswith("| 0.05 | ") and (curve / "curve.png").stat().st_size
+    again = bench(*args, cwd=tmp_path)  # finished runs and cells stay
+    assert "pretraining ours" not in again and "pretraining transformers" not in again
+    assert "seed" not in again
+
+
+@pytest.mark.slow
+def test_padded_step_bench_times_every_workload(tmp_path):
+    """bench/padded_step.py on tiny settings: every workload's row, padding counted, and the
+    control (packed blocks, no padding) at 0%."""
+    workloads = ["home_depot_cross", "home_depot_bi", "sst2", "nsp", "packed"]
+    args = ["--workloads", *workloads, "--steps", "1", "--warmup", "0", "--batches", "2"]
+    out = bench(
+        str(ROOT / "bench/padded_step.py"),
+        *args,
+        "--batch-size",
+        "4",
+        "--no-bf16",
+        "--json",
+        str(tmp_path / "padded.json"),
+        cwd=tmp_path,
+    )
+    rows = json.loads((tmp_path / "padded.json").read_text())
+    assert [r["workload"] for r in rows] == workloads and all(r["dtype"] == "fp32" for r in rows)
+    padding = {r["workload"]: r["padding"] for r in rows}
+    assert padding["packed"] == 0 and all(0 < padding[w] < 1 for w in workloads[:3])
+    assert all(r["vs_padded"] > 0 for r in rows) and rows[1]["vs_transformers"] is None
+    assert out.count("| home_depot_cross | fp32 |") == 1

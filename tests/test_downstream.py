@@ -9,30 +9,13 @@ import yaml
 from tokenizers import Tokenizer
 
 from bert_lightning.cli import main
-from bert_lightning.experiments.downstream import load_budget
-from finetune_fixtures import write_dataset, write_hf_folder, write_our_ckpt, write_tokenizer
-
-TINY_TASK = {
-    "rows": 40,
-    "validation_rows": 8,
-    "test_rows": None,
-    "epochs": 1,
-    "lr": 1e-3,
-    "max_seq_length": 32,
-    "batch_size": 8,
-}
-
-
-def tiny_budget(path, base="cpu"):
-    """A budget of conf/downstream/ with every task cut to a few steps, on the CPU."""
-    common, tasks = load_budget(base)
-    common = [o.replace("accelerator=gpu", "accelerator=cpu") for o in common]
-    raw = {"overrides": common, "tasks": {}}
-    for name, t in tasks.items():
-        raw["tasks"][name] = {**t.__dict__, **TINY_TASK, "overrides": list(t.overrides)}
-    raw["tasks"]["home_depot"]["test_rows"] = 9
-    path.write_text(yaml.safe_dump(raw))
-    return path
+from finetune_fixtures import (
+    tiny_budget,
+    write_dataset,
+    write_hf_folder,
+    write_our_ckpt,
+    write_tokenizer,
+)
 
 
 @pytest.fixture
