@@ -3,11 +3,13 @@ everything is written under a temporary name in the same folder, then renamed ov
 (`os.replace`, atomic on POSIX within one file system). The one helper behind every writer of
 ours: checkpoints, tokenizers, token shards, tables, embeddings, plots, results, HF folders.
 
-It sits at the bottom of the package (standard library only), so that the data layer's
-writers use it too; `bert_lightning.checkpoint` re-exports it."""
+It sits at the bottom of the package (standard library and `errors` only), so that the data
+layer's writers use it too; `bert_lightning.checkpoint` re-exports it. A folder the user cannot
+write to (or a full disk) is a one-line error naming the target."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -15,6 +17,16 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from bert_lightning.errors import UserError
+
+# a folder the user cannot write to, a full disk or quota, a read-only file system
+USER_FIXES = {errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT, errno.EROFS}
+
+
+def unwritable(path: Path, e: OSError) -> UserError:
+    """The target named, not our temporary sibling of it."""
+    return UserError(f"{path}: cannot write it ({e.strerror})")
 
 
 def _remove(path: Path) -> None:
@@ -41,7 +53,10 @@ def atomic_path(
     only once the new one is whole; `replace=False` keeps an existing `path` (written meanwhile
     by another process) and drops ours."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise unwritable(path, e) from e
     if folder:
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     else:
@@ -62,11 +77,13 @@ def atomic_path(
             shutil.rmtree(old)
         else:
             os.replace(tmp, path)
-    except OSError:
+    except OSError as e:
         if not replace and path.exists():  # lost a race to another writer: theirs stays
             _remove(tmp)
             return
         _remove(tmp)
+        if e.errno in USER_FIXES:
+            raise unwritable(path, e) from e
         raise
     except BaseException:
         _remove(tmp)

@@ -34,25 +34,48 @@ def package_dir(name: str, *parts: str) -> str:
     return str(Path(spec.submodule_search_locations[0], *parts))
 
 
-def resumed_run(ckpt_path: str | None) -> str | None:
+def run_kind(folder: Path) -> str | None:
+    """`finetune` or `train`: the entry point whose run wrote `folder` (its resolved config
+    has a task or not); None when it has none yet."""
+    path = folder / "config_resolved.yaml"
+    if not path.is_file():
+        return None
+    return "finetune" if "task" in (OmegaConf.load(path) or {}) else "train"
+
+
+def resumed_run(ckpt_path: str | None, kind: str | None = None) -> str | None:
     """The run folder a resumed run continues in (`hydra.run.dir` in train.yaml and
-    finetune.yaml): the checkpoint's own, when it sits in `<run>/checkpoints/`."""
+    finetune.yaml): the checkpoint's own, when it sits in `<run>/checkpoints/` of a run of
+    this `kind` (another kind's run is refused without being written to)."""
     if not ckpt_path:
         return None
     from bert_lightning.training.resume import run_folder_of
 
     folder = run_folder_of(ckpt_path)
-    return str(folder) if folder else None
+    if folder is None or (kind and run_kind(folder) not in (None, kind)):
+        return None
+    return str(folder)
+
+
+def run_dir(ckpt_path: str | None, kind: str, overrides: list[str], default: str) -> str:
+    """Hydra's run folder (`hydra.run.dir`): `paths.output_dir=` given on the command line
+    (the whole run goes there: log and `.hydra/` too), else the run a checkpoint resumes,
+    else the dated default."""
+    for o in overrides:
+        key, _, value = o.lstrip("+").partition("=")
+        if key == "paths.output_dir" and value:
+            return value.strip("'\"")
+    return resumed_run(ckpt_path, kind) or default
 
 
 OmegaConf.register_new_resolver("bundled", bundled, replace=True)
 OmegaConf.register_new_resolver("package_dir", package_dir, replace=True)
-# the checkpoint's run folder, else the default; Hydra's record (.hydra/) stays the first run's
+
+
+# Hydra's run folder (run_dir); a resumed run keeps the first run's record (.hydra/)
+OmegaConf.register_new_resolver("run_dir", run_dir, replace=True)
 OmegaConf.register_new_resolver(
-    "run_dir", lambda ckpt, default: resumed_run(ckpt) or default, replace=True
-)
-OmegaConf.register_new_resolver(
-    "hydra_subdir", lambda ckpt: None if resumed_run(ckpt) else ".hydra", replace=True
+    "hydra_subdir", lambda ckpt, kind: None if resumed_run(ckpt, kind) else ".hydra", replace=True
 )
 
 

@@ -10,6 +10,7 @@ from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from hydra.utils import get_object
 from hydra.utils import instantiate as hydra_instantiate
+from omegaconf import DictConfig, OmegaConf
 
 from bert_lightning.errors import UserError
 
@@ -78,3 +79,27 @@ def check_values(values: dict, hints: dict, where: str) -> None:
         problem = type_error(hints[key], value) if key in hints else None
         if problem:
             raise UserError(f"{where}.{key}: {problem}")
+
+
+def missing_keys(node: DictConfig, prefix: str = "") -> list[str]:
+    """The keys still `???`, found without resolving anything (OmegaConf's own
+    `missing_keys` resolves, and fails on an interpolation of a missing value)."""
+    found = []
+    for key in node:
+        if OmegaConf.is_missing(node, key):
+            found.append(f"{prefix}{key}")
+        elif isinstance(child := node._get_node(key), DictConfig):
+            found += missing_keys(child, f"{prefix}{key}.")
+    return found
+
+
+def required(cfg: DictConfig) -> None:
+    """A value still `???` (a data option's train_files, a data set's data_dir, a task's
+    train_file) is named in one line before anything runs."""
+    missing = missing_keys(cfg)
+    if missing:
+        raise UserError(
+            f"{', '.join(missing)}: required and not given; add "
+            + " ".join(f"{k}=..." for k in missing)
+            + " to the command"
+        )

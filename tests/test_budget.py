@@ -49,7 +49,7 @@ def run(out_dir, *extra):
 
 def rates(out_dir) -> list[float]:
     with open(out_dir / "metrics.csv") as f:
-        return [float(r["lr-AdamW/pg1"]) for r in csv.DictReader(f) if r.get("lr-AdamW/pg1")]
+        return [float(r["lr/model"]) for r in csv.DictReader(f) if r.get("lr/model")]
 
 
 def test_the_rate_decays_with_the_time_spent_and_ends_with_the_budget(tmp_path, fake_clock):

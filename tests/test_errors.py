@@ -1,6 +1,7 @@
 """A user's mistake is one line `error: ...` on stderr and exit code 2, from every entry point,
 with the traceback only on request (HYDRA_FULL_ERROR=1, `--debug`)."""
 
+import errno
 import logging
 import os
 import subprocess
@@ -84,6 +85,12 @@ def test_a_missing_task_file_is_one_line(tmp_path, capsys):
     run = [f"hydra.run.dir={tmp_path / 'h'}", f"paths.output_dir={tmp_path / 'run'}"]
     err = cli_error(capsys, "finetune", f"task.train_file={tmp_path / 'x.csv'}", *run)
     assert err == f"error: {tmp_path / 'x.csv'}: no such data file"
+
+
+def test_a_folder_as_task_file_is_one_line(tmp_path, capsys):
+    run = [f"hydra.run.dir={tmp_path / 'h'}", f"paths.output_dir={tmp_path / 'run'}"]
+    err = cli_error(capsys, "finetune", f"task.train_file={tmp_path}", *run)
+    assert err == f"error: {tmp_path}: a folder; expected a data file"
 
 
 def test_a_misspelt_key_is_one_line(tmp_path, capsys):
@@ -223,3 +230,104 @@ def test_other_exceptions_stay_tracebacks():
     wrapped = RuntimeError("wrapper")
     wrapped.__cause__ = BadRecordError("f.jsonl:3: no 'text' field")
     assert str(user_error(wrapped)) == "f.jsonl:3: no 'text' field"
+
+
+@pytest.mark.parametrize(
+    ("argv", "key"),
+    [
+        (["pretrain", "data=text"], "data.train_files"),
+        (["pretrain", "data=c4_local", "data.train_files=x.json.gz"], "data.val_files"),
+        (["finetune", "dataset=sst2"], "data_dir"),
+        (["finetune", "task=ad_relevance"], "task.train_file"),
+    ],
+)
+def test_a_required_value_left_out_is_named_and_leaves_no_folder(tmp_path, capsys, argv, key):
+    """`???` stays required through the data options' merge (data=text once trained on the
+    bundled sample); the folder Hydra made for the refused run is removed."""
+    logs = tmp_path / "logs"
+    err = cli_error(capsys, *argv, f"paths.log_dir={logs}")
+    assert err == f"error: {key}: required and not given; add {key}=... to the command"
+    assert not any(p.is_dir() for p in logs.glob("*/runs/*"))
+
+
+def snapshot(folder: Path) -> dict:
+    return {
+        str(p.relative_to(folder)): (p.stat().st_mtime_ns, p.read_bytes())
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.suffix != ".log"  # Hydra's job log records the attempt
+    }
+
+
+def test_a_refused_resume_leaves_the_run_it_names_as_it_was(tmp_path, capsys):
+    """A fine-tuning run's checkpoint given to pretraining: no FAILED, no log in that run, and
+    no folder of its own left; a pretraining run resumed with another model: its folder
+    (tokenizer.json included) untouched."""
+    tok = write_tokenizer(tmp_path / "tokenizer.json")
+    tuned = tmp_path / "tuned"
+    (tuned / "checkpoints").mkdir(parents=True)
+    ckpt, _ = relevance_ckpt(tmp_path, tok)
+    ckpt = ckpt.rename(tuned / "checkpoints" / "last.ckpt")
+    (tuned / "config_resolved.yaml").write_text("task:\n  kind: ad_relevance\n")
+    before = snapshot(tuned)
+    logs = tmp_path / "logs"
+    err = cli_error(capsys, "pretrain", f"ckpt_path={ckpt}", f"paths.log_dir={logs}")
+    assert err.startswith(f"error: {ckpt}: a fine-tuning checkpoint; ")
+    assert snapshot(tuned) == before and sorted(p.name for p in tuned.iterdir()) == [
+        "checkpoints",
+        "config_resolved.yaml",
+    ]
+    assert not any(p.is_dir() for p in logs.glob("*/runs/*"))
+
+    run = tmp_path / "run"
+    write_corpus(run / "corpus.jsonl", 20)
+    from bert_lightning.config import compose
+    from bert_lightning.training.pretrain import train
+
+    train(compose(overrides=tiny_overrides(run, "trainer.max_steps=2")))
+    last = run / "checkpoints" / "last.ckpt"
+    before = snapshot(run)
+    overrides = [o for o in tiny_overrides(run) if not o.startswith("paths.output_dir")]
+    err = cli_error(
+        capsys, "pretrain", *overrides, f"ckpt_path={last}", "model.num_hidden_layers=3"
+    )
+    assert err.startswith(f"error: {last}: its model has model.num_hidden_layers=2")
+    assert snapshot(run) == before and not (run / "FAILED").exists()
+
+
+@pytest.mark.parametrize(
+    ("override", "said"),
+    [("trainer.precision=fp16", "'fp16'"), ("trainer=deepspeed", "")],
+)
+def test_lightning_refusing_a_trainer_setting_is_one_line(tmp_path, capsys, override, said):
+    """A precision Lightning does not know, a strategy this machine cannot run."""
+    err = pretrain_error(capsys, tmp_path, override)
+    assert err.startswith("error: trainer: ") and said in err
+
+
+def test_the_bert_base_recipe_without_its_shards_is_refused(tmp_path, capsys):
+    logs = tmp_path / "logs"
+    err = cli_error(capsys, "pretrain", "experiment=bert_base_c4", f"paths.log_dir={logs}")
+    assert err == (
+        "error: data.train_files, data.val_files: required and not given; "
+        "add data.train_files=... data.val_files=... to the command"
+    )
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EACCES])
+def test_a_file_that_cannot_be_written_is_named_not_its_temporary(tmp_path, monkeypatch, code):
+    """A full disk or a folder without write permission: one line naming the target; the
+    temporary sibling is gone and what was there stays."""
+    from bert_lightning import atomic
+
+    target = tmp_path / "results.json"
+    target.write_text("old\n")
+
+    def refuse(src, dst):
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(atomic.os, "replace", refuse)
+    with pytest.raises(UserError) as e:
+        atomic.write_json({"a": 1}, target)
+    assert str(e.value) == f"{target}: cannot write it ({os.strerror(code)})"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json"]
+    assert target.read_text() == "old\n"

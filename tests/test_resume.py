@@ -1,5 +1,6 @@
 import csv
 import os
+import signal
 
 import lightning as L
 import pytest
@@ -7,7 +8,7 @@ import torch
 
 from bert_lightning.config import compose
 from bert_lightning.training.pretrain import train
-from bert_lightning.training.resume import AtomicCheckpointIO
+from bert_lightning.training.resume import AtomicCheckpointIO, Interrupted
 from conftest import tiny_overrides, write_corpus
 
 
@@ -20,6 +21,18 @@ class CrashAt(L.Callback):
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         if trainer.global_step == self.step:
             raise RuntimeError("simulated crash")
+
+
+class SignalAt(L.Callback):
+    """Sends this process `sig` while optimizer step `step` + 1 runs, as Ctrl-C or a
+    scheduler's SIGTERM would."""
+
+    def __init__(self, step: int, sig: str):
+        self.step, self.sig = step, sig
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if trainer.global_step == self.step:
+            os.kill(os.getpid(), getattr(signal, self.sig))
 
 
 def run(out_dir, *extra):
@@ -67,6 +80,32 @@ def test_killed_and_resumed_run_matches_the_uninterrupted_one(tmp_path, workers)
     tok = (tmp_path / "whole/tokenizer.json").read_text()
     assert (tmp_path / "resumed/tokenizer.json").read_text() == tok
     assert last_val_loss(tmp_path / "resumed") == last_val_loss(tmp_path / "whole")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_an_interrupted_run_saves_its_step_and_resumes_bitwise(tmp_path, sig):
+    """SIGINT or SIGTERM during step 3: the step completes, last.ckpt is written at it, the
+    run stops with one line (and FAILED) saying how to resume; resumed, bitwise the run never
+    stopped."""
+    run(tmp_path / "whole")
+    handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    signal_at = ["+callbacks.signal._target_=test_resume.SignalAt", "+callbacks.signal.step=2"]
+    with pytest.raises(Interrupted) as e:
+        run(tmp_path / "stopped", *signal_at, f"+callbacks.signal.sig={sig}")
+    last = tmp_path / "stopped" / "checkpoints" / "last.ckpt"
+    assert str(e.value) == (
+        f"{sig} at step 3: {last} written; the same command with ckpt_path={last} continues the run"
+    )
+    assert (tmp_path / "stopped" / "FAILED").read_text() == f"Interrupted: {e.value}\n"
+    assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == 3
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers
+    run(tmp_path / "resumed", f"ckpt_path={last}")
+    whole = torch.load(tmp_path / "whole/checkpoints/last.ckpt", weights_only=True)
+    resumed = torch.load(tmp_path / "resumed/checkpoints/last.ckpt", weights_only=True)
+    assert resumed["global_step"] == whole["global_step"] == 8
+    for name, tensor in whole["state_dict"].items():
+        assert torch.equal(tensor, resumed["state_dict"][name]), name
 
 
 def test_a_crash_while_saving_keeps_the_last_checkpoint(tmp_path, monkeypatch):

@@ -4,10 +4,12 @@ and nothing that looks usable, and a fresh run prints step lines and no warnings
 
 import csv
 import logging
+import shutil
 import warnings
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 from bert_lightning.config import compose, resumed_run
 from bert_lightning.training.callbacks import StepProgressBar
@@ -60,7 +62,7 @@ def test_a_continued_run_keeps_its_folder_and_its_schedule(tmp_path, caplog, cap
     # a second continuation, with a longer schedule: redrawn from the current step
     run(out, "trainer.max_steps=28", "optim.total_steps=30", f"ckpt_path={last}")
 
-    lrs = [(int(r["step"]), float(r["lr-AdamW/pg1"])) for r in rows(out) if r["lr-AdamW/pg1"]]
+    lrs = [(int(r["step"]), float(r["lr/model"])) for r in rows(out) if r["lr/model"]]
     assert [s for s, _ in lrs] == list(range(28))  # every step once, in order, in one file
     for step, lr in lrs:
         assert lr == pytest.approx(expected_lr(step, 20 if step < 24 else 30), abs=1e-12), step
@@ -88,7 +90,7 @@ def test_an_empty_corpus_leaves_a_failed_marker_and_no_model_folder(tmp_path):
         run(out)
     assert sorted(p.name for p in out.iterdir()) == ["FAILED", "corpus.jsonl"]
     reason = (out / "FAILED").read_text()
-    assert reason.startswith("ValueError: no documents with text in [") and reason.count("\n") == 1
+    assert reason.startswith("UserError: no documents with text in [") and reason.count("\n") == 1
 
 
 @pytest.mark.slow
@@ -120,6 +122,7 @@ def test_a_fresh_run_prints_step_lines_and_no_warnings(tmp_path, capsys, caplog)
 
     summary = [r.getMessage() for r in caplog.records if "Trainable params" in r.getMessage()]
     assert len(summary) == 1 and "flops" not in summary[0].lower()
+    assert "nsp_acc" not in summary[0]  # an MLM-only run has no NSP metrics
     assert "💡" not in caplog.text
 
 
@@ -127,3 +130,60 @@ def test_the_bar_counts_the_steps_of_a_run_bound_by_epochs():
     """Fine-tuning runs by epochs (max_steps=-1): the total is what the epochs make."""
     assert StepProgressBar._total(SimpleNamespace(estimated_stepping_batches=30)) == 30
     assert StepProgressBar._total(SimpleNamespace(estimated_stepping_batches=float("inf"))) is None
+
+
+def test_off_a_terminal_a_slow_run_prints_a_line_every_n_seconds(monkeypatch, capsys):
+    """A step every 10 s with `every=1000` and `seconds=25`: a line at 30 s, 60 s, 90 s, not
+    silence until step 1000."""
+    from bert_lightning.training import callbacks
+
+    now = [0.0]
+    monkeypatch.setattr(callbacks.time, "perf_counter", lambda: now[0])
+    bar = StepProgressBar(every=1000, seconds=25, tty=False)
+    monkeypatch.setattr(bar, "get_metrics", lambda trainer, module: {"train/loss": 2.5})
+    trainer = SimpleNamespace(global_step=0, estimated_stepping_batches=100, callbacks=[])
+    bar.on_train_start(trainer, None)
+    for step in range(1, 10):
+        now[0], trainer.global_step = 10.0 * step, step
+        bar.on_train_batch_end(trainer, None, None, None, step)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [
+        f"step {s}/100 loss 2.5 eta {callbacks.eta_text(10 * (100 - s))}" for s in (3, 6, 9)
+    ]
+
+
+@pytest.mark.slow
+def test_a_moved_run_folder_continues_where_it_now_is(tmp_path, caplog):
+    """The checkpoint names the folder it was written in; moved, the run continues in the new
+    one: `last.ckpt` is the newest (no `last-v1.ckpt`), one best checkpoint, the log says so."""
+    old, new = tmp_path / "old", tmp_path / "new"
+    write_corpus(old / "corpus.jsonl")
+    run(old, "trainer.max_steps=20")
+    shutil.move(old, new)
+    with caplog.at_level(logging.INFO):
+        run(new, "trainer.max_steps=30", f"ckpt_path={new / 'checkpoints/last.ckpt'}")
+    assert f"the run moved from {old}: it continues in {new}" in caplog.text
+    names = sorted(p.name for p in (new / "checkpoints").iterdir())
+    assert names[-1] == "last.ckpt" and len(names) == 2 and names[0].startswith("best-step")
+    last = torch.load(new / "checkpoints/last.ckpt", weights_only=True, map_location="cpu")
+    assert last["global_step"] == 30
+    assert not old.exists()
+
+
+@pytest.mark.slow
+def test_paths_output_dir_holds_the_whole_run(tmp_path):
+    """`paths.output_dir=X` on the command line: Hydra's record and the log go to X beside the
+    checkpoints and metrics, nothing to the dated default folder."""
+    from bert_lightning.cli import main
+
+    out, logs = tmp_path / "mine", tmp_path / "logs"
+    write_corpus(tmp_path / "corpus.jsonl")
+    overrides = [o for o in tiny_overrides(tmp_path) if not o.startswith("paths.output_dir")]
+    handlers = logging.root.handlers[:]  # an in-process Hydra run points them at this test
+    try:
+        main(["pretrain", *overrides, f"paths.output_dir={out}", f"paths.log_dir={logs}"])
+    finally:
+        logging.root.handlers[:] = handlers
+    assert (out / ".hydra" / "overrides.yaml").is_file() and list(out.glob("*.log"))
+    assert (out / "checkpoints" / "last.ckpt").is_file() and (out / "metrics.csv").is_file()
+    assert not logs.exists()

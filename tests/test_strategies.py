@@ -65,3 +65,21 @@ def test_several_devices_by_default_get_plain_ddp_with_frozen_unused_heads(tmp_p
     assert not trainer.strategy._ddp_kwargs.get("find_unused_parameters", False)
     frozen = [n for n, p in module.named_parameters() if not p.requires_grad]
     assert frozen and all("pooler" in n or "seq_relationship" in n for n in frozen)
+
+
+@pytest.mark.parametrize(("caps", "warned"), [({}, True), ({"avx512_bf16": True}, False)])
+def test_bf16_on_a_cpu_without_bf16_instructions_says_so(
+    tmp_path, monkeypatch, caplog, caps, warned
+):
+    """Emulated bf16 is several times slower than fp32 on such a CPU: one line says so."""
+    from bert_lightning.training.trainer import build_trainer
+
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: caps)
+    cfg = compose(overrides=[f"paths.output_dir={tmp_path}", "trainer.precision=bf16-mixed"])
+    with caplog.at_level("WARNING"):
+        build_trainer(cfg)
+    message = (
+        "trainer.precision=bf16-mixed on a CPU without bf16 instructions (no avx512_bf16, no "
+        "AMX): emulated, several times slower than trainer.precision=32-true here"
+    )
+    assert (message in caplog.messages) == warned

@@ -25,12 +25,14 @@ from bert_lightning.data.tables import collate
 from bert_lightning.data.tokenizer import special_ids
 from bert_lightning.errors import UserError
 from bert_lightning.training.pretrain_module import BertPretrainModule
+from bert_lightning.training.trainer import silence_noise
 
 DEFAULT_MAX_SEQ_LENGTH = 128  # conf/data/c4_sample.yaml's
 DEFAULT_SEED = 1234  # conf/train.yaml's: the validation masks of a default pretraining run
 
 
 def _trainer(progress: bool) -> L.Trainer:
+    silence_noise()  # Lightning's advertisement and deprecation notices of a bare Trainer
     return L.Trainer(
         accelerator="auto",
         devices=1,

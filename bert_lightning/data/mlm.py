@@ -111,7 +111,10 @@ class BertDataModule(L.LightningDataModule):
             return self.tokenizer
         else:
             if next(self.tokenizer_documents(), None) is None:
-                raise ValueError(f"no documents with text in {self.source()}")
+                raise UserError(
+                    f"no documents with text in {self.source()} (empty files, or every "
+                    "record skipped by data.on_bad_record=skip)"
+                )
             self.tokenizer = train_wordpiece(
                 self.tokenizer_documents,
                 vocab_size=self.tokenizer_cfg.vocab_size,

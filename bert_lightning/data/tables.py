@@ -40,11 +40,19 @@ def table_format(path: Path, fmt: str | None = None) -> str:
     return fmt
 
 
-def read_table(path, fmt=None, encoding="utf-8", header=True, names=None) -> pd.DataFrame:
-    """Cells of CSV/TSV are read as strings (no NA guessing), so every conversion is ours."""
+def data_file(path) -> Path:
+    """The path of a task's data file, or a one-line error: missing, or a folder."""
     path = Path(path)
+    if path.is_dir():
+        raise MissingFileError(f"{path}: a folder; expected a data file")
     if not path.is_file():
         raise MissingFileError(f"{path}: no such data file")
+    return path
+
+
+def read_table(path, fmt=None, encoding="utf-8", header=True, names=None) -> pd.DataFrame:
+    """Cells of CSV/TSV are read as strings (no NA guessing), so every conversion is ours."""
+    path = data_file(path)
     fmt = table_format(path, fmt)
     try:
         if fmt in ("csv", "tsv"):
@@ -150,9 +158,7 @@ def read_conll(path, token_column: int = 0, tag_column: int = -1):
     """CoNLL: one `token ... tag` per line (tab or space separated), a blank line between
     sentences, `-DOCSTART-` lines skipped. Returns sentences of words, of tags, and the line
     number of every tag (for errors)."""
-    path = Path(path)
-    if not path.is_file():
-        raise MissingFileError(f"{path}: no such data file")
+    path = data_file(path)
     words, tags, lines = [], [], []
     cur = ([], [], [])
     with open(path, encoding="utf-8") as f:

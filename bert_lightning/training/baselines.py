@@ -10,6 +10,7 @@ threshold-free metrics (AUROC, Spearman, NDCG@10), so a user sees what fine-tuni
 
 from __future__ import annotations
 
+import logging
 import re
 
 import bm25s
@@ -32,6 +33,7 @@ def words(text: str) -> list[str]:
 
 def bm25_scores(queries: list[str], ads: list[str]) -> torch.Tensor:
     """(N,) BM25 of row i's query against row i's ad."""
+    logging.getLogger("bm25s").setLevel(logging.WARNING)  # its DEBUG lines reached stdout
     docs = list(dict.fromkeys(ads))
     doc_id = {d: i for i, d in enumerate(docs)}
     bm25 = bm25s.BM25(k1=1.5, b=0.75, method="lucene")

@@ -112,20 +112,24 @@ class StepProgressBar(ProgressBar):
     epoch count of -1 showed as `Epoch 0/-2`); the total is the fit's optimizer steps, also
     for a run bound by epochs (fine-tuning). On a terminal one tqdm bar, step / total with
     loss, tokens/s and ETA; otherwise (a file, a pipe, CI, SLURM logs) a plain line every
-    `every` steps, since a bar redrawn in place leaves nothing readable there. Either way a
+    `every` steps or `seconds` seconds, whichever comes first (a slow run is not silent for
+    hours), since a bar redrawn in place leaves nothing readable there. Either way a
     line with the validation metrics after each validation. Both go to stdout, beside the
     run's log. The metrics are read (a host sync) only when shown: every `refresh` steps on
     the bar. `tty`: None decides by stdout."""
 
-    def __init__(self, every: int = 50, refresh: int = 10, tty: bool | None = None):
+    def __init__(
+        self, every: int = 50, refresh: int = 10, seconds: float = 30.0, tty: bool | None = None
+    ):
         super().__init__()
-        if every < 1 or refresh < 1:
+        if every < 1 or refresh < 1 or seconds <= 0:
             raise ValueError(
-                f"callbacks.progress_bar: every={every}, refresh={refresh}; expected >= 1"
+                f"callbacks.progress_bar: every={every}, refresh={refresh}, seconds={seconds}; "
+                "expected every, refresh >= 1 and seconds > 0"
             )
-        self.every, self.refresh, self.tty = every, refresh, tty
+        self.every, self.refresh, self.seconds, self.tty = every, refresh, seconds, tty
         self.enabled, self.bar = True, None
-        self.t0, self.step0, self.shown_step = 0.0, 0, -1
+        self.t0, self.step0, self.shown_step, self.last_line = 0.0, 0, -1, 0.0
 
     def disable(self) -> None:
         self.enabled = False
@@ -150,7 +154,7 @@ class StepProgressBar(ProgressBar):
         if not self.enabled:
             return
         self.t0, self.step0 = time.perf_counter(), trainer.global_step
-        self.shown_step = trainer.global_step
+        self.shown_step, self.last_line = trainer.global_step, self.t0
         tty = sys.stdout.isatty() if self.tty is None else self.tty
         if tty:
             from tqdm.auto import tqdm
@@ -175,10 +179,11 @@ class StepProgressBar(ProgressBar):
                 metrics = self.get_metrics(trainer, pl_module)
                 self.bar.set_postfix(self._shown(metrics, "train/"), refresh=False)
             return
-        total = self._total(trainer)
-        if step % self.every and step != total:
+        total, now = self._total(trainer), time.perf_counter()
+        if step % self.every and step != total and now - self.last_line < self.seconds:
             return
-        rate = (step - self.step0) / max(time.perf_counter() - self.t0, 1e-9)
+        self.last_line = now
+        rate = (step - self.step0) / max(now - self.t0, 1e-9)
         shown = self._shown(self.get_metrics(trainer, pl_module), "train/")
         line = [f"step {step}/{total}" if total else f"step {step}"]
         line += [f"{k} {v}" for k, v in shown.items()]

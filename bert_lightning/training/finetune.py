@@ -26,18 +26,20 @@ from bert_lightning.data.sampling import ResumableShuffle
 from bert_lightning.data.tables import GroupBatchSampler, collate
 from bert_lightning.data.tokenizer import load_tokenizer, special_ids, train_wordpiece
 from bert_lightning.errors import UserError
-from bert_lightning.fields import check_types, instantiate
+from bert_lightning.fields import check_types, instantiate, required
 from bert_lightning.tasks.kinds import load_splits, make_task
 from bert_lightning.training.baselines import ad_relevance_baselines, summary
 from bert_lightning.training.finetune_module import FinetuneModule
 from bert_lightning.training.resume import (
+    RunState,
     already_done,
     check_same_model,
     continued_optim,
+    failure_marked,
     keep_metrics_before,
     own_checkpoints_expected,
 )
-from bert_lightning.training.trainer import build_trainer, failure_marked
+from bert_lightning.training.trainer import build_trainer
 
 log = logging.getLogger(__name__)
 
@@ -82,15 +84,16 @@ def finetune(cfg: DictConfig) -> dict | None:
     """Fits, restores the best checkpoint by the task's main validation metric, tests it and
     writes `results.json`; returns what it wrote (None: a resumed run had nothing to do)."""
     out_dir = Path(cfg.paths.output_dir)
-    with failure_marked(out_dir):
+    with failure_marked(out_dir, resuming=bool(cfg.ckpt_path)) as run:
+        required(cfg)
         use = "ckpt_path (resuming a fine-tuning run; pretrained= starts one)"
         start = resume_point(cfg.ckpt_path, FINETUNING, use) if cfg.ckpt_path else None
         if already_done(cfg, start):
             return None
-        return _finetune(cfg, out_dir, start)
+        return _finetune(cfg, out_dir, start, run)
 
 
-def _finetune(cfg: DictConfig, out_dir: Path, start: ResumePoint | None) -> dict:
+def _finetune(cfg: DictConfig, out_dir: Path, start: ResumePoint | None, run: RunState) -> dict:
     L.seed_everything(cfg.seed, workers=True)
     check_types(cfg.optim, "optim")  # before the data are read
     task = make_task(OmegaConf.to_container(cfg.task, resolve=True))
@@ -134,6 +137,7 @@ def _finetune(cfg: DictConfig, out_dir: Path, start: ResumePoint | None) -> dict
     log.info("rows: %s", {k: len(v) for k, v in feats.items()})
 
     trainer = build_trainer(cfg)
+    run.begun = True
     if rank_zero_only.rank == 0:
         keep_metrics_before(out_dir / "metrics.csv", start.step if start else 0)
     with own_checkpoints_expected(cfg.ckpt_path):

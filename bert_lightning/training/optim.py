@@ -35,11 +35,14 @@ def param_groups(
     groups = []
     for rate, in_head in ((lr, False), (head_lr, True)):
         params = [p for p in model.parameters() if p.requires_grad and (id(p) in head) == in_head]
+        # the names of metrics.csv's columns (lr/model, lr/encoder_no_decay, lr/head, ...)
+        part = "head" if in_head else "model" if head_lr is None else "encoder"
         for decay in (True, False):
             chosen = [p for p in params if (p.ndim >= 2) == decay]
             if chosen:
                 wd = weight_decay if decay else 0.0
-                groups.append({"params": chosen, "weight_decay": wd, "lr": rate})
+                name = part if decay else f"{part}_no_decay"
+                groups.append({"params": chosen, "weight_decay": wd, "lr": rate, "name": name})
     return groups
 
 
@@ -125,7 +128,8 @@ def adamw(
         total = total_steps or run_steps
         factor = warmup_linear_decay(warmup_length(total, warmup_steps, warmup_ratio), total)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
-    return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+    schedule = {"scheduler": sched, "interval": "step", "name": "lr"}  # metrics' lr/<group>
+    return {"optimizer": opt, "lr_scheduler": schedule}
 
 
 def configure_optimizers(module) -> dict:

@@ -10,21 +10,24 @@ import logging
 import os
 import re
 import shutil
+import signal
+import threading
 import warnings
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import lightning as L
 import torch
 from hydra.core.hydra_config import HydraConfig
 from lightning.pytorch.plugins.io import TorchCheckpointIO
+from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
-from bert_lightning.atomic import atomic_path
+from bert_lightning.atomic import atomic_path, write_text
 from bert_lightning.checkpoint import ResumePoint
 from bert_lightning.data.sampling import hash_seed
-from bert_lightning.errors import UserError
+from bert_lightning.errors import UserError, user_error
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +45,59 @@ class StepSeed(L.Callback):
         torch.manual_seed(
             hash_seed(self.seed, trainer.global_rank, trainer.current_epoch, batch_idx)
         )
+
+
+class Interrupted(UserError):
+    """A run stopped by SIGINT (Ctrl-C) or SIGTERM, its last step saved."""
+
+
+class SaveOnInterrupt(L.Callback):
+    """Ctrl-C or SIGTERM (a scheduler's preemption) ends the run once the optimizer step in
+    progress is done: `last.ckpt` is written at that step (atomically) and the run stops with
+    one line naming the step and the checkpoint to resume from; the resumed run continues as
+    if never stopped. Single-process runs only: several processes would have to agree on the
+    step (a collective at every step), so they keep Lightning's handling."""
+
+    def __init__(self):
+        self.received: str | None = None
+        self.previous: dict = {}
+        self.seen_step = -1
+
+    def on_train_start(self, trainer, pl_module):
+        self.seen_step = trainer.global_step
+        if trainer.world_size > 1 or threading.current_thread() is not threading.main_thread():
+            return
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self.previous[sig] = signal.signal(sig, self._receive)
+
+    def _receive(self, signum, frame) -> None:
+        self.received = signal.Signals(signum).name
+
+    def _restore(self) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+        self.previous = {}
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        stepped, self.seen_step = trainer.global_step != self.seen_step, trainer.global_step
+        if self.received is None or not stepped:  # accumulating: the step is not done yet
+            return
+        self._restore()
+        ckpt = trainer.checkpoint_callback
+        if ckpt is None or ckpt.dirpath is None:
+            raise Interrupted(f"{self.received} at step {trainer.global_step}: nothing saved")
+        path = Path(ckpt.dirpath) / f"{ckpt.CHECKPOINT_NAME_LAST}{ckpt.FILE_EXTENSION}"
+        trainer.save_checkpoint(path)
+        raise Interrupted(
+            f"{self.received} at step {trainer.global_step}: {path} written; "
+            f"the same command with ckpt_path={path} continues the run"
+        )
+
+    def on_train_end(self, trainer, pl_module):
+        self._restore()
+
+    def on_exception(self, trainer, pl_module, exception):
+        self._restore()
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -163,6 +219,35 @@ def own_checkpoints_expected(ckpt_path: str | None) -> Iterator[None]:
         yield
 
 
+def follow_moved_run(checkpoint: dict, dirpath: str, ckpt_path: str) -> None:
+    """A run folder moved or copied since its checkpoint was written (the checkpoint resumed
+    sits in the folder the run now writes to, `dirpath`): the checkpoint callback's state
+    names the old folder, and Lightning would keep none of it (`last-v1.ckpt` written beside
+    `last.ckpt`, the best forgotten). Its paths become those of the folder the run continues
+    in. A run continued into another folder keeps them (the old folder still holds its best)."""
+    if Path(ckpt_path).resolve().parent != Path(dirpath).resolve():
+        return
+    for key, state in (checkpoint.get("callbacks") or {}).items():
+        old = state.get("dirpath") if isinstance(state, dict) else None
+        if not key.startswith("ModelCheckpoint") or not old or old == dirpath:
+            continue
+
+        def moved(path, old=old):
+            return (
+                dirpath + path[len(old) :]
+                if isinstance(path, str) and path.startswith(old)
+                else path
+            )
+
+        for k in ("best_model_path", "kth_best_model_path", "last_model_path"):
+            state[k] = moved(state.get(k))
+        state["best_k_models"] = {moved(p): v for p, v in state.get("best_k_models", {}).items()}
+        state["dirpath"] = dirpath
+        log.info(
+            "the run moved from %s: it continues in %s", Path(old).parent, Path(dirpath).parent
+        )
+
+
 def keep_metrics_before(metrics_csv: Path, step: int) -> None:
     """Drops the rows of `metrics.csv` at `step` or later: a run continued from a checkpoint at
     `step` logs them again (a crashed run may have logged past its last checkpoint), so that the
@@ -180,6 +265,38 @@ def keep_metrics_before(metrics_csv: Path, step: int) -> None:
         writer = csv.DictWriter(f, fieldnames=fields)
         writer.writeheader()
         writer.writerows(kept)
+
+
+FAILED = "FAILED"  # the marker file of a run folder whose run raised: its one-line reason
+
+
+class RunState:
+    """`begun`: the run has started writing its own results (set just before the fit)."""
+
+    begun = False
+
+
+@contextmanager
+def failure_marked(out_dir: Path, resuming: bool) -> Iterator[RunState]:
+    """A run that raises leaves `FAILED` (its one-line reason) beside its log; one that
+    completes removes the marker of the crashed run it continued. A user's mistake found
+    before the run begins writes nothing: a refused resume leaves the run it names as it was,
+    and a folder Hydra made for this job, holding only Hydra's files, is removed."""
+    state, out_dir = RunState(), Path(out_dir)
+    try:
+        yield state
+    except BaseException as e:
+        if rank_zero_only.rank == 0:
+            refused = not state.begun and user_error(e) is not None
+            if refused and hydra_run_dir() == out_dir:
+                remove_hydra_only_folder(out_dir)
+            if not (refused and (resuming or not out_dir.exists())):
+                reason = (str(e).strip().splitlines() or [""])[0]
+                with suppress(UserError):  # a folder it cannot write: the error says why
+                    write_text(out_dir / FAILED, f"{type(e).__name__}: {reason}\n")
+        raise
+    if rank_zero_only.rank == 0:
+        (out_dir / FAILED).unlink(missing_ok=True)
 
 
 def remove_hydra_only_folder(folder: Path) -> None:

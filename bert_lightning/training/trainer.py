@@ -8,19 +8,22 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import lightning as L
+import torch
+from hydra.errors import InstantiationException
+from lightning.pytorch.accelerators import CPUAccelerator
 from lightning.pytorch.callbacks import ModelSummary, ProgressBar
 from lightning.pytorch.utilities import rank_zero_only
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from omegaconf import DictConfig, OmegaConf
 
 from bert_lightning.atomic import write_text
+from bert_lightning.errors import UserError
 from bert_lightning.fields import instantiate
 
-FAILED = "FAILED"  # the marker file of a run folder whose run raised: its one-line reason
+log = logging.getLogger(__name__)
 
 
 class _Quiet(logging.Filter):
@@ -68,32 +71,40 @@ def build_trainer(cfg: DictConfig) -> L.Trainer:
         callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
     if not cfg.trainer.get("enable_model_summary", True):
         callbacks = [c for c in callbacks if not isinstance(c, ModelSummary)]
-    return instantiate(
-        cfg.trainer,
-        "trainer",
-        logger=loggers,
-        callbacks=[*callbacks, SaveResolvedConfig(cfg)],
-        default_root_dir=str(cfg.paths.output_dir),
-    )
+    try:
+        trainer = instantiate(
+            cfg.trainer,
+            "trainer",
+            logger=loggers,
+            callbacks=[*callbacks, SaveResolvedConfig(cfg)],
+            default_root_dir=str(cfg.paths.output_dir),
+        )
+    except InstantiationException as e:  # Lightning refusing a precision, a strategy, a device
+        cause = e.__cause__
+        if isinstance(cause, MisconfigurationException | ValueError | TypeError | ImportError):
+            raise UserError(f"trainer: {(str(cause).strip().splitlines() or [''])[0]}") from e
+        raise
+    warn_emulated_bf16(trainer)
+    return trainer
+
+
+def warn_emulated_bf16(trainer: L.Trainer) -> None:
+    """bf16 on a CPU without bf16 instructions (avx512_bf16 or AMX) is emulated: a step
+    several times slower than fp32 where it is 1.5-2.3x faster with them
+    (docs/performance.md)."""
+    precision = str(trainer.precision)
+    if not isinstance(trainer.accelerator, CPUAccelerator) or not precision.startswith("bf16"):
+        return
+    caps = torch.cpu.get_capabilities()
+    if not (caps.get("avx512_bf16") or caps.get("amx_bf16")):
+        rank_zero_only(log.warning)(
+            f"trainer.precision={precision} on a CPU without bf16 instructions (no "
+            "avx512_bf16, no AMX): emulated, several times slower than "
+            "trainer.precision=32-true here"
+        )
 
 
 @rank_zero_only
 def save_resolved_config(cfg: DictConfig, out_dir: Path) -> None:
     """`config_resolved.yaml` in the run folder: what ran, with every interpolation filled."""
     write_text(Path(out_dir) / "config_resolved.yaml", OmegaConf.to_yaml(cfg, resolve=True))
-
-
-@contextmanager
-def failure_marked(out_dir: Path) -> Iterator[None]:
-    """A run that raises leaves `FAILED` (its one-line reason) beside its log; one that
-    completes removes the marker of the crashed run it continued."""
-    marker = Path(out_dir) / FAILED
-    try:
-        yield
-    except BaseException as e:
-        if rank_zero_only.rank == 0:
-            reason = (str(e).strip().splitlines() or [""])[0]
-            write_text(marker, f"{type(e).__name__}: {reason}\n")
-        raise
-    if rank_zero_only.rank == 0:
-        marker.unlink(missing_ok=True)
