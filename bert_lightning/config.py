@@ -72,10 +72,13 @@ OmegaConf.register_new_resolver("bundled", bundled, replace=True)
 OmegaConf.register_new_resolver("package_dir", package_dir, replace=True)
 
 
-# Hydra's run folder (run_dir); a resumed run keeps the first run's record (.hydra/)
+# Hydra's run folder (run_dir); a run continued in its own folder keeps the first run's
+# record (.hydra/), a run anywhere else gets its own
 OmegaConf.register_new_resolver("run_dir", run_dir, replace=True)
 OmegaConf.register_new_resolver(
-    "hydra_subdir", lambda ckpt, kind: None if resumed_run(ckpt, kind) else ".hydra", replace=True
+    "hydra_subdir",
+    lambda ckpt, kind, run: None if resumed_run(ckpt, kind) == str(run) else ".hydra",
+    replace=True,
 )
 
 

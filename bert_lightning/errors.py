@@ -34,6 +34,11 @@ def user_error(exc: BaseException | None) -> UserError | None:
     return None
 
 
+def first_line(exc: BaseException) -> str:
+    """An exception's message cut to its first line (a marker file, a wrapped error)."""
+    return (str(exc).strip().splitlines() or [""])[0]
+
+
 @contextmanager
 def reported(debug: bool = False) -> Iterator[None]:
     """A UserError raised inside becomes `error: <message>` on stderr and exit code 2;

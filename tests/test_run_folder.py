@@ -179,11 +179,34 @@ def test_paths_output_dir_holds_the_whole_run(tmp_path):
     out, logs = tmp_path / "mine", tmp_path / "logs"
     write_corpus(tmp_path / "corpus.jsonl")
     overrides = [o for o in tiny_overrides(tmp_path) if not o.startswith("paths.output_dir")]
+    overrides = [o for o in overrides if not o.startswith("trainer.max_steps")]
+    last, further = out / "checkpoints" / "last.ckpt", tmp_path / "further"
     handlers = logging.root.handlers[:]  # an in-process Hydra run points them at this test
     try:
-        main(["pretrain", *overrides, f"paths.output_dir={out}", f"paths.log_dir={logs}"])
+        main(
+            [
+                "pretrain",
+                *overrides,
+                "trainer.max_steps=4",
+                f"paths.output_dir={out}",
+                f"paths.log_dir={logs}",
+            ]
+        )
+        # continued into another folder: that folder gets its own record
+        main(
+            [
+                "pretrain",
+                *overrides,
+                "trainer.max_steps=6",
+                f"ckpt_path={last}",
+                f"paths.output_dir={further}",
+                f"paths.log_dir={logs}",
+            ]
+        )
     finally:
         logging.root.handlers[:] = handlers
     assert (out / ".hydra" / "overrides.yaml").is_file() and list(out.glob("*.log"))
-    assert (out / "checkpoints" / "last.ckpt").is_file() and (out / "metrics.csv").is_file()
+    assert last.is_file() and (out / "metrics.csv").is_file()
+    assert (further / ".hydra" / "overrides.yaml").is_file() and list(further.glob("*.log"))
+    assert (further / "checkpoints" / "last.ckpt").is_file()
     assert not logs.exists()

@@ -27,7 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from bert_lightning.atomic import atomic_path, write_text
 from bert_lightning.checkpoint import ResumePoint
 from bert_lightning.data.sampling import hash_seed
-from bert_lightning.errors import UserError, user_error
+from bert_lightning.errors import UserError, first_line, user_error
 
 log = logging.getLogger(__name__)
 
@@ -291,9 +291,8 @@ def failure_marked(out_dir: Path, resuming: bool) -> Iterator[RunState]:
             if refused and hydra_run_dir() == out_dir:
                 remove_hydra_only_folder(out_dir)
             if not (refused and (resuming or not out_dir.exists())):
-                reason = (str(e).strip().splitlines() or [""])[0]
                 with suppress(UserError):  # a folder it cannot write: the error says why
-                    write_text(out_dir / FAILED, f"{type(e).__name__}: {reason}\n")
+                    write_text(out_dir / FAILED, f"{type(e).__name__}: {first_line(e)}\n")
         raise
     if rank_zero_only.rank == 0:
         (out_dir / FAILED).unlink(missing_ok=True)

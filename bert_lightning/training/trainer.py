@@ -20,7 +20,7 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from omegaconf import DictConfig, OmegaConf
 
 from bert_lightning.atomic import write_text
-from bert_lightning.errors import UserError
+from bert_lightning.errors import UserError, first_line
 from bert_lightning.fields import instantiate
 
 log = logging.getLogger(__name__)
@@ -82,7 +82,7 @@ def build_trainer(cfg: DictConfig) -> L.Trainer:
     except InstantiationException as e:  # Lightning refusing a precision, a strategy, a device
         cause = e.__cause__
         if isinstance(cause, MisconfigurationException | ValueError | TypeError | ImportError):
-            raise UserError(f"trainer: {(str(cause).strip().splitlines() or [''])[0]}") from e
+            raise UserError(f"trainer: {first_line(cause)}") from e
         raise
     warn_emulated_bf16(trainer)
     return trainer
