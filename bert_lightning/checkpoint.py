@@ -17,7 +17,7 @@ from tokenizers import Tokenizer
 from bert_lightning.atomic import atomic_path, write_text  # noqa: F401  (re-exported)
 from bert_lightning.data.tokenizer import load_tokenizer
 from bert_lightning.errors import MissingFileError, UserError
-from bert_lightning.interop import config_from_hf, hf_to_ours, load_into
+from bert_lightning.interop import config_from_hf, hf_to_ours, join_qkv, load_into
 from bert_lightning.model import BertConfig, BertModel
 
 PRETRAINING, FINETUNING, HUGGING_FACE = "pretraining", "fine-tuning", "Hugging Face"
@@ -143,9 +143,9 @@ def read_checkpoint(path: str | Path, kind: str | None = None, use: str = "") ->
         raw = _raw_ckpt(path)
         hparams = dict(raw["hyper_parameters"])
         config = BertConfig(**hparams["config"])
-        state = {
-            k[len("model.") :]: v for k, v in raw["state_dict"].items() if k.startswith("model.")
-        }
+        state = join_qkv(
+            {k[len("model.") :]: v for k, v in raw["state_dict"].items() if k.startswith("model.")}
+        )
         tokenizer = Tokenizer.from_str(raw["tokenizer"])
         check_vocab(path, config.vocab_size, tokenizer)
         step = int(raw.get("global_step", 0))

@@ -31,8 +31,12 @@ _DROPPED = (
 _ENCODER_PREFIXES = ("embeddings.", "encoder.", "pooler.")
 
 
+_QKV = ("query", "key", "value")  # HF's three projections: the row blocks of our `qkv`
+
+
 def hf_to_ours(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """HF state dict (BertModel or BertFor*, legacy `gamma`/`beta` too) -> our key space."""
+    """HF state dict (BertModel or BertFor*, legacy `gamma`/`beta` too) -> our key space.
+    Also reads our checkpoints written before `qkv` was one projection."""
     out = {}
     for key, value in state.items():
         if key.startswith(_ENCODER_PREFIXES):  # saved from BertModel: no `bert.` prefix
@@ -42,14 +46,38 @@ def hf_to_ours(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         )
         if key not in _DROPPED:
             out[key] = value
+    return join_qkv(out)
+
+
+def join_qkv(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """`query`, `key`, `value` (HF, and our checkpoints before `qkv`) -> one `qkv`."""
+    out = {}
+    for key, value in state.items():
+        head, sep, tail = key.rpartition(".attention.self.")
+        part, _, kind = tail.partition(".")
+        if not sep or part not in _QKV:
+            out[key] = value
+        elif part == "query":
+            blocks = [state.get(f"{head}{sep}{p}.{kind}") for p in _QKV]
+            if any(b is None for b in blocks):
+                raise UserError(f"{key}: the checkpoint lacks its key or value projection")
+            out[f"{head}{sep}qkv.{kind}"] = torch.cat(blocks)  # (3H, H) or (3H,)
     return out
 
 
 def ours_to_hf(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Our state dict -> the keys HF's `save_pretrained` writes for `BertForPreTraining` /
-    `BertFor*`: the tied decoder is left out (HF re-ties it on load), so no tensor is stored
-    twice and safetensors accepts the dict."""
-    return {k: v for k, v in state.items() if k not in _DROPPED}
+    `BertFor*`: `qkv` split into `query`, `key`, `value`; the tied decoder left out (HF
+    re-ties it on load), so no tensor is stored twice and safetensors accepts the dict."""
+    out = {}
+    for key, value in state.items():
+        head, sep, tail = key.rpartition(".attention.self.qkv.")
+        if sep:
+            blocks = zip(_QKV, value.chunk(3), strict=True)
+            out |= {f"{head}.attention.self.{p}.{tail}": b for p, b in blocks}
+        elif key not in _DROPPED:
+            out[key] = value
+    return out
 
 
 def config_from_hf(path: str | Path) -> BertConfig:

@@ -108,8 +108,8 @@ def test_budget_curve_pretrains_each_budget_then_one_suite(tmp_path):
 @pytest.mark.slow
 def test_padded_step_bench_times_every_workload(tmp_path):
     """bench/padded_step.py on tiny settings: every workload's row, padding counted, and the
-    control (packed blocks, no padding) at 0%."""
-    workloads = ["home_depot_cross", "home_depot_bi", "sst2", "nsp", "packed"]
+    controls (packed blocks, no padding) at 0%."""
+    workloads = ["home_depot_cross", "home_depot_bi", "sst2", "nsp", "packed", "packed_isolated"]
     args = ["--workloads", *workloads, "--steps", "1", "--warmup", "0", "--batches", "2"]
     out = bench(
         str(ROOT / "bench/padded_step.py"),
@@ -124,6 +124,8 @@ def test_padded_step_bench_times_every_workload(tmp_path):
     rows = json.loads((tmp_path / "padded.json").read_text())
     assert [r["workload"] for r in rows] == workloads and all(r["dtype"] == "fp32" for r in rows)
     padding = {r["workload"]: r["padding"] for r in rows}
-    assert padding["packed"] == 0 and all(0 < padding[w] < 1 for w in workloads[:3])
-    assert all(r["vs_padded"] > 0 for r in rows) and rows[1]["vs_transformers"] is None
+    assert padding["packed"] == padding["packed_isolated"] == 0
+    assert all(0 < padding[w] < 1 for w in workloads[:3])
+    assert all(r["vs_padded"] > 0 for r in rows[:-1]) and rows[1]["vs_transformers"] is None
+    assert rows[-1]["vs_padded"] is None and rows[-1]["vs_transformers"] > 0
     assert out.count("| home_depot_cross | fp32 |") == 1

@@ -38,6 +38,38 @@ def test_packing_keeps_the_token_stream(tmp_path, tiny_tokenizer):
     assert packed == stream[: len(packed)] and len(stream) - len(packed) < 30
 
 
+def test_isolated_packing_frames_each_document_and_restarts_positions(tmp_path, tiny_tokenizer):
+    """Documents framed [CLS] ... [SEP], joined and cut into full blocks; the batch's
+    position_ids restart at every [CLS] and at each block's start."""
+    corpus = str(tmp_path / "corpus.jsonl")
+    dm = datamodule(tmp_path, tiny_tokenizer, packing="packed_isolated", val_files=corpus)
+    docs = list(iter_documents([corpus]))
+    encoded = tiny_tokenizer.encode_batch(docs, add_special_tokens=False)
+    stream = [t for e in encoded for t in (2, *e.ids, 3)]
+    packed = [t for r in dm.train_set for t in r["input_ids"]]
+    assert {len(r["input_ids"]) for r in dm.train_set} == {32}
+    assert packed == stream[: len(packed)] and len(stream) - len(packed) < 32
+    joins = [r for r in dm.train_set if 2 in r["input_ids"][1:]][:4]  # a document starts inside
+    assert len(joins) == 4
+    batch = dm.collator()(joins)
+    ids, pos = batch["input_ids"], batch["position_ids"]  # (4, 32)
+    assert "attention_mask" not in batch and pos.shape == ids.shape
+    for row_ids, row_pos in zip(ids.tolist(), pos.tolist(), strict=True):
+        expected, p = [], -1
+        for i, t in enumerate(row_ids):
+            p = 0 if t == 2 or i == 0 else p + 1
+            expected.append(p)
+        assert row_pos == expected
+
+
+def test_isolated_packing_needs_the_arrow_cache(tmp_path):
+    corpus = str(write_corpus(tmp_path / "c.jsonl", 3))
+    with pytest.raises(ValueError, match="^data.packing=packed_isolated needs data.cache_format"):
+        PretrainDataModule(
+            train_files=corpus, val_files=corpus, cache_format="tokens", packing="packed_isolated"
+        )
+
+
 def test_per_document_examples_pad_per_batch(tmp_path, tiny_tokenizer):
     dm = datamodule(tmp_path, tiny_tokenizer, packing="document")
     assert len(dm.train_set) == 35  # one example per training document

@@ -103,7 +103,8 @@ def test_a_misspelt_key_is_one_line(tmp_path, capsys):
 
 def test_a_bad_config_value_is_one_line(tmp_path, capsys):
     err = pretrain_error(capsys, tmp_path, "data.packing=pakced")
-    assert err == "error: data.packing='pakced'; expected one of ('packed', 'document')"
+    expected = "('packed', 'packed_isolated', 'document')"
+    assert err == f"error: data.packing='pakced'; expected one of {expected}"
 
 
 @pytest.mark.parametrize(

@@ -1,8 +1,11 @@
+from dataclasses import asdict
+
 import pytest
 import torch
 
-from bert_lightning.checkpoint import load_hf_folder
+from bert_lightning.checkpoint import load_hf_folder, read_checkpoint
 from bert_lightning.data.tokenizer import SPECIAL_TOKENS
+from bert_lightning.errors import UserError
 from bert_lightning.interop import hf_to_ours, load_into, ours_to_hf
 from bert_lightning.model import BertConfig, BertForPreTraining
 
@@ -63,9 +66,41 @@ def test_key_map_round_trip(tmp_path):
     assert set(hf_to_ours(ours_to_hf(state))) == set(state) - {"cls.predictions.decoder.weight"}
 
 
+def test_fused_qkv_splits_and_joins_exactly():
+    """`qkv`'s row blocks are HF's query, key and value, and the map is lossless both ways."""
+    hf = transformers.BertForPreTraining(transformers.BertConfig(**TINY)).state_dict()
+    ours = hf_to_ours(hf)
+    layer = "bert.encoder.layer.1.attention.self"
+    assert f"{layer}.query.weight" not in ours and ours[f"{layer}.qkv.weight"].shape == (96, 32)
+    assert torch.equal(ours[f"{layer}.qkv.weight"][32:64], hf[f"{layer}.key.weight"])
+    back = ours_to_hf(ours)
+    assert set(back) == set(hf) - {"cls.predictions.decoder.weight", "cls.predictions.decoder.bias"}
+    assert all(torch.equal(back[k], hf[k]) for k in back)
+    partial = {k: v for k, v in hf.items() if not k.startswith(f"{layer}.value")}
+    with pytest.raises(UserError, match=f"{layer}.query.weight: the checkpoint lacks its key"):
+        hf_to_ours(partial)
+
+
 def test_load_into_refuses_misfits():
     model = BertForPreTraining(BertConfig(**TINY))
     with pytest.raises(KeyError, match="classifier.weight"):
         load_into(model, {"classifier.weight": torch.zeros(2, 32)})
     with pytest.raises(ValueError, match="cls.predictions.bias"):
         load_into(model, {"cls.predictions.bias": torch.zeros(7)})
+
+
+def test_a_checkpoint_of_ours_with_three_projections_still_reads(tmp_path, tiny_tokenizer):
+    """A `.ckpt` written when query, key and value were apart reads into `qkv` unchanged."""
+    config = BertConfig(**TINY | {"vocab_size": tiny_tokenizer.get_vocab_size()})
+    state = BertForPreTraining(config).state_dict()
+    tied = "cls.predictions.decoder.weight"
+    old = ours_to_hf(state) | {tied: state[tied]}  # as Lightning saved it
+    ckpt = {
+        "hyper_parameters": {"config": asdict(config)},
+        "state_dict": {f"model.{k}": v for k, v in old.items()},
+        "tokenizer": tiny_tokenizer.to_str(),
+    }
+    torch.save(ckpt, tmp_path / "old.ckpt")
+    read = read_checkpoint(tmp_path / "old.ckpt").state_dict
+    key = "bert.encoder.layer.0.attention.self.qkv.weight"
+    assert torch.equal(read[key], state[key]) and "query" not in " ".join(read)

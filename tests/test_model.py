@@ -3,6 +3,7 @@ import torch
 import torch.nn.functional as F
 
 from bert_lightning.config import compose
+from bert_lightning.interop import hf_to_ours
 from bert_lightning.model import (
     BertConfig,
     BertForPreTraining,
@@ -92,9 +93,8 @@ def test_same_outputs_as_transformers_bert():
     hf_cfg = transformers.BertConfig(**TINY, attn_implementation="eager")
     hf = transformers.BertForPreTraining(hf_cfg).eval()
     ours = BertForPreTraining(BertConfig(**TINY)).eval()
-    state = {k: v for k, v in hf.state_dict().items() if k in ours.state_dict()}
-    missing, unexpected = ours.load_state_dict(state, strict=False)
-    assert not missing and not unexpected
+    missing, unexpected = ours.load_state_dict(hf_to_ours(hf.state_dict()), strict=False)
+    assert not unexpected and missing == ["cls.predictions.decoder.weight"]  # tied to embeddings
     ids = torch.randint(5, 97, (2, 12))
     mask = torch.ones_like(ids)
     mask[1, 8:] = 0
@@ -167,3 +167,22 @@ def test_pretraining_flops_match_torch_flop_counter():
         out.loss.backward()
     P, R = int((labels != -100).sum()), query_rows(labels != -100)[0].numel()
     assert pretraining_flops(c, B, T, P, R, tokens=int(mask.sum())) == counter.get_total_flops()
+
+
+def test_bf16_autocast_keeps_the_residual_stream_in_bf16():
+    """LayerNorm runs in the autocast dtype (CUDA's autocast would run it in fp32, and every
+    block would copy its activations up and down): each layer's output stays bf16, close to
+    the fp32 model's, and a LayerNorm gives fp32 statistics rounded once to bf16."""
+    model = BertModel(BertConfig(**TINY)).eval()
+    ids = torch.randint(5, 97, (2, 12))
+    with torch.no_grad():
+        ref = model(ids, output_hidden_states=True).hidden_states
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            low = model(ids, output_hidden_states=True).hidden_states
+            x = torch.randn(4, 32).mul(30).add(5).bfloat16()
+            ln = model.encoder.layer[0].attention.output.LayerNorm(x)
+    assert [h.dtype for h in low] == [torch.bfloat16] * 3
+    for a, b in zip(low, ref, strict=True):
+        torch.testing.assert_close(a.float(), b, atol=0.06, rtol=0.02)
+    exact = F.layer_norm(x.double(), (32,), eps=1e-12).bfloat16()  # weight 1, bias 0
+    torch.testing.assert_close(ln, exact, atol=0, rtol=2**-8)

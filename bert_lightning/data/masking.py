@@ -70,6 +70,8 @@ class MLMCollator:
     `labels` (a validation set masked once, so its loss is comparable across evaluations) is
     padded, not masked again.
     `attention_mask` is only returned when a batch has padding: packed batches need none.
+    With `cls_id`, `position_ids` restart at each [CLS]: the model keeps attention within the
+    documents they mark (`packed_isolated`).
     """
 
     def __init__(
@@ -80,8 +82,9 @@ class MLMCollator:
         vocab_size: int,
         masking: MaskingConfig | None = None,
         continuation_ids: Sequence[int] = (),
+        cls_id: int | None = None,
     ):
-        self.pad_id, self.mask_id = pad_id, mask_id
+        self.pad_id, self.mask_id, self.cls_id = pad_id, mask_id, cls_id
         self.special_ids = torch.tensor(sorted(set(special_ids)))
         keep = torch.ones(vocab_size, dtype=torch.bool)
         keep[self.special_ids] = False
@@ -93,7 +96,10 @@ class MLMCollator:
         self.continuation[list(continuation_ids)] = True
 
     @classmethod
-    def for_tokenizer(cls, tokenizer: Tokenizer, masking: MaskingConfig | None = None):
+    def for_tokenizer(
+        cls, tokenizer: Tokenizer, masking: MaskingConfig | None = None, isolate: bool = False
+    ):
+        """`isolate`: documents packed in one example attend within themselves alone."""
         ids = special_ids(tokenizer)
         return cls(
             pad_id=ids["[PAD]"],
@@ -102,6 +108,7 @@ class MLMCollator:
             vocab_size=tokenizer.get_vocab_size(),
             masking=masking,
             continuation_ids=[i for t, i in tokenizer.get_vocab().items() if t[:2] == "##"],
+            cls_id=ids["[CLS]"] if isolate else None,
         )
 
     def maskable(self, input_ids: torch.Tensor) -> torch.Tensor:
@@ -124,6 +131,8 @@ class MLMCollator:
         lengths = [len(e["input_ids"]) for e in examples]
         T = max(lengths)
         batch = {"input_ids": _pad([e["input_ids"] for e in examples], T, self.pad_id)}  # (B, T)
+        if self.cls_id is not None:
+            batch["position_ids"] = document_positions(batch["input_ids"] == self.cls_id)
         if "token_type_ids" in examples[0]:
             batch["token_type_ids"] = _pad([e["token_type_ids"] for e in examples], T, 0)
         if "next_sentence_label" in examples[0]:
@@ -141,6 +150,14 @@ class MLMCollator:
                 torch.arange(T)[None, :] < torch.tensor(lengths)[:, None]
             ).long()  # (B, T)
         return batch
+
+
+def document_positions(starts: torch.Tensor) -> torch.Tensor:
+    """(B, T) True where a document starts ([CLS]) -> (B, T) positions that restart there, as
+    at the start of each row (a document continued from the previous block)."""
+    t = torch.arange(starts.size(1)).expand_as(starts)  # (B, T)
+    start = torch.where(starts, t, 0).cummax(1).values  # (B, T) where each token's document began
+    return t - start
 
 
 def _pad(rows: list, length: int, value: int) -> torch.Tensor:

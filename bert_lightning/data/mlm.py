@@ -132,7 +132,9 @@ class BertDataModule(L.LightningDataModule):
         }
 
     def collator(self) -> MLMCollator:
-        return MLMCollator.for_tokenizer(self.tokenizer, self.masking)
+        return MLMCollator.for_tokenizer(
+            self.tokenizer, self.masking, isolate=self.packing == "packed_isolated"
+        )
 
     # -- the sets, built once --------------------------------------------------------------
     def prepare_data(self):
@@ -188,6 +190,8 @@ class PretrainDataModule(BertDataModule):
             )
         if cache_format not in CACHE_FORMATS:
             raise UserError(f"data.cache_format={cache_format!r}; expected one of {CACHE_FORMATS}")
+        if cache_format == "tokens" and self.packing == "packed_isolated":
+            raise UserError("data.packing=packed_isolated needs data.cache_format=arrow")
         if cache_format == "tokens" and not val_files:
             raise UserError("data.cache_format=tokens needs data.val_files (no held-out split)")
         self.cache_format = cache_format

@@ -5,7 +5,8 @@ over a stream.
 
 Documents are read once into an Arrow dataset (`datasets`, memory-mapped and cached on disk),
 tokenized with a batched `map`, then framed either *packed* (documents concatenated and cut
-into full blocks, no padding) or *per document* (truncated, padded per batch). Every step has a
+into full blocks, no padding; with `packed_isolated` each document attends to itself alone)
+or *per document* (truncated, padded per batch). Every step has a
 fingerprint of its inputs, so the same step on another rank reads the cache.
 """
 
@@ -23,7 +24,10 @@ from bert_lightning.data.masking import MLMCollator
 from bert_lightning.data.tokenizer import batch_encode, special_ids
 from bert_lightning.errors import UserError
 
-PACKINGS = ("packed", "document")
+# packed: documents concatenated and cut into full blocks, attending across their joins;
+# packed_isolated: each document framed [CLS] ... [SEP] before the cut, and attention kept
+# within it (the collator's position_ids restart at each [CLS]); document: one per example
+PACKINGS = ("packed", "packed_isolated", "document")
 
 
 def fingerprint(*parts) -> str:
@@ -82,6 +86,10 @@ def frame_batch(batch, cls_id: int, sep_id: int, block: int, packing: str):
     """Token ids of documents -> `[CLS] ... [SEP]` examples of at most `block + 2` tokens."""
     if packing == "document":
         return {"input_ids": [[cls_id, *ids[:block], sep_id] for ids in batch["input_ids"]]}
+    if packing == "packed_isolated":  # blocks of whole-framed documents, no extra [CLS]/[SEP]
+        flat = [t for ids in batch["input_ids"] for t in (cls_id, *ids, sep_id)]
+        n = len(flat) // (block + 2)
+        return {"input_ids": [flat[i * (block + 2) : (i + 1) * (block + 2)] for i in range(n)]}
     flat = [t for ids in batch["input_ids"] for t in ids]
     n = len(flat) // block  # the tail of a map batch (< one block per 1,000 docs) is dropped
     return {"input_ids": [[cls_id, *flat[i * block : (i + 1) * block], sep_id] for i in range(n)]}

@@ -57,6 +57,22 @@ ACT2FN = {
 }
 
 
+class LayerNorm(nn.LayerNorm):
+    """Under autocast, runs in the autocast dtype (statistics in fp32 inside the kernel) and
+    returns it. CUDA's autocast runs layer_norm in fp32, so every LayerNorm would copy its
+    input up and its output down again for the next matmul, and the residual stream would stay
+    fp32; here it is low-precision end to end, as the matmuls it feeds."""
+
+    def forward(self, x):
+        device = x.device.type
+        if not torch.is_autocast_enabled(device):
+            return super().forward(x)
+        with torch.autocast(device, enabled=False):
+            w, b = self.weight.to(x.dtype), self.bias.to(x.dtype)  # (H,): CUDA wants x's dtype
+            y = F.layer_norm(x, self.normalized_shape, w, b, self.eps)
+        return y.to(torch.get_autocast_dtype(device))  # a cast only after the fp32 embeddings
+
+
 @dataclass
 class Unpadded:
     """Where the real tokens of a padded (B, T) batch sit in it. The encoder runs its Linears,
@@ -94,10 +110,12 @@ class BertEmbeddings(nn.Module):
         )
         self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
-        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.LayerNorm = LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
-    def forward(self, input_ids, token_type_ids=None, unpadded: Unpadded | None = None):
+    def forward(
+        self, input_ids, token_type_ids=None, unpadded: Unpadded | None = None, position_ids=None
+    ):
         """(B, T, H), or (N, H) the real tokens alone with `unpadded`."""
         T = input_ids.size(1)
         if self.position_embeddings.num_embeddings < T:
@@ -106,7 +124,10 @@ class BertEmbeddings(nn.Module):
                 f"{self.position_embeddings.num_embeddings}"
             )
         x = self.word_embeddings(input_ids)  # (B, T, H)
-        x = x + self.position_embeddings.weight[:T]  # (T, H) broadcast over B
+        if position_ids is None:
+            x = x + self.position_embeddings.weight[:T]  # (T, H) broadcast over B
+        else:
+            x = x + self.position_embeddings(position_ids)  # (B, T, H)
         if token_type_ids is None:
             x = x + self.token_type_embeddings.weight[0]
         else:
@@ -117,12 +138,14 @@ class BertEmbeddings(nn.Module):
 
 
 class BertSelfAttention(nn.Module):
+    """Query, key and value in one projection (`qkv`, rows in that order): one matmul instead
+    of three. Hugging Face's `query`/`key`/`value` are its three row blocks, which the
+    checkpoint key map (`interop`) splits and joins."""
+
     def __init__(self, config: BertConfig):
         super().__init__()
         self.num_heads = config.num_attention_heads
-        self.query = nn.Linear(config.hidden_size, config.hidden_size)
-        self.key = nn.Linear(config.hidden_size, config.hidden_size)
-        self.value = nn.Linear(config.hidden_size, config.hidden_size)
+        self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size)
         self.dropout_p = config.attention_probs_dropout_prob
 
     def forward(self, x, attn_mask=None, x_q=None, unpadded: Unpadded | None = None):
@@ -131,10 +154,15 @@ class BertSelfAttention(nn.Module):
         they are laid out padded for the attention product only."""
         H, nh = x.size(-1), self.num_heads
         pad = (lambda t: t) if unpadded is None else unpadded.pad
-        k = pad(self.key(x)).unflatten(-1, (nh, H // nh)).transpose(1, 2)  # (B, nh, T, hs)
-        v = pad(self.value(x)).unflatten(-1, (nh, H // nh)).transpose(1, 2)  # (B, nh, T, hs)
-        q = pad(self.query(x)) if x_q is None else self.query(x_q)  # (B, R, H)
-        q = q.unflatten(-1, (nh, H // nh)).transpose(1, 2)  # (B, nh, R, hs)
+        if x_q is None:
+            qkv = pad(self.qkv(x)).unflatten(-1, (3, nh, H // nh))  # (B, T, 3, nh, hs)
+            q, k, v = qkv.permute(2, 0, 3, 1, 4)  # 3 x (B, nh, T, hs)
+        else:
+            w, b = self.qkv.weight, self.qkv.bias
+            kv = pad(F.linear(x, w[H:], b[H:])).unflatten(-1, (2, nh, H // nh))  # (B, T, 2, nh, hs)
+            k, v = kv.permute(2, 0, 3, 1, 4)  # 2 x (B, nh, T, hs)
+            q = F.linear(x_q, w[:H], b[:H])  # (B, R, H)
+            q = q.unflatten(-1, (nh, H // nh)).transpose(1, 2)  # (B, nh, R, hs)
         y = F.scaled_dot_product_attention(
             q, k, v, attn_mask=attn_mask, dropout_p=self.dropout_p if self.training else 0.0
         )  # (B, nh, R, hs)
@@ -146,7 +174,7 @@ class BertSelfOutput(nn.Module):
     def __init__(self, config: BertConfig):
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
-        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.LayerNorm = LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
 
@@ -171,7 +199,7 @@ class BertOutput(nn.Module):
     def __init__(self, config: BertConfig):
         super().__init__()
         self.dense = nn.Linear(config.intermediate_size, config.hidden_size)
-        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.LayerNorm = LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
 
@@ -217,7 +245,7 @@ class BertEncoder(nn.Module):
         self.layer = nn.ModuleList(BertLayer(config) for _ in range(config.num_hidden_layers))
         # pre-LN leaves the residual stream un-normalised: one LayerNorm closes it
         self.LayerNorm = (
-            nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+            LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
             if config.pre_layer_norm
             else None
         )
@@ -302,6 +330,17 @@ def extended_attention_mask(attention_mask: torch.Tensor | None) -> torch.Tensor
     return attention_mask[:, None, None, :].bool()
 
 
+def document_mask(position_ids: torch.Tensor, attention_mask: torch.Tensor | None):
+    """(B, T) positions that restart at 0 where a document starts (several documents packed in
+    one row) -> (B, 1, T, T) True where query and key are in the same document. Padding joins
+    the last document, so no query row is left with no key at all."""
+    starts = position_ids == 0  # (B, T)
+    if attention_mask is not None:
+        starts = starts & attention_mask.bool()
+    doc = starts.cumsum(1)  # (B, T) which document of its row a token is in
+    return (doc[:, :, None] == doc[:, None, :])[:, None]  # (B, 1, T, T)
+
+
 class BertModel(nn.Module):
     def __init__(self, config: BertConfig, add_pooling_layer: bool = True):
         super().__init__()
@@ -321,14 +360,20 @@ class BertModel(nn.Module):
         attention_mask=None,
         output_hidden_states=False,
         last_rows=None,
+        position_ids=None,
     ) -> EncoderOutput:
         """`last_rows` (B, R) positions, first column 0 ([CLS], for the pooler): the last layer
-        runs on those only and `last_hidden_state` is (B, R, H)."""
+        runs on those only and `last_hidden_state` is (B, R, H). `position_ids` (B, T), as
+        Hugging Face's, except that where they restart at 0 a new document starts, and
+        attention stays within each document (packed rows of several documents)."""
         unpadded = None
         if self.unpad and attention_mask is not None and not bool(attention_mask.all()):
             unpadded = Unpadded.of(attention_mask)
-        x = self.embeddings(input_ids, token_type_ids, unpadded)  # (B, T, H) or (N, H)
+        x = self.embeddings(input_ids, token_type_ids, unpadded, position_ids)  # (B, T, H) | (N, H)
         mask = extended_attention_mask(attention_mask)  # (B, 1, 1, T) or None
+        if position_ids is not None:
+            docs = document_mask(position_ids, attention_mask)  # (B, 1, T, T)
+            mask = docs if mask is None else mask & docs
         if self.config.is_decoder:
             T = input_ids.size(1)
             left = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()  # (T, T)
@@ -343,7 +388,7 @@ class BertPredictionHeadTransform(nn.Module):
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
         self.act = ACT2FN[config.hidden_act]
-        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.LayerNorm = LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
 
     def forward(self, x):
         return self.LayerNorm(self.act(self.dense(x)))
@@ -416,11 +461,14 @@ class BertForPreTraining(nn.Module):
         attention_mask=None,
         labels=None,
         next_sentence_label=None,
+        position_ids=None,
     ) -> PreTrainingOutput:
         if labels is None:
             labels = torch.full_like(input_ids, -100)
         rows, valid = query_rows(labels != -100)  # (B, R)
-        out = self.bert(input_ids, token_type_ids, attention_mask, last_rows=rows)
+        out = self.bert(
+            input_ids, token_type_ids, attention_mask, last_rows=rows, position_ids=position_ids
+        )
         row_labels = labels.gather(1, rows)  # (B, R)
         picked = (row_labels != -100) & valid  # (B, R), in position order as labels != -100
         h = out.last_hidden_state[picked]  # (P, H)

@@ -55,6 +55,7 @@ class BertPretrainModule(EncoderModule):
             batch.get("attention_mask"),
             batch.get("labels"),
             batch.get("next_sentence_label") if self.nsp else None,
+            batch.get("position_ids"),  # packed_isolated: the documents of each row
         )
 
     def flops_per_batch(self, batch: dict) -> torch.Tensor:
