@@ -1,16 +1,19 @@
 """Hydra glue: where the configs live, the `${bundled:...}` resolver, composing in code, and
-how a Hydra entry point reports a user's mistake."""
+the entry points' `hydra.main`, which reports a user's mistake as one line."""
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from bert_lightning.errors import MissingFileError, reported
+from bert_lightning.errors import MissingFileError, UserError, reported
 
 CONFIG_DIR = Path(__file__).resolve().parent / "conf"
 ASSETS = Path(__file__).resolve().parent / "assets"
@@ -92,12 +95,88 @@ def compose(config_name: str = "train", overrides: list[str] | None = None) -> D
         return hydra_compose(config_name, overrides=overrides or [])
 
 
+def full_error() -> bool:
+    """HYDRA_FULL_ERROR=1: the user asks for Hydra's tracebacks, also of their own mistakes."""
+    return os.environ.get("HYDRA_FULL_ERROR") == "1"
+
+
 def hydra_reported() -> AbstractContextManager:
-    """`errors.reported` around a Hydra task function (train.py, finetune.py, `bert-lightning
-    pretrain|finetune`): a user's mistake is one line and exit code 2, unless
-    HYDRA_FULL_ERROR=1 asks for the traceback or a multirun records the failed job itself."""
+    """`errors.reported` around a Hydra task function: a user's mistake is one line and exit
+    code 2, unless HYDRA_FULL_ERROR=1 asks for the traceback or a multirun records the failed
+    job itself."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
     multirun = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
-    return reported(debug=os.environ.get("HYDRA_FULL_ERROR") == "1" or multirun)
+    return reported(debug=full_error() or multirun)
+
+
+def command_line_error(e: Exception) -> UserError | None:
+    """What Hydra's failure to compose the config says in one line, where the command line is
+    to blame: a config group option that does not exist (options starting with `_` are parts
+    the others share, not choices), or a key the config does not have (a typo, or a new key
+    without `+`). None for the rest, whose message Hydra prints."""
+    from hydra.errors import MissingConfigException
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError
+
+    if isinstance(e, MissingConfigException) and e.options:  # a config group's option
+        group, _, name = e.missing_cfg_file.rpartition("/")
+        options = ", ".join(o for o in e.options if not o.startswith("_"))
+        return UserError(f"{group}={name}: no such option; expected one of {options}")
+    key = getattr(e.__cause__, "full_key", None)
+    if isinstance(e.__cause__, ConfigAttributeError | ConfigKeyError) and key:
+        return UserError(f"{key}: no such key (add it with +{key}=... if you mean a new one)")
+    return None
+
+
+@contextmanager
+def composition_reported() -> Iterator[None]:
+    """Hydra composes the config inside its `run_and_report`, before the task function runs,
+    and prints a failure there as several lines with exit code 1: for the duration, a mistake
+    of the command line is reported before it gets there (`command_line_error`)."""
+    from hydra._internal import utils
+    from hydra.errors import ConfigCompositionException
+
+    hydra_report = utils.run_and_report
+
+    def run_and_report(func: Callable[[], Any]) -> Any:
+        def composed() -> Any:
+            try:
+                return func()
+            except ConfigCompositionException as e:
+                err = command_line_error(e)
+                if err is None:
+                    raise
+                with reported(debug=full_error()):
+                    raise err from e
+
+        return hydra_report(composed)
+
+    utils.run_and_report = run_and_report
+    try:
+        yield
+    finally:
+        utils.run_and_report = hydra_report
+
+
+def hydra_main(config_name: str) -> Callable[[Callable[[DictConfig], Any]], Callable[[], None]]:
+    """`hydra.main` on the package's configs, for train.py, finetune.py and `bert-lightning
+    pretrain|finetune`: a user's mistake is one line, in the task (`hydra_reported`) and on
+    the command line (`composition_reported`)."""
+    import hydra
+
+    def decorator(task: Callable[[DictConfig], Any]) -> Callable[[], None]:
+        @functools.wraps(task)  # Hydra names the job (and its log) after the task's module
+        def reported_task(cfg: DictConfig) -> Any:
+            with hydra_reported():
+                return task(cfg)
+
+        main = hydra.main(str(CONFIG_DIR), config_name, version_base="1.3")(reported_task)
+
+        def run() -> None:
+            with composition_reported():
+                main()
+
+        return run
+
+    return decorator

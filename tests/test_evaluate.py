@@ -3,6 +3,8 @@ finetune() writes for a test file), a pretraining checkpoint's MLM metrics on an
 its run logs for the same validation files); `score`/`evaluate` read a file as the task did."""
 
 import json
+import math
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -10,6 +12,7 @@ import pytest
 from bert_lightning.cli import main
 from bert_lightning.config import bundled, compose
 from bert_lightning.data.corpus import iter_documents
+from bert_lightning.training import callbacks
 from bert_lightning.training.finetune import finetune
 from bert_lightning.training.pretrain import train
 from conftest import tiny_overrides, write_corpus
@@ -66,7 +69,7 @@ def test_evaluate_gives_the_test_metrics_finetune_wrote(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_evaluate_gives_the_mlm_loss_the_run_validated_with(tmp_path, caplog):
+def test_evaluate_gives_the_mlm_loss_the_run_validated_with(tmp_path, caplog, capsys):
     out = tmp_path / "run"
     write_corpus(out / "corpus.jsonl", 60)
     val = tmp_path / "val.jsonl"
@@ -78,10 +81,32 @@ def test_evaluate_gives_the_mlm_loss_the_run_validated_with(tmp_path, caplog):
 
     report = tmp_path / "mlm.json"
     args = ["--max-seq-length", "32", "--batch-size", "8", "--cache-dir", str(tmp_path / "c")]
+    capsys.readouterr()
     main(
         ["evaluate", str(out / "checkpoints" / "last.ckpt"), str(val), *args, "--json", str(report)]
     )
     got = json.loads(report.read_text())
     assert got["kind"] == "pretraining"
+    batches = math.ceil(got["metrics"]["examples"] / 8)  # off a terminal: a line at the last
+    assert capsys.readouterr().out.splitlines()[0] == f"batch {batches}/{batches} eta 0m00s"
     assert got["metrics"]["loss"] == pytest.approx(val_loss, rel=1e-5)
     assert 0 < got["metrics"]["mlm_acc"] < 1 and got["metrics"]["ppl"] > 1
+
+
+def test_evaluate_prints_a_line_every_n_batches_off_a_terminal(monkeypatch, capsys):
+    """As a run's steps, not Lightning's Rich bar (silent there until the end, then a line of
+    box characters): a batch a second, `every=2`, a line at 2, 4 and the last."""
+    now = [0.0]
+    monkeypatch.setattr(callbacks.time, "perf_counter", lambda: now[0])
+    bar = callbacks.EvalProgressBar(every=2, tty=False)
+    trainer = SimpleNamespace(num_test_batches=[5])
+    bar.on_test_start(trainer, None)
+    for i in range(5):
+        now[0] = i + 1.0
+        bar.on_test_batch_end(trainer, None, None, None, i)
+    bar.on_test_end(trainer, None)
+    assert capsys.readouterr().out.splitlines() == [
+        "batch 2/5 eta 0m03s",
+        "batch 4/5 eta 0m01s",
+        "batch 5/5 eta 0m00s",
+    ]

@@ -4,8 +4,11 @@ and nothing that looks usable, and a fresh run prints step lines and no warnings
 
 import csv
 import logging
+import runpy
 import shutil
+import sys
 import warnings
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -16,6 +19,7 @@ from bert_lightning.training.callbacks import StepProgressBar
 from bert_lightning.training.pretrain import train
 from conftest import tiny_overrides, write_corpus
 
+ROOT = Path(__file__).resolve().parents[1]
 LR, WARMUP = 1e-3, 4
 
 
@@ -124,6 +128,33 @@ def test_a_fresh_run_prints_step_lines_and_no_warnings(tmp_path, capsys, caplog)
     assert len(summary) == 1 and "flops" not in summary[0].lower()
     assert "nsp_acc" not in summary[0]  # an MLM-only run has no NSP metrics
     assert "💡" not in caplog.text
+
+
+@pytest.mark.slow
+def test_train_log_has_the_lines_the_console_shows_once(tmp_path, monkeypatch, capsys):
+    """Off a terminal, the step and validation lines are printed (once: not also through
+    Hydra's console handler) and are in the run's log, `train.log`, too."""
+    monkeypatch.setattr(logging.root, "handlers", logging.root.handlers[:])  # Hydra sets its own
+    out = tmp_path / "run"
+    write_corpus(out / "corpus.jsonl")
+    bar = ["trainer.enable_progress_bar=true", "callbacks.progress_bar.every=2"]
+    monkeypatch.setattr(sys, "argv", ["train.py", *tiny_overrides(out, *bar)])
+    runpy.run_path(str(ROOT / "train.py"), run_name="__main__")
+
+    tag = "[bert_lightning.training.callbacks][INFO] - "  # a log record of ours
+    console = capsys.readouterr().out.splitlines()
+    assert not [line for line in console if tag in line]  # not twice on the console
+    printed = [line for line in console if line.startswith(("step ", "validation at step "))]
+    assert [line.split(" loss ")[0] for line in printed] == [
+        "validation at step 0:",
+        "step 2/6",
+        "validation at step 3:",
+        "step 4/6",
+        "step 6/6",
+        "validation at step 6:",
+    ]
+    logged = (out / "train.log").read_text().splitlines()
+    assert [line.partition(tag)[2] for line in logged if tag in line] == printed
 
 
 def test_the_bar_counts_the_steps_of_a_run_bound_by_epochs():

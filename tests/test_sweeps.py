@@ -29,8 +29,9 @@ def test_grid_of_two_by_two_is_four_jobs():
     )
 
 
-def multirun(tmp_path: Path, *extra: str) -> Path:
-    """A sweep with tiny settings; returns its folder (one numbered subfolder per job)."""
+def multirun(tmp_path: Path, *extra: str) -> tuple[Path, str]:
+    """A sweep with tiny settings; returns its folder (one numbered subfolder per job) and what
+    it printed (stdout, then stderr)."""
     write_corpus(tmp_path / "corpus.jsonl")
     overrides = [o for o in tiny_overrides(tmp_path) if not o.startswith("paths.output_dir")]
     overrides += [
@@ -50,7 +51,7 @@ def multirun(tmp_path: Path, *extra: str) -> Path:
     )
     assert r.returncode == 0, r.stderr[-3000:]
     (sweep,) = (tmp_path / "out" / "pretrain" / "multiruns").iterdir()
-    return sweep
+    return sweep, r.stdout + r.stderr
 
 
 def last_val_loss(job: Path) -> float:
@@ -60,7 +61,7 @@ def last_val_loss(job: Path) -> float:
 
 @pytest.mark.slow
 def test_basic_sweep_runs_each_job_in_its_own_folder(tmp_path):
-    sweep = multirun(tmp_path, "-m", "optim.lr=1e-3,3e-3")
+    sweep, _ = multirun(tmp_path, "-m", "optim.lr=1e-3,3e-3")
     jobs = sorted(p for p in sweep.iterdir() if p.is_dir())
     assert [j.name for j in jobs] == ["0", "1"]
     lrs = []
@@ -80,7 +81,10 @@ def test_basic_sweep_runs_each_job_in_its_own_folder(tmp_path):
 @pytest.mark.slow
 def test_optuna_search_minimises_validation_loss(tmp_path):
     pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
-    sweep = multirun(tmp_path, "hparams_search=mlm_optuna", "hydra.sweeper.n_trials=2")
+    sweep, printed = multirun(tmp_path, "hparams_search=mlm_optuna", "hydra.sweeper.n_trials=2")
+    # Optuna's line as Hydra's: no colour codes for a redirected log
+    assert "[HYDRA] A new study created in memory with name: mlm_lr_warmup\n" in printed
+    assert "\x1b[" not in printed
     result = yaml.safe_load((sweep / "optimization_results.yaml").read_text())
     losses = {job.name: last_val_loss(job) for job in sweep.iterdir() if job.is_dir()}
     assert len(losses) == 2

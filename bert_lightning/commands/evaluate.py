@@ -24,6 +24,7 @@ from bert_lightning.data.pipeline import PACKINGS
 from bert_lightning.data.tables import collate
 from bert_lightning.data.tokenizer import special_ids
 from bert_lightning.errors import UserError
+from bert_lightning.training.callbacks import EvalProgressBar
 from bert_lightning.training.pretrain_module import BertPretrainModule
 from bert_lightning.training.trainer import silence_noise
 
@@ -32,6 +33,7 @@ DEFAULT_SEED = 1234  # conf/train.yaml's: the validation masks of a default pret
 
 
 def _trainer(progress: bool) -> L.Trainer:
+    """`progress`: ours, whose lines off a terminal read as a run's (not Lightning's Rich bar)."""
     silence_noise()  # Lightning's advertisement and deprecation notices of a bare Trainer
     return L.Trainer(
         accelerator="auto",
@@ -40,6 +42,7 @@ def _trainer(progress: bool) -> L.Trainer:
         enable_checkpointing=False,
         enable_model_summary=False,
         enable_progress_bar=progress,
+        callbacks=[EvalProgressBar()] if progress else None,
     )
 
 

@@ -6,23 +6,21 @@ from __future__ import annotations
 
 import sys
 
-import hydra
 from omegaconf import DictConfig
 
-from bert_lightning.config import CONFIG_DIR, hydra_reported
+from bert_lightning.config import hydra_main
 
 
-@hydra.main(config_path=str(CONFIG_DIR), config_name="finetune", version_base="1.3")
-def hydra_main(cfg: DictConfig) -> float | None:
+@hydra_main("finetune")
+def main(cfg: DictConfig) -> float | None:
     from bert_lightning.training.finetune import best_val, finetune
 
-    with hydra_reported():
-        return best_val(finetune(cfg), cfg)
+    return best_val(finetune(cfg), cfg)
 
 
 def run(overrides: list[str]) -> None:
     sys.argv = ["bert-lightning finetune", *overrides]  # what hydra.main reads
-    hydra_main()
+    main()
 
 
 def register(sub) -> None:

@@ -6,23 +6,21 @@ from __future__ import annotations
 
 import sys
 
-import hydra
 from omegaconf import DictConfig
 
-from bert_lightning.config import CONFIG_DIR, hydra_reported
+from bert_lightning.config import hydra_main
 
 
-@hydra.main(config_path=str(CONFIG_DIR), config_name="train", version_base="1.3")
-def hydra_main(cfg: DictConfig) -> float | None:
+@hydra_main("train")
+def main(cfg: DictConfig) -> float | None:
     from bert_lightning.training.pretrain import train
 
-    with hydra_reported():
-        return train(cfg)
+    return train(cfg)
 
 
 def run(overrides: list[str]) -> None:
     sys.argv = ["bert-lightning pretrain", *overrides]  # what hydra.main reads
-    hydra_main()
+    main()
 
 
 def register(sub) -> None:

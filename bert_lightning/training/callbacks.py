@@ -114,9 +114,9 @@ class StepProgressBar(ProgressBar):
     loss, tokens/s and ETA; otherwise (a file, a pipe, CI, SLURM logs) a plain line every
     `every` steps or `seconds` seconds, whichever comes first (a slow run is not silent for
     hours), since a bar redrawn in place leaves nothing readable there. Either way a
-    line with the validation metrics after each validation. Both go to stdout, beside the
-    run's log. The metrics are read (a host sync) only when shown: every `refresh` steps on
-    the bar. `tty`: None decides by stdout."""
+    line with the validation metrics after each validation. The lines go to stdout and into
+    the run's log file (`to_log_files`). The metrics are read (a host sync) only when shown:
+    every `refresh` steps on the bar. `tty`: None decides by stdout."""
 
     def __init__(
         self, every: int = 50, refresh: int = 10, seconds: float = 30.0, tty: bool | None = None
@@ -150,23 +150,34 @@ class StepProgressBar(ProgressBar):
     def _shown(metrics: dict, prefix: str) -> dict[str, str]:
         return {k[len(prefix) :]: _fmt(v) for k, v in metrics.items() if k.startswith(prefix)}
 
-    def on_train_start(self, trainer, pl_module):
-        if not self.enabled:
-            return
-        self.t0, self.step0 = time.perf_counter(), trainer.global_step
-        self.shown_step, self.last_line = trainer.global_step, self.t0
+    def _open(self, total: int | None, done: int, desc: str, unit: str) -> None:
+        """Counting from `done` of `total`: the bar on a terminal, else lines."""
+        self.t0, self.step0 = time.perf_counter(), done
+        self.shown_step, self.last_line = done, self.t0
         tty = sys.stdout.isatty() if self.tty is None else self.tty
         if tty:
             from tqdm.auto import tqdm
 
             self.bar = tqdm(
-                total=self._total(trainer),
-                initial=trainer.global_step,
-                desc="train",
-                unit="step",
-                dynamic_ncols=True,
-                file=sys.stdout,
+                total=total, initial=done, desc=desc, unit=unit, dynamic_ncols=True, file=sys.stdout
             )
+
+    def _line(self, done: int, total: int | None) -> list[str] | None:
+        """Off a terminal, the start of a line when one is due (every `every`, `seconds` after
+        the last one, at the end): `done/total`; None when not."""
+        now = time.perf_counter()
+        if done % self.every and done != total and now - self.last_line < self.seconds:
+            return None
+        self.last_line = now
+        return [f"{done}/{total}" if total else str(done)]
+
+    def _eta(self, done: int, total: int | None) -> list[str]:
+        rate = (done - self.step0) / max(time.perf_counter() - self.t0, 1e-9)
+        return [f"eta {eta_text((total - done) / rate)}"] if total and rate > 0 else []
+
+    def on_train_start(self, trainer, pl_module):
+        if self.enabled:
+            self._open(self._total(trainer), trainer.global_step, "train", "step")
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         step = trainer.global_step
@@ -179,20 +190,18 @@ class StepProgressBar(ProgressBar):
                 metrics = self.get_metrics(trainer, pl_module)
                 self.bar.set_postfix(self._shown(metrics, "train/"), refresh=False)
             return
-        total, now = self._total(trainer), time.perf_counter()
-        if step % self.every and step != total and now - self.last_line < self.seconds:
+        total = self._total(trainer)
+        line = self._line(step, total)
+        if line is None:
             return
-        self.last_line = now
-        rate = (step - self.step0) / max(now - self.t0, 1e-9)
         shown = self._shown(self.get_metrics(trainer, pl_module), "train/")
-        line = [f"step {step}/{total}" if total else f"step {step}"]
-        line += [f"{k} {v}" for k, v in shown.items()]
+        line = ["step", *line, *(f"{k} {v}" for k, v in shown.items())]
         timer = budget_timer(trainer)
         if timer is not None:  # a run on a time budget ends when its time does
             line.append(f"eta {eta_text(max(0.0, timer.time_remaining()))}")
-        elif total and rate > 0:
-            line.append(f"eta {eta_text((total - step) / rate)}")
-        print(" ".join(line), flush=True)
+        else:
+            line += self._eta(step, total)
+        self.print(" ".join(line))
 
     def on_validation_end(self, trainer, pl_module):
         if not self.enabled or trainer.sanity_checking:
@@ -208,11 +217,68 @@ class StepProgressBar(ProgressBar):
             self.bar.write(text, file=sys.stdout)
         else:
             print(text, flush=True)
+        to_log_files(text)
 
     def on_train_end(self, trainer, pl_module):
+        self._close()
+
+    def _close(self) -> None:
         if self.bar is not None:
             self.bar.close()
             self.bar = None
+
+
+class EvalProgressBar(StepProgressBar):
+    """Progress over the batches of a validation or test run by itself (`bert-lightning
+    evaluate`), as StepProgressBar's over steps: on a terminal a tqdm bar, otherwise a line
+    `batch 20/42 eta 0m03s` every `every` batches or `seconds` seconds and at the last
+    (Lightning's default, a Rich bar, printed nothing there until the end, then a line of
+    box characters). No metrics line: the command prints its own."""
+
+    def _start(self, batches: list[int | float]) -> None:
+        total = sum(batches)  # over the dataloaders; inf: one without a length
+        self.total = int(total) if total != float("inf") else None
+        if self.enabled:
+            self._open(self.total, 0, "evaluate", "batch")
+
+    def _batch_end(self) -> None:
+        if not self.enabled:
+            return
+        self.shown_step += 1
+        if self.bar is not None:
+            self.bar.update()
+            return
+        line = self._line(self.shown_step, self.total)
+        if line is not None:
+            self.print(" ".join(["batch", *line, *self._eta(self.shown_step, self.total)]))
+
+    def on_validation_start(self, trainer, pl_module):
+        self._start(trainer.num_val_batches)
+
+    def on_test_start(self, trainer, pl_module):
+        self._start(trainer.num_test_batches)
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, *args):
+        self._batch_end()
+
+    def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, *args):
+        self._batch_end()
+
+    def on_validation_end(self, trainer, pl_module):
+        self._close()
+
+    def on_test_end(self, trainer, pl_module):
+        self._close()
+
+
+def to_log_files(text: str) -> None:
+    """`text`, printed already, into the log files of the root logger too (Hydra's job log,
+    `train.log`), as an INFO record of this module: through logging it would reach the
+    console handler as well, and show twice."""
+    record = log.makeRecord(log.name, logging.INFO, __file__, 0, text, None, None)
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler) and record.levelno >= handler.level:
+            handler.handle(record)
 
 
 class FlopFreeModelSummary(ModelSummary):

@@ -56,3 +56,15 @@ class MultirunSummary(Callback):
             writer = csv.DictWriter(f, fieldnames=list(rows[0]))
             writer.writeheader()
             writer.writerows(rows)
+
+
+class PlainOptunaLog(Callback):
+    """Optuna's log lines (`hparams_search=mlm_optuna`) through Python's logging, as Hydra's:
+    Optuna's own handler colours them with ANSI codes on stderr even off a terminal, where
+    they land in the log files of a redirected sweep (SLURM, `> sweep.log 2>&1`)."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        import optuna
+
+        optuna.logging.disable_default_handler()
+        optuna.logging.enable_propagation()

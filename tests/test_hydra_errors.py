@@ -1,0 +1,71 @@
+"""A mistake on the command line that Hydra finds while composing the config, before the run
+starts (a misspelt key, a config group option that does not exist), is one line `error: ...`
+and exit code 2 from train.py, finetune.py and `bert-lightning pretrain|finetune` alike; the
+traceback only on request (HYDRA_FULL_ERROR=1)."""
+
+import runpy
+from pathlib import Path
+
+import pytest
+from hydra.errors import MissingConfigException
+
+from bert_lightning.cli import main
+from bert_lightning.config import CONFIG_DIR
+from bert_lightning.errors import UserError
+
+ROOT = Path(__file__).resolve().parents[1]
+MODELS = ", ".join(sorted(p.stem for p in (CONFIG_DIR / "model").glob("[!_]*.yaml")))
+MISTAKES = [
+    (
+        "trainer.max_stepz=3",
+        "error: trainer.max_stepz: no such key "
+        "(add it with +trainer.max_stepz=... if you mean a new one)",
+    ),
+    ("model=bert_huge", f"error: model=bert_huge: no such option; expected one of {MODELS}"),
+]
+ENTRY_POINTS = {  # in process: a script reads its overrides from sys.argv
+    "train.py": lambda overrides: runpy.run_path(str(ROOT / "train.py"), run_name="__main__"),
+    "finetune.py": lambda overrides: runpy.run_path(str(ROOT / "finetune.py"), run_name="__main__"),
+    "bert-lightning pretrain": lambda overrides: main(["pretrain", *overrides]),
+    "bert-lightning finetune": lambda overrides: main(["finetune", *overrides]),
+}
+
+
+def run(entry: str, monkeypatch, *overrides: str) -> int:
+    """The exit code of ENTRY with OVERRIDES."""
+    monkeypatch.setattr("sys.argv", [entry, *overrides])
+    with pytest.raises(SystemExit) as e:
+        ENTRY_POINTS[entry](list(overrides))
+    return e.value.code
+
+
+@pytest.mark.parametrize("entry", ENTRY_POINTS)
+@pytest.mark.parametrize(("override", "message"), MISTAKES)
+def test_a_command_line_mistake_is_one_line(
+    entry, override, message, tmp_path, monkeypatch, capsys
+):
+    assert run(entry, monkeypatch, override, f"paths.output_dir={tmp_path}") == 2
+    assert capsys.readouterr().err == message + "\n"
+    assert not list(tmp_path.iterdir())  # nothing ran
+
+
+def test_an_option_of_a_group_of_hydra_own(monkeypatch, capsys):
+    assert run("train.py", monkeypatch, "hydra/job_logging=colour") == 2
+    assert capsys.readouterr().err == (
+        "error: hydra/job_logging=colour: no such option; "
+        "expected one of default, disabled, none, stdout\n"
+    )
+
+
+def test_other_composition_errors_keep_hydra_message(monkeypatch, capsys):
+    assert run("train.py", monkeypatch, "+trainer.max_steps=3") == 1
+    assert "Could not append to config. An item is already at 'trainer.max_steps'" in (
+        capsys.readouterr().err
+    )
+
+
+def test_hydra_full_error_keeps_the_traceback(monkeypatch):
+    monkeypatch.setenv("HYDRA_FULL_ERROR", "1")
+    with pytest.raises(UserError, match="^model=bert_huge: no such option") as e:
+        main(["pretrain", "model=bert_huge"])
+    assert isinstance(e.value.__cause__, MissingConfigException)
