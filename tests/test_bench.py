@@ -126,6 +126,5 @@ def test_padded_step_bench_times_every_workload(tmp_path):
     padding = {r["workload"]: r["padding"] for r in rows}
     assert padding["packed"] == padding["packed_isolated"] == 0
     assert all(0 < padding[w] < 1 for w in workloads[:3])
-    assert all(r["vs_padded"] > 0 for r in rows[:-1]) and rows[1]["vs_transformers"] is None
-    assert rows[-1]["vs_padded"] is None and rows[-1]["vs_transformers"] > 0
+    assert all(r["vs_padded"] > 0 for r in rows) and rows[1]["vs_transformers"] is None
     assert out.count("| home_depot_cross | fp32 |") == 1
