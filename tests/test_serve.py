@@ -1,0 +1,275 @@
+"""`bert-lightning serve` on tiny checkpoints: /score gives what `bert-lightning score` writes,
+/embed what `embed` gives and /fill-mask what `fill-mask` gives, however requests are batched;
+concurrent requests share forward passes; a bad request is a one-line 4xx and the server goes
+on serving; a bad command line is one line, exit 2."""
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from bert_lightning.cli import main
+from bert_lightning.commands.embed import embed
+from bert_lightning.commands.fill_mask import fill_mask
+from bert_lightning.config import compose
+from bert_lightning.serving import (
+    Embed,
+    EmbedRequest,
+    FillMask,
+    FillMaskRequest,
+    PairsRequest,
+    ScorePairs,
+    ScoreTexts,
+    TextsRequest,
+    endpoints,
+)
+from bert_lightning.training.finetune_module import FinetuneModule
+from finetune_fixtures import (
+    ad_rows,
+    regression_rows,
+    relevance_ckpt,
+    tiny_config,
+    write_csv,
+    write_hf_folder,
+    write_our_ckpt,
+    write_tokenizer,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+MASKED = ["the [MASK] was [MASK]", "a [MASK] film", "bob [MASK]"]
+
+
+@pytest.fixture
+def tok(tmp_path):
+    return write_tokenizer(tmp_path / "tokenizer.json")
+
+
+@pytest.fixture
+def bench(monkeypatch):
+    """bench/serve.py, whose `server` starts and stops `bert-lightning serve` for these tests."""
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    return importlib.import_module("serve")
+
+
+def finetuned(path: Path, tok, *overrides: str) -> Path:
+    """A checkpoint as finetune.py writes it (untrained head) of the task `overrides` make."""
+    cfg = compose("finetune", ["task.train_file=x", "paths.output_dir=.", *overrides])
+    module = FinetuneModule(
+        asdict(tiny_config(tok.get_vocab_size())),
+        OmegaConf.to_container(cfg.task),
+        {},
+        False,
+        tok.to_str(),
+        32,
+    )
+    hparams, state = dict(module.hparams), module.state_dict()
+    torch.save({"hyper_parameters": hparams, "state_dict": state, "tokenizer": tok.to_str()}, path)
+    return path
+
+
+def scored(tmp_path, ckpt: Path, rows: list[dict]) -> list[float]:
+    """What `bert-lightning score` writes for `rows`."""
+    write_csv(tmp_path / "rows.csv", rows)
+    main(["score", str(ckpt), str(tmp_path / "rows.csv"), str(tmp_path / "scored.jsonl")])
+    return pd.read_json(tmp_path / "scored.jsonl", lines=True)["score"].tolist()
+
+
+def started(endpoint, model, max_batch_size: int = 8):
+    api = endpoint(str(model), max_batch_size, 0.0, 1)
+    api.setup("cpu")
+    return api
+
+
+def test_score_gives_what_bert_lightning_score_writes_however_rows_are_batched(tmp_path, tok):
+    """Cross- and bi-encoder pairs and a sentence task's texts, in requests of 1, 4 and the
+    rest answered by one `predict` (padded together) and one at a time."""
+    rows = ad_rows(4)
+    texts = regression_rows(9)
+    cases = [
+        (relevance_ckpt(tmp_path, tok)[0], rows, ScorePairs),
+        (finetuned(tmp_path / "bi.ckpt", tok, "task=ad_relevance", "task.architecture=bi_encoder"),
+         rows, ScorePairs),
+        (finetuned(tmp_path / "reg.ckpt", tok, "task=regression", "task.target_mean=2.0",
+                   "task.target_std=0.5"), texts, ScoreTexts),
+    ]  # fmt: skip
+    for ckpt, table, kind in cases:
+        assert endpoints(str(ckpt))["/score"] is kind
+        expected = scored(tmp_path, ckpt, table)
+        api = started(kind, ckpt)
+        if kind is ScorePairs:
+            items = [{"query": r["query"], "ad": r["ad"]} for r in table]
+            make = lambda part: PairsRequest(pairs=part)
+        else:
+            items = [r["text"] for r in table]
+            make = lambda part: TextsRequest(texts=part)
+        parts = (items[:1], items[1:5], items[5:])
+        requests = [api.decode_request(make(part)) for part in parts]
+        replies = api.predict(requests)
+        assert [r.batch for r in replies] == [3, 3, 3] and {r.status for r in replies} == {200}
+        got = [s for r in replies for s in r.body["scores"]]
+        assert got == pytest.approx(expected, abs=1e-5)
+        one = started(kind, ckpt, max_batch_size=1)  # LitServe hands over one request
+        assert one.predict(requests[1]).body["scores"] == pytest.approx(expected[1:5], abs=1e-5)
+
+
+def test_embed_and_fill_mask_give_what_their_commands_give(tmp_path, tok):
+    """Requests of different poolings or top-k share a batch; one the model cannot answer (last4
+    of a 2-layer model, no [MASK]) gets its own 400 while the rest of its batch is answered."""
+    write_hf_folder(tmp_path / "hf4", tok, layers=4)
+    write_hf_folder(tmp_path / "hf2", tok, layers=2)
+    texts = ["the film", "a lovely story was the plot of the show", "bob"]
+    api = started(Embed, tmp_path / "hf4")
+    requests = [EmbedRequest(texts=texts[:2]), EmbedRequest(texts=texts, pooling="last4")]
+    requests.append(EmbedRequest(texts=texts[2:], pooling="mean"))
+    replies = api.predict([api.decode_request(r) for r in requests])
+    for r, reply in zip(requests, replies, strict=True):
+        want = embed(tmp_path / "hf4", r.texts, r.pooling)
+        np.testing.assert_allclose(np.array(reply.body["embeddings"]), want, atol=1e-5)
+    api = started(Embed, tmp_path / "hf2")
+    bad, good = api.predict([requests[1], requests[0]])
+    assert bad.status == 400 and bad.body == {
+        "error": "pooling=last4 needs 4 layers; the model has 2"
+    }
+    np.testing.assert_allclose(
+        good.body["embeddings"], embed(tmp_path / "hf2", texts[:2]), atol=1e-5
+    )
+
+    write_our_ckpt(tmp_path / "pre.ckpt", tok)
+    api = started(FillMask, tmp_path / "pre.ckpt")
+    requests = [FillMaskRequest(texts=MASKED[:2], top_k=2), FillMaskRequest(texts=["no mask"])]
+    requests.append(FillMaskRequest(texts=MASKED[2:]))
+    first, no_mask, last = api.predict(requests)
+    assert first.body["masks"] == approx_masks(fill_mask(tmp_path / "pre.ckpt", MASKED[:2], 2))
+    assert last.body["masks"] == approx_masks(fill_mask(tmp_path / "pre.ckpt", MASKED[2:]))
+    assert no_mask.status == 400 and no_mask.body == {"error": "no [MASK] in 'no mask'"}
+
+    routes = endpoints(str(tmp_path / "hf2"))  # no MLM head, not fine-tuned
+    assert routes["/embed"] is Embed and "no MLM head" in routes["/fill-mask"]
+    assert "a Hugging Face checkpoint; /score needs a fine-tuned one" in routes["/score"]
+
+
+def approx_masks(masks):
+    return [
+        [[{**e, "prob": pytest.approx(e["prob"], abs=1e-5)} for e in m] for m in t] for t in masks
+    ]
+
+
+def test_without_litserve_serve_says_what_to_install(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "litserve", None)  # as if not installed
+    with pytest.raises(SystemExit) as e:
+        main(["serve", "any.ckpt"])
+    assert e.value.code == 2
+    hint = "error: bert-lightning serve needs litserve: pip install 'bert-lightning[serve]'\n"
+    assert capsys.readouterr().err == hint
+
+
+@pytest.mark.parametrize(
+    "make, args, message",
+    [
+        (None, [], "nope.ckpt: neither a checkpoint file nor a Hugging Face folder"),
+        ("text", [], "not a checkpoint (torch.load could not read it"),
+        ("ckpt", ["--port", "80"], "--port 80: expected 1024 to 65535"),
+    ],
+)
+def test_a_bad_command_line_is_one_line_and_exit_2(tmp_path, tok, capsys, make, args, message):
+    path = tmp_path / "nope.ckpt"
+    if make == "text":
+        path.write_text("not weights\n")
+    elif make == "ckpt":
+        write_our_ckpt(path, tok)
+    with pytest.raises(SystemExit) as e:
+        main(["serve", str(path), *args])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.startswith("error: ") and err.count("\n") == 1
+    assert message in err
+
+
+BAD = [  # (method, route, request keywords, status, what the error says)
+    ("post", "/score", {"json": {"texts": ["a"]}}, 422, "pairs: Field required"),
+    ("post", "/score", {"json": {"pairs": [{"query": 1, "ad": "b"}]}}, 422, "pairs.0.query"),
+    ("post", "/score", {"json": {"pairs": [{"query": "a", "ad": "b"}] * 257}}, 422, "at most 256"),
+    ("post", "/score", {"json": {"pairs": [{"query": "a" * 10_001, "ad": "b"}]}}, 422, "10000"),
+    ("post", "/score", {"content": b"{not json", "headers": {"content-type": "application/json"}},
+     422, "not JSON"),
+    ("post", "/score", {"data": {"pairs": "x"}}, 422, "Content-Type: application/json"),
+    ("post", "/embed", {"json": {"texts": ["the film", " "]}}, 422, "texts.1: Value error, empty"),
+    ("post", "/embed", {"json": {"texts": ["a"], "pooling": "sum"}}, 422, "pooling"),
+    ("post", "/fill-mask", {"json": {"texts": ["a [MASK]"]}}, 404, "no MLM head"),
+    ("get", "/score", {}, 405, "Method Not Allowed"),
+    ("post", "/nothing", {"json": {}}, 404, "Not Found"),
+]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_the_server_batches_concurrent_requests_and_survives_bad_ones(tmp_path, tok, bench):
+    ckpt, _ = relevance_ckpt(tmp_path, tok)
+    rows = ad_rows(6)[:16]
+    expected = scored(tmp_path, ckpt, rows)
+    texts = ["the film", "a lovely story was the plot of the show", "bob"]
+    batching = ["--max-batch-size", "16", "--batch-timeout", "0.1"]
+    with bench.server(str(ckpt), tmp_path / "server.log", *batching) as (url, _):
+        http = httpx.Client(base_url=url, timeout=60)
+        pairs = [{"query": r["query"], "ad": r["ad"]} for r in rows]
+        r = http.post("/score", json={"pairs": pairs})
+        assert r.status_code == 200 and r.json()["scores"] == pytest.approx(expected, abs=1e-5)
+
+        start = threading.Barrier(16)
+
+        def one(i: int) -> httpx.Response:
+            start.wait()
+            return httpx.post(f"{url}/score", json={"pairs": [pairs[i]]}, timeout=60)
+
+        with ThreadPoolExecutor(16) as pool:
+            answers = list(pool.map(one, range(16)))
+        assert all(a.status_code == 200 for a in answers)
+        got = [a.json()["scores"][0] for a in answers]
+        assert got == pytest.approx(expected, abs=1e-5)
+        assert max(int(a.headers["x-batch-size"]) for a in answers) > 1  # shared forward passes
+
+        r = http.post("/embed", json={"texts": texts, "pooling": "mean"})
+        np.testing.assert_allclose(r.json()["embeddings"], embed(ckpt, texts, "mean"), atol=1e-5)
+
+        for method, route, kwargs, status, says in BAD:
+            r = getattr(http, method)(route, **kwargs)
+            assert r.status_code == status, (route, kwargs.keys(), r.text)
+            body = r.json()
+            assert list(body) == ["error"] and "\n" not in body["error"], body
+            assert says in body["error"], body
+        assert http.get("/health").text == "ok"
+        assert http.post("/score", json={"pairs": pairs[:2]}).json()["scores"] == pytest.approx(
+            expected[:2], abs=1e-5
+        )
+
+
+@pytest.mark.slow
+def test_the_load_test_runs_both_setups_without_errors(tmp_path, tok):
+    """bench/serve.py for a couple of seconds on a tiny checkpoint."""
+    ckpt, _ = relevance_ckpt(tmp_path, tok)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "bench")]))
+    args = ["--model", str(ckpt), "--seconds", "2", "--warmup", "0.5", "--clients", "4"]
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "bench/serve.py"), *args, "--json", str(tmp_path / "b.json")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert (
+        "| batched | 4 | 32 | 0.01 |" in r.stdout and "| one at a time | 1 | 1 | 0.0 |" in r.stdout
+    )
+    rows = json.loads((tmp_path / "b.json").read_text())["rows"]
+    assert [(row["errors"], row["requests"] > 0) for row in rows] == [(0, True), (0, True)]
+    assert rows[1]["mean_batch"] == 1 and rows[0]["rss_after_mib"] > 0
