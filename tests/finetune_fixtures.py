@@ -16,6 +16,7 @@ from safetensors.torch import save_file
 from bert_lightning.config import compose
 from bert_lightning.data.tokenizer import save_tokenizer, train_wordpiece
 from bert_lightning.experiments.downstream import load_budget
+from bert_lightning.interop import ours_to_hf
 from bert_lightning.model import BertConfig, BertForPreTraining
 from bert_lightning.training.finetune_module import FinetuneModule
 
@@ -73,7 +74,7 @@ def write_hf_folder(folder: Path, tok, layers: int = 2) -> dict:
     folder.mkdir(parents=True, exist_ok=True)
     config = tiny_config(tok.get_vocab_size(), layers)
     model = BertForPreTraining(config)
-    raw = dict(model.bert.state_dict())  # as HF BertModel saves it: no `bert.` prefix
+    raw = ours_to_hf(model.bert.state_dict())  # as HF BertModel saves it: no `bert.` prefix
     raw["embeddings.position_ids"] = torch.arange(64)[None]
     save_file({k: v.contiguous() for k, v in raw.items()}, folder / "model.safetensors")
     (folder / "config.json").write_text(json.dumps({"model_type": "bert", **asdict(config)}))

@@ -20,6 +20,7 @@ LAYERS = [  # (module prefix, layer); the longest matching prefix wins
     ("interop", 4),
     ("config", 5),
     ("commands", 5),
+    ("serving", 5),  # the server behind `bert-lightning serve`
     ("experiments", 5),
     ("cli", 5),
     ("__main__", 5),
