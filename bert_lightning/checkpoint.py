@@ -39,15 +39,41 @@ class Checkpoint:
         return FINETUNING if self.hparams.get("task") else PRETRAINING
 
 
+class UnreadableCheckpoint(UserError):
+    """A file torch.load cannot read: a text file, a copy cut short, a pickle of other objects."""
+
+
 def torch_load(path: str | Path, mmap: bool = True) -> dict:
     """Weights-only (never runs pickled code), memory-mapped: a big checkpoint is not read
     whole to look at its tokenizer (old HF `.bin` files predate the format mmap needs)."""
     zipped = zipfile.is_zipfile(path)
     try:
         return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap and zipped)
-    except Exception as e:  # a text file, a truncated copy, a pickle of other objects
+    except Exception as e:
         why = str(e).strip().split("\n")[0] if zipped else "not the zip archive torch.save writes"
-        raise UserError(f"{path}: not a checkpoint (torch.load could not read it: {why})") from e
+        raise UnreadableCheckpoint(
+            f"{path}: not a checkpoint (torch.load could not read it: {why})"
+        ) from e
+
+
+def newest_intact(path: Path) -> tuple[Path, int] | None:
+    """The checkpoint beside `path` that reads and holds the most steps (with its step), if
+    any: where a run whose `last.ckpt` is cut short can continue. Temporary files (a `.`
+    name: a write that never finished) are not candidates."""
+    found = []
+    for other in path.parent.glob("*.ckpt"):
+        if other.name.startswith(".") or other.resolve() == path.resolve():
+            continue
+        try:
+            raw = torch_load(other)
+        except UserError:
+            continue
+        if isinstance(raw, dict) and raw.get("state_dict"):
+            found.append((int(raw.get("global_step", 0)), other.stat().st_mtime, other))
+    if not found:
+        return None
+    step, _, best = max(found)
+    return best, step
 
 
 def check_vocab(path, vocab_size: int, tokenizer: Tokenizer) -> None:
@@ -77,8 +103,19 @@ class ResumePoint:
 
 
 def resume_point(path: str | Path, kind: str | None = None, use: str = "") -> ResumePoint:
-    """`kind`, `use`: as `read_checkpoint`'s (a run resumes from its own kind)."""
-    ckpt = read_checkpoint(path, kind, use)
+    """`kind`, `use`: as `read_checkpoint`'s (a run resumes from its own kind). A checkpoint
+    that does not read (cut short) is an error naming the newest one beside it that does."""
+    try:
+        ckpt = read_checkpoint(path, kind, use)
+    except UnreadableCheckpoint as e:
+        intact = newest_intact(Path(path))
+        if intact is None:
+            raise
+        other, step = intact
+        raise UserError(
+            f"{e}; the newest intact checkpoint beside it is {other} (step {step}): "
+            f"ckpt_path={other} continues from there"
+        ) from e
     return ResumePoint(ckpt.step, ckpt.hparams, ckpt.tokenizer.to_str())
 
 

@@ -15,7 +15,10 @@ EXIT_CODE = 2  # as argparse's usage errors
 
 
 class UserError(ValueError):
-    """A mistake the user can fix from the message alone (a ValueError, as bad values are)."""
+    """A mistake the user can fix from the message alone (a ValueError, as bad values are).
+    `exit_code`: what the process exits with when it is reported."""
+
+    exit_code = EXIT_CODE
 
 
 class MissingFileError(UserError, FileNotFoundError):
@@ -41,7 +44,7 @@ def first_line(exc: BaseException) -> str:
 
 @contextmanager
 def reported(debug: bool = False) -> Iterator[None]:
-    """A UserError raised inside becomes `error: <message>` on stderr and exit code 2;
+    """A UserError raised inside becomes `error: <message>` on stderr and its exit code (2);
     `debug` (or any other exception) keeps the traceback."""
     try:
         yield
@@ -50,4 +53,4 @@ def reported(debug: bool = False) -> Iterator[None]:
         if err is None:
             raise
         print(f"error: {err}", file=sys.stderr, flush=True)
-        raise SystemExit(EXIT_CODE) from None
+        raise SystemExit(err.exit_code) from None

@@ -83,13 +83,14 @@ def test_killed_and_resumed_run_matches_the_uninterrupted_one(tmp_path, workers)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM", "SIGUSR1"])
 def test_an_interrupted_run_saves_its_step_and_resumes_bitwise(tmp_path, sig):
-    """SIGINT or SIGTERM during step 3: the step completes, last.ckpt is written at it, the
-    run stops with one line (and FAILED) saying how to resume; resumed, bitwise the run never
-    stopped."""
+    """SIGINT, SIGTERM or SIGUSR1 (SLURM's warning) during step 3: the step completes,
+    last.ckpt is written at it, the run stops with one line (and FAILED) saying how to resume,
+    its exit code 128 + the signal's; resumed, bitwise the run never stopped."""
     run(tmp_path / "whole")
-    handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    stop_signals = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
+    handlers = [signal.getsignal(s) for s in stop_signals]
     signal_at = ["+callbacks.signal._target_=test_resume.SignalAt", "+callbacks.signal.step=2"]
     with pytest.raises(Interrupted) as e:
         run(tmp_path / "stopped", *signal_at, f"+callbacks.signal.sig={sig}")
@@ -98,8 +99,9 @@ def test_an_interrupted_run_saves_its_step_and_resumes_bitwise(tmp_path, sig):
         f"{sig} at step 3: {last} written; the same command with ckpt_path={last} continues the run"
     )
     assert (tmp_path / "stopped" / "FAILED").read_text() == f"Interrupted: {e.value}\n"
+    assert e.value.exit_code == 128 + getattr(signal, sig)
     assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == 3
-    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers
+    assert [signal.getsignal(s) for s in stop_signals] == handlers
     run(tmp_path / "resumed", f"ckpt_path={last}")
     whole = torch.load(tmp_path / "whole/checkpoints/last.ckpt", weights_only=True)
     resumed = torch.load(tmp_path / "resumed/checkpoints/last.ckpt", weights_only=True)

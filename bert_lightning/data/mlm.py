@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 from functools import partial
 from pathlib import Path
 
@@ -52,6 +53,19 @@ BUNDLED_SAMPLE = str(Path(__file__).parents[1] / "assets" / "c4_sample.jsonl")
 def world_and_rank(trainer) -> tuple[int, int]:
     """This process's share of the training data (all of it outside a trainer)."""
     return (trainer.world_size, trainer.global_rank) if trainer else (1, 0)
+
+
+# the signals that stop a run once its step is saved (training/resume.py: SaveOnInterrupt)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
+
+
+def ignore_stop_signals(worker_id: int) -> None:
+    """A loader worker leaves the stop signals to the main process, which saves the step and
+    then shuts its workers down: a signal sent to every process of the run (Ctrl-C in a
+    terminal, SLURM's `--signal`) would otherwise end a worker first, and the run with it,
+    unsaved. A worker whose main process is gone still exits (torch's watchdog)."""
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
 
 
 class BertDataModule(L.LightningDataModule):
@@ -153,6 +167,7 @@ class BertDataModule(L.LightningDataModule):
             sampler=sampler,
             collate_fn=self.collator(),
             num_workers=self.num_workers,
+            worker_init_fn=ignore_stop_signals,
             persistent_workers=self.num_workers > 0,  # no worker restart at each epoch
             pin_memory=torch.cuda.is_available(),  # asynchronous host-to-GPU copies
         )

@@ -26,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from bert_lightning.atomic import atomic_path, write_text
 from bert_lightning.checkpoint import ResumePoint
+from bert_lightning.data.mlm import STOP_SIGNALS
 from bert_lightning.data.sampling import hash_seed
 from bert_lightning.errors import UserError, first_line, user_error
 
@@ -48,30 +49,40 @@ class StepSeed(L.Callback):
 
 
 class Interrupted(UserError):
-    """A run stopped by SIGINT (Ctrl-C) or SIGTERM, its last step saved."""
+    """A run stopped by a signal (Ctrl-C, a scheduler's SIGTERM or SLURM's SIGUSR1), its last
+    step saved. It exits with 128 + the signal's number, as a shell reports a process the
+    signal ended: a batch script tells a run to requeue from a failed one."""
+
+    def __init__(self, message: str, signum: int):
+        super().__init__(message)
+        self.exit_code = 128 + signum
 
 
 class SaveOnInterrupt(L.Callback):
-    """Ctrl-C or SIGTERM (a scheduler's preemption) ends the run once the optimizer step in
-    progress is done: `last.ckpt` is written at that step (atomically) and the run stops with
-    one line naming the step and the checkpoint to resume from; the resumed run continues as
-    if never stopped. Single-process runs only: several processes would have to agree on the
-    step (a collective at every step), so they keep Lightning's handling."""
+    """SIGINT (Ctrl-C), SIGTERM (most schedulers' preemption notice) or SIGUSR1 (SLURM's
+    `--signal=USR1@<seconds>`) ends the run once the optimizer step in progress is done:
+    `last.ckpt` is written at that step (atomically) and the run stops with one line naming the
+    step and the checkpoint to resume from; the resumed run continues as if never stopped.
+
+    Several processes agree on the step: after each optimizer step they take the largest
+    signal number any rank received (one scalar all-reduce, beside the one Lightning makes
+    at each step), so a signal that reaches one rank, or the ranks at different steps, stops
+    them all at the same step, and all take part in the collective save."""
 
     def __init__(self):
-        self.received: str | None = None
+        self.received = 0  # the signal's number, 0 while none came
         self.previous: dict = {}
         self.seen_step = -1
 
     def on_train_start(self, trainer, pl_module):
         self.seen_step = trainer.global_step
-        if trainer.world_size > 1 or threading.current_thread() is not threading.main_thread():
+        if threading.current_thread() is not threading.main_thread():
             return
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in STOP_SIGNALS:  # Lightning's own (SLURM's requeue) are put back at the end
             self.previous[sig] = signal.signal(sig, self._receive)
 
     def _receive(self, signum, frame) -> None:
-        self.received = signal.Signals(signum).name
+        self.received = signum
 
     def _restore(self) -> None:
         for sig, handler in self.previous.items():
@@ -80,17 +91,25 @@ class SaveOnInterrupt(L.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         stepped, self.seen_step = trainer.global_step != self.seen_step, trainer.global_step
-        if self.received is None or not stepped:  # accumulating: the step is not done yet
+        if not stepped:  # accumulating: the step is not done yet
+            return
+        signum = self.received
+        if trainer.world_size > 1:
+            mine = torch.tensor(signum, device=trainer.strategy.root_device)
+            signum = int(trainer.strategy.reduce(mine, reduce_op="max"))
+        if not signum:
             return
         self._restore()
+        name = signal.Signals(signum).name
         ckpt = trainer.checkpoint_callback
         if ckpt is None or ckpt.dirpath is None:
-            raise Interrupted(f"{self.received} at step {trainer.global_step}: nothing saved")
+            raise Interrupted(f"{name} at step {trainer.global_step}: nothing saved", signum)
         path = Path(ckpt.dirpath) / f"{ckpt.CHECKPOINT_NAME_LAST}{ckpt.FILE_EXTENSION}"
         trainer.save_checkpoint(path)
         raise Interrupted(
-            f"{self.received} at step {trainer.global_step}: {path} written; "
-            f"the same command with ckpt_path={path} continues the run"
+            f"{name} at step {trainer.global_step}: {path} written; "
+            f"the same command with ckpt_path={path} continues the run",
+            signum,
         )
 
     def on_train_end(self, trainer, pl_module):
