@@ -28,11 +28,12 @@ class BadRecordError(UserError):
 
 
 class _Bad(ValueError):
-    """What is wrong with one record; `column` (1-based) when the parser knows it."""
+    """What is wrong with one record; `column` (1-based) when the parser knows it, `line` the
+    line within the record (a block of plain text spans several)."""
 
-    def __init__(self, message: str, column: int | None = None):
+    def __init__(self, message: str, column: int | None = None, line: int = 0):
         super().__init__(message)
-        self.column = column
+        self.column, self.line = column, line
 
 
 def resolve_files(spec: str | Sequence[str]) -> list[str]:
@@ -87,8 +88,9 @@ def _open(path: str):
 def _decode(raw: bytes) -> str:
     try:
         return raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ValueError(f"invalid UTF-8 ({e.reason} at byte {e.start})") from None
+    except UnicodeDecodeError as e:  # the byte is counted from the start of its line
+        line, byte = raw.count(b"\n", 0, e.start), e.start - raw.rfind(b"\n", 0, e.start) - 1
+        raise _Bad(f"invalid UTF-8 ({e.reason} at byte {byte})", line=line) from None
 
 
 def _check(text: str, max_chars: int | None) -> str:
@@ -101,16 +103,25 @@ def _check(text: str, max_chars: int | None) -> str:
 
 def _parse(raw: bytes, max_chars: int | None = None) -> str:
     """One JSON line -> its non-empty `text`, or a ValueError saying what is wrong."""
+    line = _decode(raw)
     try:
-        record = json.loads(_decode(raw))
+        record = json.loads(line)
     except json.JSONDecodeError as e:  # e.msg alone stops short ("Invalid control character at")
         msg = e.msg.removesuffix(" at")  # "Invalid control character at", "... starting at"
         raise _Bad(f"invalid JSON ({msg} at column {e.colno})", e.colno) from None
+    except (ValueError, RecursionError) as e:  # a number over 4,300 digits; nested too deep
+        raise ValueError(f"invalid JSON ({e})") from None
     if not isinstance(record, dict) or "text" not in record:
         raise ValueError("no 'text' field")
     text = record["text"]
     if not isinstance(text, str):
         raise ValueError(f"'text' is {type(text).__name__}, expected a string")
+    try:  # JSON may escape a lone surrogate ("\\ud800"): no tokenizer takes it
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(
+            f"'text' holds a lone surrogate {text[e.start]!r} at character {e.start + 1}"
+        ) from None
     return _check(text, max_chars)
 
 
@@ -171,7 +182,8 @@ def iter_documents(
                         text = parse(raw, max_chars)
                     except ValueError as e:
                         col = f"{e.column}:" if isinstance(e, _Bad) and e.column else ""
-                        reject(f"{path}:{lineno}:{col} {e}")
+                        line = lineno + e.line if isinstance(e, _Bad) else lineno
+                        reject(f"{path}:{line}:{col} {e}")
                         continue
                     read += 1
                     yield text

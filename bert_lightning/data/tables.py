@@ -3,9 +3,17 @@ padded batches. Every bad value is reported with its file, row (or line) and col
 
 from __future__ import annotations
 
+import bz2
 import csv
+import gzip
+import io
 import json
+import lzma
 import math
+import zipfile
+import zlib
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from itertools import islice
 from pathlib import Path
 
@@ -15,6 +23,10 @@ import torch
 
 from bert_lightning.atomic import atomic_path
 from bert_lightning.errors import MissingFileError, UserError
+
+_UNPACK = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
+# a corrupt or truncated archive (BadGzipFile is an OSError)
+_UNREADABLE = (OSError, EOFError, zlib.error, zipfile.BadZipFile, lzma.LZMAError)
 
 
 class DataError(UserError):
@@ -50,31 +62,109 @@ def data_file(path) -> Path:
     return path
 
 
+@contextmanager
+def _open_bytes(path: Path) -> Iterator[io.BufferedIOBase]:
+    """A data file's bytes, unpacked by suffix: `.gz`, `.bz2`, `.xz`, or a `.zip` of one file."""
+    with ExitStack() as stack:
+        if path.suffix.lower() == ".zip":
+            archive = stack.enter_context(zipfile.ZipFile(path))
+            names = [n for n in archive.namelist() if not n.endswith("/") and "__MACOSX/" not in n]
+            if len(names) != 1:
+                raise DataError(f"{path}: a zip of {len(names)} files; expected one")
+            yield stack.enter_context(archive.open(names[0]))
+        else:
+            yield stack.enter_context(_UNPACK.get(path.suffix.lower(), open)(path, "rb"))
+
+
+@contextmanager
+def _open_text(path: Path, encoding: str) -> Iterator[io.TextIOWrapper]:
+    """Text with its line ends as they are (a CRLF in a quoted cell is the cell's): what the csv
+    module reads."""
+    with _open_bytes(path) as raw, io.TextIOWrapper(raw, encoding=encoding, newline="") as f:
+        yield f
+
+
+def _undecodable_line(path: Path, encoding: str) -> int | str:
+    """The line of the first bytes that are not `encoding` text (a UnicodeDecodeError's position
+    is within the chunk read ahead). Lines end at LF, CR or CRLF, as when they are read."""
+    with _open_bytes(path) as f:
+        data = f.read()
+    try:
+        data.decode(encoding)
+    except UnicodeDecodeError as e:
+        text = data[: e.start].decode(encoding, errors="replace")
+        return text.count("\n") + text.count("\r") - text.count("\r\n") + 1
+    return "?"
+
+
+def _unique(names: list[str]) -> list[str]:
+    """A repeated column name gets `.1`, `.2`, ..., as pandas names them."""
+    seen: set[str] = set()
+    out = []
+    for name in names:
+        new, k = name, 0
+        while new in seen:
+            k += 1
+            new = f"{name}.{k}"
+        seen.add(new)
+        out.append(new)
+    return out
+
+
+def _read_delimited(path: Path, fmt: str, encoding: str, header: bool, names) -> pd.DataFrame:
+    """CSV/TSV with the csv module, every row checked: as many fields as `names` or the first row,
+    else an error naming the line the row starts on (pandas pads a short row with empty cells,
+    takes a long first row's extra field for an index so that every column shifts, and counts
+    rows, not lines). Blank lines are skipped; a UTF-8 byte order mark is dropped."""
+    csv.field_size_limit(2**31 - 1)  # a long document in one cell: the default cap is 128 KiB
+    quoting = csv.QUOTE_MINIMAL if fmt == "csv" else csv.QUOTE_NONE
+    width = len(names) if names else None
+    rows: list[list[str]] = []
+    with _open_text(path, encoding) as f:
+        reader = csv.reader(
+            f, delimiter="," if fmt == "csv" else "\t", quoting=quoting, strict=True
+        )
+        start = 1  # the line the next row starts on
+        try:
+            for row in reader:
+                if row and (row[0].strip() or len(row) > 1 or row == [""]):  # "" is a quoted cell
+                    if not rows and row[0].startswith("\ufeff"):
+                        row[0] = row[0][1:]
+                    width = width or len(row)
+                    if len(row) != width:
+                        raise DataError(
+                            f"{path}: line {start}: expected {width} fields, saw {len(row)}"
+                        )
+                    rows.append(row)
+                start = reader.line_num + 1
+        except csv.Error as e:  # a quote never closed, or text after a closing quote
+            raise DataError(f"{path}: line {start}: cannot be read as {fmt}: {e}") from None
+    if not rows:
+        raise DataError(f"{path}: empty file")
+    if header:
+        columns, rows = (list(names) if names else _unique(rows[0])), rows[1:]
+    else:
+        columns = list(names) if names else list(range(width))
+    return pd.DataFrame(rows, columns=columns, dtype=str)
+
+
 def read_table(path, fmt=None, encoding="utf-8", header=True, names=None) -> pd.DataFrame:
     """Cells of CSV/TSV are read as strings (no NA guessing), so every conversion is ours."""
     path = data_file(path)
     fmt = table_format(path, fmt)
     try:
         if fmt in ("csv", "tsv"):
-            df = pd.read_csv(
-                path,
-                sep="," if fmt == "csv" else "\t",
-                encoding=encoding,
-                header=0 if header else None,
-                names=list(names) if names else None,
-                dtype=str,
-                keep_default_na=False,
-                quoting=csv.QUOTE_MINIMAL if fmt == "csv" else csv.QUOTE_NONE,
-            )
+            df = _read_delimited(path, fmt, encoding, header, names)
         elif fmt == "jsonl":
             df = pd.DataFrame.from_records(read_jsonl(path, encoding))
         else:
             df = pd.read_parquet(path)
-    except DataError:  # already names the line
+    except UserError:  # already names the file (and line)
         raise
-    except pd.errors.EmptyDataError:
-        raise DataError(f"{path}: empty file") from None
-    except (ValueError, pd.errors.ParserError) as e:
+    except UnicodeDecodeError as e:
+        line = _undecodable_line(path, encoding)
+        raise DataError(f"{path}: line {line}: not {encoding} text ({e.reason})") from None
+    except (ValueError, *_UNREADABLE) as e:
         raise DataError(f"{path}: cannot be read as {fmt}: {e}") from None
     if len(df) == 0:
         raise DataError(f"{path}: empty file (no data rows)")
@@ -84,17 +174,23 @@ def read_table(path, fmt=None, encoding="utf-8", header=True, names=None) -> pd.
 def read_jsonl(path: Path, encoding: str) -> list[dict]:
     """One JSON object per line (blank lines skipped); a bad line is named with its column."""
     rows = []
-    with open(path, encoding=encoding) as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{path}:{n}:{e.colno}: invalid JSON ({e.msg})") from None
-            if not isinstance(row, dict):
-                raise DataError(f"{path}:{n}: a JSON {type(row).__name__}; expected an object")
-            rows.append(row)
+    try:
+        with _open_text(path, encoding) as f:
+            for n, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise DataError(f"{path}:{n}:{e.colno}: invalid JSON ({e.msg})") from None
+                except (ValueError, RecursionError) as e:  # over 4,300 digits; nested too deep
+                    raise DataError(f"{path}:{n}: invalid JSON ({e})") from None
+                if not isinstance(row, dict):
+                    raise DataError(f"{path}:{n}: a JSON {type(row).__name__}; expected an object")
+                rows.append(row)
+    except UnicodeDecodeError as e:
+        line = _undecodable_line(path, encoding)
+        raise DataError(f"{path}:{line}: not {encoding} text ({e.reason})") from None
     return rows
 
 
@@ -121,10 +217,21 @@ def _missing(v) -> bool:
 
 
 def text_values(values: list, path, name: str) -> list[str]:
+    """Strings the tokenizer takes: a lone surrogate (JSON's `"\\ud800"`) is none."""
+    out = []
     for i, v in enumerate(values):
         if _missing(v):
             raise DataError(f"{path}: row {i + 1}, column {name!r}: missing text")
-    return [str(v) for v in values]
+        text = str(v)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise DataError(
+                f"{path}: row {i + 1}, column {name!r}: a lone surrogate "
+                f"{text[e.start]!r} at character {e.start + 1}; not Unicode text"
+            ) from None
+        out.append(text)
+    return out
 
 
 def float_values(values: list, path, name: str) -> list[float]:
@@ -132,7 +239,7 @@ def float_values(values: list, path, name: str) -> list[float]:
     for i, v in enumerate(values):
         try:
             x = float(v)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: an int over 1e308
             x = None
         if x is None or not math.isfinite(x):
             raise DataError(f"{path}: row {i + 1}, column {name!r}: {v!r} is not a finite number")
@@ -159,23 +266,31 @@ def read_conll(path, token_column: int = 0, tag_column: int = -1):
     sentences, `-DOCSTART-` lines skipped. Returns sentences of words, of tags, and the line
     number of every tag (for errors)."""
     path = data_file(path)
+    need = max(2, *(c + 1 if c >= 0 else -c for c in (token_column, tag_column)))
     words, tags, lines = [], [], []
     cur = ([], [], [])
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            fields = line.rstrip("\n").split("\t") if "\t" in line else line.split()
-            if not line.strip() or fields[0] == "-DOCSTART-":
-                if cur[0]:
-                    words.append(cur[0]), tags.append(cur[1]), lines.append(cur[2])
-                cur = ([], [], [])
-                continue
-            if len(fields) < 2:
-                raise DataError(
-                    f"{path}: line {n}: expected a token and a tag, got {line.strip()!r}"
-                )
-            cur[0].append(fields[token_column])
-            cur[1].append(fields[tag_column].strip())
-            cur[2].append(n)
+    try:
+        with open(path, encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                fields = line.rstrip("\n").split("\t") if "\t" in line else line.split()
+                if not line.strip() or fields[0] == "-DOCSTART-":
+                    if cur[0]:
+                        words.append(cur[0]), tags.append(cur[1]), lines.append(cur[2])
+                    cur = ([], [], [])
+                    continue
+                if len(fields) < need:
+                    wanted = "a token and a tag" if need == 2 else f"{need} fields"
+                    raise DataError(f"{path}: line {n}: expected {wanted}, got {line.strip()!r}")
+                token, tag = fields[token_column], fields[tag_column].strip()
+                if not token.strip() or not tag:
+                    empty = "tag" if token.strip() else "token"
+                    raise DataError(f"{path}: line {n}: empty {empty} in {line.strip()!r}")
+                cur[0].append(token)
+                cur[1].append(tag)
+                cur[2].append(n)
+    except UnicodeDecodeError as e:
+        line = _undecodable_line(path, "utf-8")
+        raise DataError(f"{path}: line {line}: not utf-8 text ({e.reason})") from None
     if cur[0]:
         words.append(cur[0]), tags.append(cur[1]), lines.append(cur[2])
     if not words:

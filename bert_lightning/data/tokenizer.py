@@ -68,9 +68,25 @@ def symbol_tokenizer(symbols: list[str]) -> Tokenizer:
     return _add_bert_framing(tok, vocab)
 
 
+def _lines(text: str) -> list[str]:
+    return text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+
+
 def load_vocab_txt(path: str | os.PathLike) -> Tokenizer:
-    """A BERT `vocab.txt` (one token a line, id = line number): ids match BERT's."""
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    """A BERT `vocab.txt` (one token a line, id = line number): ids match BERT's. Lines end at
+    LF, CR or CRLF and nowhere else, as in BERT's reader (`str.splitlines` would also split at
+    `\\x0c`, `\\x85`, `\\u2028`, ..., shifting every id after such a token)."""
+    data = Path(path).read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        before = data[: e.start]  # the byte is counted from the start of its line
+        line_start = max(before.rfind(b"\n"), before.rfind(b"\r")) + 1
+        line, byte = len(_lines(before.decode())), e.start - line_start
+        raise UserError(f"{path}:{line}: invalid UTF-8 ({e.reason} at byte {byte})") from None
+    lines = _lines(text)
+    if lines and lines[-1] == "":  # the end of the last line, not an empty token
+        lines.pop()
     vocab: dict[str, int] = {}
     for i, token in enumerate(lines):
         if token in vocab:
