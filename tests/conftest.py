@@ -15,29 +15,19 @@ OPTIM = {
     "_partial_": True,
     "lr": 1e-3,
 }  # conf/optim
+# the tests' tiny encoder (debug=tiny's, conf/debug/tiny.yaml), as BertConfig fields: a test adds
+# its vocabulary, positions, or a field of its own
+TINY_BERT = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
 
 
 def tiny_overrides(out_dir: Path, *extra: str) -> list[str]:
-    """A train.py run small enough for a unit test: width 32, 2 layers, seq 32, vocab 600."""
+    """A train.py run small enough for a unit test (conf/debug/tiny.yaml: width 32, 2 layers,
+    seq 32, vocab 600, 6 steps) on `out_dir/corpus.jsonl`, writing into `out_dir`."""
     return [
+        "debug=tiny",
         f"paths.output_dir={out_dir}",
         f"data.cache_dir={out_dir / 'hf_cache'}",
-        "model.hidden_size=32",
-        "model.num_hidden_layers=2",
-        "model.num_attention_heads=2",
-        "model.intermediate_size=64",
-        "data.max_seq_length=32",
-        "data.batch_size=8",
-        "data.val_docs=5",
-        "data.tokenizer.vocab_size=600",
-        "data.tokenizer.max_docs=100",
         f"data.train_files={out_dir / 'corpus.jsonl'}",
-        "trainer.accelerator=cpu",
-        "trainer.max_steps=6",
-        "trainer.val_check_interval=3",
-        "trainer.log_every_n_steps=1",
-        "trainer.enable_progress_bar=false",
-        "trainer.enable_model_summary=false",
         *extra,
     ]
 

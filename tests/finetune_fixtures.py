@@ -19,6 +19,7 @@ from bert_lightning.experiments.downstream import load_budget
 from bert_lightning.interop import ours_to_hf
 from bert_lightning.model import BertConfig, BertForPreTraining
 from bert_lightning.training.finetune_module import FinetuneModule
+from conftest import TINY_BERT
 
 GOOD = ["great", "good", "fine", "lovely", "nice"]
 BAD = ["awful", "bad", "poor", "terrible", "ugly"]
@@ -28,24 +29,15 @@ WORDS = GOOD + BAD + NOUNS + ["the", "a", "was", "is", "paris", "london", "bob",
 
 # the width-32 encoder of tiny_config and its batches, as fine-tuning overrides
 TINY_FINETUNE = [
-    "model.hidden_size=32",
-    "model.num_hidden_layers=2",
-    "model.num_attention_heads=2",
-    "model.intermediate_size=64",
+    *(f"model.{k}={v}" for k, v in TINY_BERT.items()),
     "max_seq_length=32",
     "batch_size=8",
 ]
 
 
 def tiny_config(vocab_size: int, layers: int = 2) -> BertConfig:
-    return BertConfig(
-        vocab_size=vocab_size,
-        hidden_size=32,
-        num_hidden_layers=layers,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=64,
-    )
+    shape = TINY_BERT | {"num_hidden_layers": layers}
+    return BertConfig(**shape, vocab_size=vocab_size, max_position_embeddings=64)
 
 
 def write_tokenizer(path: Path):

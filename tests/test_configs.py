@@ -6,7 +6,7 @@ from lightning.pytorch.strategies import DDPStrategy
 from omegaconf import OmegaConf
 
 from bert_lightning.config import CONFIG_DIR, bundled, compose
-from bert_lightning.experiments.brackets.data import write_grammar_data
+from bert_lightning.data.brackets import write_grammar_data
 from bert_lightning.model import BertConfig
 
 FINETUNE_EXPERIMENTS = {"brackets_grammar", "home_depot_minilm"}  # of finetune.py, not train.py
@@ -22,6 +22,17 @@ GROUP_OPTIONS = [
     for option in sorted(group.glob("*.yaml"))
     if option.stem not in FINETUNE_EXPERIMENTS and not option.stem.startswith("_")
 ]
+# (layers, width) of the published BERTs: BERT-Base and -Large (Devlin et al., 2018) and the
+# compact models (Turc et al., 2019); all have 64-wide heads and a 4 x width feed-forward layer
+PUBLISHED = {
+    "bert_tiny": (2, 128),
+    "bert_mini": (4, 256),
+    "bert_small": (4, 512),
+    "bert_medium": (8, 512),
+    "bert_base": (12, 768),
+    "bert_large": (24, 1024),
+}
+TOY_MODELS = {"brackets"}  # conf/model/ shapes of our own
 
 
 def test_home_depot_experiment_composes(tmp_path):
@@ -43,7 +54,10 @@ def test_finetune_experiments_compose(option, tmp_path):
 @pytest.mark.parametrize(("group", "option"), GROUP_OPTIONS)
 def test_every_config_composes(group, option, tmp_path):
     cfg = compose(overrides=[f"{group}={option}", f"paths.output_dir={tmp_path}"])
-    assert cfg.model.hidden_size > 0
+    m = cfg.model  # whatever the option, a model of whole heads and BERT's feed-forward ratio
+    assert m.hidden_size % m.num_attention_heads == 0, (group, option)
+    if group != "debug":  # debug=tiny: the tests' model, 2 x width
+        assert m.intermediate_size == 4 * m.hidden_size, (group, option)
     if group == "model":
         assert isinstance(instantiate(cfg.model, vocab_size=100), BertConfig)
     if group == "data" and "train_files" in cfg.data:
@@ -53,6 +67,19 @@ def test_every_config_composes(group, option, tmp_path):
         dm = instantiate(cfg.data)
         files = getattr(dm, "train_files", None)  # None: streamed
         assert files is None or Path(files[0]).is_file()
+
+
+@pytest.mark.parametrize("option", sorted(PUBLISHED))
+def test_model_presets_have_the_published_sizes(option):
+    m = compose(overrides=[f"model={option}"]).model
+    assert (m.num_hidden_layers, m.hidden_size) == PUBLISHED[option]
+    assert m.hidden_size == 64 * m.num_attention_heads
+    assert m.intermediate_size == 4 * m.hidden_size
+
+
+def test_every_model_preset_is_a_published_size_or_a_named_toy():
+    presets = {p.stem for p in (CONFIG_DIR / "model").glob("*.yaml") if not p.stem.startswith("_")}
+    assert presets == PUBLISHED.keys() | TOY_MODELS
 
 
 def test_eight_devices_mean_ddp(tmp_path):

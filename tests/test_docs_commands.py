@@ -23,6 +23,7 @@ from bert_lightning.training.finetune import finetune
 from bert_lightning.training.pretrain import train
 from conftest import tiny_overrides, write_corpus
 from finetune_fixtures import (
+    TINY_FINETUNE,
     ad_rows,
     regression_rows,
     sentiment_rows,
@@ -39,12 +40,6 @@ SKIPS = [  # (pattern in the command, why it cannot run on a CPU test machine)
     (r"experiment=bert_base_c4|/data/c4", "needs real C4 shards (and GPUs)"),
     (r"\.\.\.", "elided arguments: a form, not a command"),
     (r"download-c4", "downloads from the Hugging Face hub (test_download_c4 serves it locally)"),
-]
-TINY_MODEL = [
-    "model.hidden_size=32",
-    "model.num_hidden_layers=2",
-    "model.num_attention_heads=2",
-    "model.intermediate_size=64",
 ]
 # the folders `bert-lightning downstream --data-dir` reads (conf/downstream/*.yaml)
 DOWNSTREAM_FOLDERS = {
@@ -164,16 +159,17 @@ def run_command(args: list[str], tmp: Path, ws: dict) -> None:
     script, overrides = args[1], args[2:]
     chosen = " ".join(overrides)
     tiny = [*STEPS, out]
-    if "experiment=" not in chosen:
-        tiny += TINY_MODEL
+    experiment = "experiment=" in chosen  # an experiment's model and data are its own
     if script == "train.py":
         tiny += ["validate_before_fit=false", "trainer.val_check_interval=2"]
-        if "experiment=" not in chosen:
-            tiny += [f"data.train_files={ws['corpus']}", "data.val_docs=5"]
-            tiny += ["data.tokenizer.vocab_size=600", "data.max_seq_length=32"]
-            tiny += ["data.batch_size=8", f"data.cache_dir={tmp / 'cache'}"]
+        if not experiment:
+            tiny += [
+                "debug=tiny",
+                f"data.train_files={ws['corpus']}",
+                f"data.cache_dir={tmp / 'cache'}",
+            ]
     else:
-        tiny += ["max_seq_length=32", "batch_size=8"]
+        tiny += [o for o in TINY_FINETUNE if not (experiment and o.startswith("model."))]
     if "hparams_search=" in chosen:
         tiny.append("hydra.sweeper.n_trials=2")
     if "-m" in overrides or "hparams_search=" in chosen:  # a multirun needs Hydra's launcher

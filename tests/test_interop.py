@@ -8,17 +8,12 @@ from bert_lightning.data.tokenizer import SPECIAL_TOKENS
 from bert_lightning.errors import UserError
 from bert_lightning.interop import hf_to_ours, load_into, ours_to_hf
 from bert_lightning.model import BertConfig, BertForPreTraining
+from bert_lightning.tasks.kinds import hf_head
+from conftest import TINY_BERT
 
 transformers = pytest.importorskip("transformers")
 
-TINY = dict(
-    vocab_size=40,
-    hidden_size=32,
-    num_hidden_layers=2,
-    num_attention_heads=2,
-    intermediate_size=64,
-    max_position_embeddings=64,
-)
+TINY = dict(TINY_BERT, vocab_size=40, max_position_embeddings=64)
 
 
 def hf_folder(tmp_path, legacy=False):
@@ -104,3 +99,14 @@ def test_a_checkpoint_of_ours_with_three_projections_still_reads(tmp_path, tiny_
     read = read_checkpoint(tmp_path / "old.ckpt").state_dict
     key = "bert.encoder.layer.0.attention.self.qkv.weight"
     assert torch.equal(read[key], state[key]) and "query" not in " ".join(read)
+
+
+def test_export_asks_the_task_for_its_head():
+    """interop maps keys; which transformers class a fine-tuned head is (and whether there is
+    one) its task says, from the config a checkpoint stores."""
+    seq, token = "BertForSequenceClassification", "BertForTokenClassification"
+    assert hf_head({"kind": "regression", "pooling": "cls"}) == (seq, "regression")
+    assert hf_head({"kind": "token_classification"}) == (token, "single_label_classification")
+    assert hf_head({"kind": "ad_relevance", "architecture": "cross_encoder"}) == (seq, None)
+    with pytest.raises(UserError, match=r"^task.architecture=bi_encoder: no transformers class$"):
+        hf_head({"kind": "ad_relevance", "architecture": "bi_encoder", "pooling": "mean"})

@@ -13,16 +13,10 @@ from bert_lightning.model import (
     pretraining_flops,
     query_rows,
 )
+from conftest import TINY_BERT
 
 SIZES = ["bert_tiny", "bert_mini", "bert_small", "bert_medium", "bert_base", "bert_large"]
-TINY = dict(
-    vocab_size=97,
-    hidden_size=32,
-    num_hidden_layers=2,
-    num_attention_heads=2,
-    intermediate_size=64,
-    max_position_embeddings=64,
-)
+TINY = dict(TINY_BERT, vocab_size=97, max_position_embeddings=64)
 
 
 def size_config(name: str, **kw) -> BertConfig:

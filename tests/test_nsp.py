@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from bert_lightning.data.nsp import NSPDataModule, document_pairs, frame_pair, split_sentences
-from conftest import OPTIM, write_corpus
+from conftest import OPTIM, TINY_BERT, write_corpus
 
 
 def synthetic_documents(n_docs: int, seed: int = 0, sentences=(1, 12)) -> list[list[list[int]]]:
@@ -134,13 +134,7 @@ def test_train_with_nsp_logs_nsp_metrics(tmp_path):
 def test_objective_selects_the_nsp_loss():
     from bert_lightning.training.pretrain_module import BertPretrainModule
 
-    config = dict(
-        vocab_size=50,
-        hidden_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=64,
-    )
+    config = dict(TINY_BERT, vocab_size=50, num_hidden_layers=1)
     batch = {
         "input_ids": torch.randint(5, 50, (4, 10)),
         "token_type_ids": torch.zeros(4, 10, dtype=torch.long),
@@ -164,13 +158,7 @@ def test_nsp_loss_falls_on_a_fixed_batch(tmp_path, tiny_tokenizer):
 
     dm = nsp_datamodule(tmp_path, tiny_tokenizer, n_docs=30, val_docs=5, batch_size=16)
     batch = next(iter(dm.train_dataloader()))
-    config = dict(
-        vocab_size=tiny_tokenizer.get_vocab_size(),
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-    )
+    config = dict(TINY_BERT, vocab_size=tiny_tokenizer.get_vocab_size())
     module = BertPretrainModule(config, OPTIM, objective="mlm_nsp")
     opt = torch.optim.AdamW(module.parameters(), lr=3e-3)
     first = None

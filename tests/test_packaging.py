@@ -1,18 +1,27 @@
-"""The package works installed from a wheel, away from the checkout: the configs ship inside
-it, and `bert-lightning pretrain` runs what `python train.py` runs."""
+"""The package works installed from a wheel, away from the checkout: the configs (`conf/` in
+the repository) ship inside it as `bert_lightning/conf/`, and `bert-lightning pretrain` runs
+what `python train.py` runs."""
 
 import os
 import shutil
 import subprocess
 import sys
 import sysconfig
+import zipfile
 from pathlib import Path
 
 import pytest
 
 from bert_lightning.cli import main
+from bert_lightning.config import CONFIG_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_configs_have_one_home_at_the_top_of_the_checkout():
+    """conf/ is the one tree (an editable install reads it in place), no copy in the package."""
+    assert CONFIG_DIR == ROOT / "conf" and (CONFIG_DIR / "train.yaml").is_file()
+    assert not list((ROOT / "bert_lightning").rglob("*.yaml"))
 
 
 def test_pretrain_and_finetune_subcommands_hand_their_overrides_to_hydra(
@@ -36,10 +45,22 @@ def test_a_wheel_installed_elsewhere_pretrains(tmp_path):
     shutil.copy(ROOT / "pyproject.toml", src)
     shutil.copy(ROOT / "README.md", src)
     shutil.copytree(ROOT / "bert_lightning", src / "bert_lightning")
+    shutil.copytree(ROOT / "conf", src / "conf")
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
     subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", str(src), "-w",
                     str(tmp_path / "dist")], check=True)  # fmt: skip
     (wheel,) = (tmp_path / "dist").glob("bert_lightning-*.whl")
+    # every module and every config, the configs under the package (pyproject's package-dir)
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert "bert_lightning/conf/train.yaml" in names
+    assert not [n for n in names if n.startswith("conf/")]  # not a top-level `conf` too
+    for tree, into in [
+        (ROOT / "bert_lightning", "bert_lightning"),
+        (CONFIG_DIR, "bert_lightning/conf"),
+    ]:
+        files = [p for p in tree.rglob("*") if p.suffix in (".py", ".yaml")]
+        missing = {f"{into}/{p.relative_to(tree).as_posix()}" for p in files} - names
+        assert not missing, sorted(missing)
 
     # a fresh venv; the wheel into it, not editable and without dependencies
     venv = tmp_path / "venv"

@@ -12,7 +12,19 @@ from pathlib import Path
 
 import pytest
 import torch
-from run_matrix import CLIP, JOBS, MULTI, PRECISIONS, SINGLE, STEPS, case_dir, run_case
+from omegaconf import OmegaConf
+from run_matrix import (
+    CLIP,
+    JOBS,
+    MULTI,
+    PRECISIONS,
+    REPEATS,
+    SINGLE,
+    STEPS,
+    case_config,
+    case_dir,
+    run_case,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,6 +39,26 @@ def assert_clipped_steps(out: Path, ranks: int, log: str = "") -> None:
             assert math.isfinite(s["loss"]), (out.name, s)
             assert s["before_clip"] > CLIP, (out.name, s)  # there was something to clip
             assert s["after_clip"] <= CLIP * 1.02, (out.name, s)  # and it was clipped
+
+
+@pytest.mark.slow
+def test_no_two_cases_run_the_same_config(tmp_path):
+    """Each case composes a config of its own (all in one folder, to compare the rest), and a
+    preset left out as another's repeat (REPEATS) composes exactly that other's config."""
+
+    def composed(preset, precision, job, accelerator="cpu"):
+        return OmegaConf.to_yaml(case_config(preset, precision, job, tmp_path, accelerator))
+
+    cases = [(p, prec, job) for p in [*SINGLE, *MULTI] for prec in PRECISIONS for job in JOBS]
+    cases += [("deepspeed", "bf16-mixed", job, "gpu") for job in JOBS]
+    configs = {}
+    for case in cases:
+        configs.setdefault(composed(*case), []).append(case)
+    assert len(configs) == len(cases), [c for c in configs.values() if len(c) > 1]
+    for preset, same in REPEATS.items():
+        for precision in PRECISIONS:
+            for job in JOBS:
+                assert composed(preset, precision, job) == composed(same, precision, job), preset
 
 
 @pytest.mark.slow
