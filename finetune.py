@@ -1,16 +1,7 @@
 """Fine-tune: `python finetune.py task=ad_relevance task.train_file=... pretrained=...`
-(installed: `bert-lightning finetune ...`)."""
+(installed: `bert-lightning finetune ...`, the same entry)."""
 
-from omegaconf import DictConfig
-
-from bert_lightning.config import hydra_main
-from bert_lightning.training.finetune import best_val, finetune
-
-
-@hydra_main("finetune")
-def main(cfg: DictConfig) -> float | None:
-    return best_val(finetune(cfg), cfg)
-
+from bert_lightning.commands.finetune import main
 
 if __name__ == "__main__":
     main()

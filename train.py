@@ -1,16 +1,7 @@
 """Pretrain a BERT encoder: `python train.py [model=bert_mini] [trainer.devices=8] ...`
-(installed: `bert-lightning pretrain ...`)."""
+(installed: `bert-lightning pretrain ...`, the same entry)."""
 
-from omegaconf import DictConfig
-
-from bert_lightning.config import hydra_main
-from bert_lightning.training.pretrain import train
-
-
-@hydra_main("train")
-def main(cfg: DictConfig) -> float | None:
-    return train(cfg)
-
+from bert_lightning.commands.pretrain import main
 
 if __name__ == "__main__":
-    main()
+    main(job="train")  # Hydra's job, and its log: train.log

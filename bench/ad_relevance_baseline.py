@@ -18,7 +18,7 @@ from bert_lightning.training.baselines import ad_relevance_baselines
 def main(overrides: list[str]) -> dict:
     cfg = compose("finetune", [*overrides, "paths.output_dir=."])
     task = make_task(OmegaConf.to_container(cfg.task, resolve=True))
-    if task.cfg["kind"] != "ad_relevance":
+    if task.cfg.kind != "ad_relevance":
         raise SystemExit("the baselines are for task=ad_relevance")
     test = load_splits(task, cfg.seed)["test"]
     out = ad_relevance_baselines(task, test, cfg.pretrained, cfg.max_seq_length)

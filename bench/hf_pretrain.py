@@ -33,8 +33,8 @@ from torch.utils.data import DataLoader
 from bert_lightning.atomic import write_json
 from bert_lightning.config import compose
 from bert_lightning.data.tokenizer import special_ids
-from bert_lightning.fields import instantiate
 from bert_lightning.interop import export_hf_folder, hf_to_ours
+from bert_lightning.training.instantiate import instantiate
 from bert_lightning.training.optim import adamw
 
 

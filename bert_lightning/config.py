@@ -3,7 +3,6 @@ the entry points' `hydra.main`, which reports a user's mistake as one line."""
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 import os
 from collections.abc import Callable, Iterator
@@ -15,8 +14,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from bert_lightning.errors import MissingFileError, UserError, reported
 
-CONFIG_DIR = Path(__file__).resolve().parent / "conf"
-ASSETS = Path(__file__).resolve().parent / "assets"
+PACKAGE = Path(__file__).resolve().parent
+# the YAML tree: bert_lightning/conf/ inside an installed wheel, else conf/ at the top of the
+# checkout the package runs from (an editable install, or the repository on sys.path); the one
+# is the other, by pyproject.toml's package-dir
+CONFIG_DIR = PACKAGE / "conf" if (PACKAGE / "conf").is_dir() else PACKAGE.parent / "conf"
+ASSETS = PACKAGE / "assets"
 
 
 def bundled(name: str) -> str:
@@ -47,9 +50,9 @@ def run_kind(folder: Path) -> str | None:
 
 
 def resumed_run(ckpt_path: str | None, kind: str | None = None) -> str | None:
-    """The run folder a resumed run continues in (`hydra.run.dir` in train.yaml and
-    finetune.yaml): the checkpoint's own, when it sits in `<run>/checkpoints/` of a run of
-    this `kind` (another kind's run is refused without being written to)."""
+    """The run folder a resumed run continues in (`hydra.run.dir`, conf/_hydra.yaml): the
+    checkpoint's own, when it sits in `<run>/checkpoints/` of a run of this `kind` (another
+    kind's run is refused without being written to)."""
     if not ckpt_path:
         return None
     from bert_lightning.training.resume import run_folder_of
@@ -159,21 +162,27 @@ def composition_reported() -> Iterator[None]:
         utils.run_and_report = hydra_report
 
 
-def hydra_main(config_name: str) -> Callable[[Callable[[DictConfig], Any]], Callable[[], None]]:
-    """`hydra.main` on the package's configs, for train.py, finetune.py and `bert-lightning
-    pretrain|finetune`: a user's mistake is one line, in the task (`hydra_reported`) and on
-    the command line (`composition_reported`)."""
+def hydra_main(config_name: str) -> Callable[[Callable[[DictConfig], Any]], Callable[..., None]]:
+    """`hydra.main` on the package's configs: the one entry of `bert-lightning pretrain|finetune`,
+    which train.py and finetune.py call too. A user's mistake is one line, in the task
+    (`hydra_reported`) and on the command line (`composition_reported`). The entry's `job`
+    names Hydra's job and its log (`<job>.log`): by default the task's module (`pretrain`
+    for commands/pretrain.py); train.py passes its own name, as Hydra names a script's job."""
     import hydra
 
-    def decorator(task: Callable[[DictConfig], Any]) -> Callable[[], None]:
-        @functools.wraps(task)  # Hydra names the job (and its log) after the task's module
-        def reported_task(cfg: DictConfig) -> Any:
-            with hydra_reported():
-                return task(cfg)
+    def decorator(task: Callable[[DictConfig], Any]) -> Callable[..., None]:
+        def run(job: str | None = None) -> None:
+            def reported_task(cfg: DictConfig) -> Any:
+                with hydra_reported():
+                    return task(cfg)
 
-        main = hydra.main(str(CONFIG_DIR), config_name, version_base="1.3")(reported_task)
-
-        def run() -> None:
+            # Hydra names the job after the module of the function it runs, unwrapped: `job`,
+            # else the task's (a task in a script: the script's file)
+            if job:
+                reported_task.__module__ = job
+            else:
+                reported_task.__wrapped__ = task
+            main = hydra.main(str(CONFIG_DIR), config_name, version_base="1.3")(reported_task)
             with composition_reported():
                 main()
 

@@ -1,16 +1,15 @@
 """Config sections -> checked values: a misspelt key (`+data.masking.mlm_probabilty=0.2`) is an
 error naming the key and the known ones, never a silent fall back to a default; a value of the
-wrong type (`data.batch_size=abc`) one naming the key and the type expected."""
+wrong type (`data.batch_size=abc`) one naming the key and the type expected; in a dataclass
+section, a value outside its field's `Literal` (`task.pooling=last4`) one naming the values
+allowed. Standard library only, at the bottom of the layers: the checks of a Hydra section
+(`_target_`'s annotations, `???` values) are `training/instantiate.py`'s."""
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import MISSING, fields
 from types import UnionType
-from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
-
-from hydra.utils import get_object
-from hydra.utils import instantiate as hydra_instantiate
-from omegaconf import DictConfig, OmegaConf
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from bert_lightning.errors import UserError
 
@@ -27,7 +26,16 @@ def from_dict(cls: type[T], raw: dict[str, Any] | None, where: str) -> T:
     """`cls(**raw)` for a dataclass, after checking its keys and their values' types."""
     raw = dict(raw or {})
     check_keys(raw, [f.name for f in fields(cls)], where)
-    check_values(raw, get_type_hints(cls), where)
+    missing = [
+        f.name
+        for f in fields(cls)
+        if f.name not in raw and f.default is MISSING and f.default_factory is MISSING
+    ]
+    if missing:
+        raise UserError(f"{where}: missing key(s) {missing}")
+    hints = get_type_hints(cls)
+    check_choices(raw, hints, where)
+    check_values(raw, hints, where)
     return cls(**raw)
 
 
@@ -50,27 +58,23 @@ def type_error(annotation, value) -> str | None:
     return f"expected {names}, got {value!r}"
 
 
-def instantiate(node, where: str, **kwargs):
-    """Hydra's `instantiate` of the config section `where` (data, model, trainer, ...), after
-    checking its values against the annotations of its `_target_`'s parameters: a value of the
-    wrong type (`data.batch_size=abc`) is an error naming the key, not a traceback from deep
-    inside the code that first uses it."""
-    check_types(node, where)
-    return hydra_instantiate(node, **kwargs)
+def choices(annotation) -> tuple | None:
+    """The values a `Literal[...]` annotation allows (and None, for `Literal[...] | None`);
+    None for any other annotation, a union with another type (`bool | Literal["link"]`) too."""
+    members = get_args(annotation) if get_origin(annotation) in (Union, UnionType) else ()
+    members = [m for m in members or (annotation,) if m is not type(None)]
+    if not members or not all(get_origin(m) is Literal for m in members):
+        return None
+    allowed = tuple(v for m in members for v in get_args(m))
+    return allowed + (None,) if type(None) in get_args(annotation) else allowed
 
 
-def check_types(node, where: str) -> None:
-    """`instantiate`'s check alone: the values of a section built later (optim)."""
-    target = get_object(node["_target_"])
-    # a subclass's `**kwargs` reach its bases: their annotations count too
-    fns = [c.__init__ for c in reversed(target.__mro__)] if isinstance(target, type) else [target]
-    hints = {}
-    for fn in fns:
-        try:
-            hints |= get_type_hints(fn)
-        except Exception:  # annotations this Python cannot evaluate: nothing to check
-            continue
-    check_values({k: v for k, v in node.items() if not str(k).startswith("_")}, hints, where)
+def check_choices(values: dict, hints: dict, where: str) -> None:
+    """Each value of a key annotated `Literal[...]` in `hints` against the values it allows."""
+    for key, value in values.items():
+        allowed = choices(hints.get(key))
+        if allowed is not None and value not in allowed:
+            raise UserError(f"{where}.{key}={value!r}; expected one of {allowed}")
 
 
 def check_values(values: dict, hints: dict, where: str) -> None:
@@ -79,27 +83,3 @@ def check_values(values: dict, hints: dict, where: str) -> None:
         problem = type_error(hints[key], value) if key in hints else None
         if problem:
             raise UserError(f"{where}.{key}: {problem}")
-
-
-def missing_keys(node: DictConfig, prefix: str = "") -> list[str]:
-    """The keys still `???`, found without resolving anything (OmegaConf's own
-    `missing_keys` resolves, and fails on an interpolation of a missing value)."""
-    found = []
-    for key in node:
-        if OmegaConf.is_missing(node, key):
-            found.append(f"{prefix}{key}")
-        elif isinstance(child := node._get_node(key), DictConfig):
-            found += missing_keys(child, f"{prefix}{key}.")
-    return found
-
-
-def required(cfg: DictConfig) -> None:
-    """A value still `???` (a data option's train_files, a data set's data_dir, a task's
-    train_file) is named in one line before anything runs."""
-    missing = missing_keys(cfg)
-    if missing:
-        raise UserError(
-            f"{', '.join(missing)}: required and not given; add "
-            + " ".join(f"{k}=..." for k in missing)
-            + " to the command"
-        )

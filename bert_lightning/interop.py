@@ -111,8 +111,7 @@ def load_into(model: torch.nn.Module, state: dict[str, torch.Tensor], prefix: st
 
 # --- export: our weights -> a Hugging Face folder -------------------------------------------
 
-# HF class of a state dict, told apart by its heads (our names are HF's): a task head is
-# `classifier.*`; HF's token-classification model has no pooler, its sequence one has
+# HF classes of our state dicts (our names are HF's)
 HF_ARCHITECTURES = (
     "BertForPreTraining",
     "BertForMaskedLM",
@@ -122,14 +121,13 @@ HF_ARCHITECTURES = (
 )
 
 
-def hf_architecture(state: dict[str, torch.Tensor], task_kind: str | None = None) -> str:
-    """The `transformers` class a state dict (our key space) loads into without missing keys.
-    `task_kind` (a fine-tuning checkpoint's `task.kind`) settles a classifier head's kind."""
+def hf_architecture(state: dict[str, torch.Tensor]) -> str:
+    """The `transformers` class a state dict (our key space) loads into without missing keys,
+    told apart by its heads: a task head is `classifier.*`, on a pooler for HF's sequence
+    model, without one for its token model (a checkpoint's task says which: `hf_head`)."""
     keys = set(state)
     if "classifier.weight" in keys:
-        if task_kind == "token_classification" or (
-            task_kind is None and "bert.pooler.dense.weight" not in keys
-        ):
+        if "bert.pooler.dense.weight" not in keys:
             return "BertForTokenClassification"
         return "BertForSequenceClassification"
     if "cls.predictions.bias" in keys:
@@ -217,38 +215,29 @@ def export_hf_folder(
     config: BertConfig,
     tokenizer: Tokenizer,
     out_dir: str | Path,
-    task: dict | None = None,
+    head: tuple[str, str | None] | None = None,
+    labels: list[str] | None = None,
     overwrite: bool = False,
 ) -> Path:
     """Write a folder that `transformers`' `from_pretrained` reads: config.json,
-    model.safetensors and the tokenizer files. `state` is in our key space; `task` (a
-    fine-tuning checkpoint's task config: `kind`, `labels`) names a classifier's labels.
+    model.safetensors and the tokenizer files. `state` is in our key space; `head`, the HF
+    class and problem type of a fine-tuned model (its task says them: `tasks.kinds.hf_head`;
+    None: the class told from the state's heads) and `labels`, a classifier's label names.
     Written into a temporary sibling folder, then renamed: never a half-written folder."""
     from safetensors.torch import save_file
 
     out_dir = Path(out_dir)
     if out_dir.exists() and not overwrite:
         raise FileExistsError(f"{out_dir} exists; choose a new folder (or overwrite=True)")
-    task = task or {}
-    if task.get("architecture", "cross_encoder") != "cross_encoder":
-        raise ValueError(f"task.architecture={task['architecture']}: no transformers class")
-    if task.get("pooling", "cls") != "cls":
-        raise UserError(
-            f"task.pooling={task['pooling']}: transformers' BertForSequenceClassification reads "
-            "the pooled [CLS]; a classifier over another pooling has no equivalent there"
-        )
-    arch = hf_architecture(state, task.get("kind"))
+    arch, problem_type = head or (hf_architecture(state), None)
     weights = {k: v.detach().contiguous() for k, v in ours_to_hf(state).items()}
     dtype = weights["bert.embeddings.word_embeddings.weight"].dtype
-    head = {}
+    classifier = {}
     if "classifier.weight" in weights:
-        head = dict(num_labels=weights["classifier.weight"].shape[0], labels=task.get("labels"))
-        kind = task.get("kind")
-        if kind == "regression":
-            head["problem_type"] = "regression"
-        elif kind in ("seq_classification", "token_classification"):
-            head["problem_type"] = "single_label_classification"
-    files = {"config.json": json.dumps(hf_config(config, arch, dtype, **head), indent=2) + "\n"}
+        num_labels = weights["classifier.weight"].shape[0]
+        classifier = dict(num_labels=num_labels, labels=labels, problem_type=problem_type)
+    hf = hf_config(config, arch, dtype, **classifier)
+    files = {"config.json": json.dumps(hf, indent=2) + "\n"}
     files.update(hf_tokenizer_files(tokenizer, config.max_position_embeddings))
 
     with atomic_path(out_dir, folder=True) as tmp:  # an old folder goes once the new is whole

@@ -9,7 +9,7 @@ request as a 4xx `Reply`, never raised. Every error is one line, `{"error": "...
 
 # no `from __future__ import annotations`: LitServe hands decode_request's annotation to
 # FastAPI as the endpoint's body model, and a string annotation would not resolve there
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
@@ -20,24 +20,26 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 from starlette.exceptions import HTTPException
-from tokenizers import Tokenizer
 
-from bert_lightning.checkpoint import FINETUNING, encoder_from, read_checkpoint
-from bert_lightning.commands.fill_mask import load_mlm
-from bert_lightning.commands.score import finetuned_module
-from bert_lightning.data.tables import collate
-from bert_lightning.data.tokenizer import special_ids
+from bert_lightning.checkpoint import FINETUNING, read_checkpoint
 from bert_lightning.errors import UserError
-from bert_lightning.model.heads import POOLINGS, pool
-from bert_lightning.tasks.base import truncating
+from bert_lightning.inference import (
+    check_mlm_head,
+    embed_texts,
+    fill_masks,
+    load_embedder,
+    load_mlm,
+    score_rows,
+    split,
+    unmaskable,
+)
+from bert_lightning.model.heads import POOLINGS
 from bert_lightning.tasks.kinds import make_task
+from bert_lightning.training.finetune_module import FinetuneModule
 
 MAX_ITEMS = 256  # texts or pairs per request: a bigger job is a file for `bert-lightning score`
 MAX_CHARS = 10_000  # per text: far past what 512 word pieces read; bounds tokenizing time
 MAX_BODY = 32 * 2**20  # bytes: MAX_ITEMS pairs of MAX_CHARS, JSON-escaped, fit
-EMBED_LENGTH = 128  # /embed truncates as `bert-lightning embed` does by default
-SCORE_ROWS, EMBED_ROWS = 64, 32  # rows per forward pass, as `score` and `embed` default
-MLM_HEAD = "cls.predictions.transform.dense.weight"  # what `load_mlm` needs
 
 
 def _not_blank(text: str) -> str:
@@ -123,30 +125,19 @@ class Endpoint(ls.LitAPI):
 
 
 class Score(Endpoint):
-    """`/score`: one score per row, as `bert-lightning score` gives it (`task.scores`), with the
-    checkpoint's tokenizer truncating to the length it was fine-tuned with. The truncating
-    tokenizer is built once here: `score()` rebuilds it on every call (tens of ms for a
-    30k-token vocabulary), a cost a server cannot pay per batch."""
+    """`/score`: one score per row, as `bert-lightning score` gives it, with the checkpoint's
+    tokenizer truncating to the length it was fine-tuned with (built once here)."""
 
     route = "/score"
 
     def load(self, device):
-        module = finetuned_module(self.model_path, "bert-lightning serve").to(device)
-        self.task, self.model, self.on = module.task, module.model, device
-        tok = Tokenizer.from_str(module.tokenizer_json)
-        self.tok = truncating(tok, module.hparams.max_seq_length)
-        self.pad_id = special_ids(tok)["[PAD]"]
+        self.module = FinetuneModule.from_checkpoint(self.model_path, "bert-lightning serve")
+        self.module.to(device)
+        self.tok = self.module.scoring_tokenizer()
 
-    @torch.inference_mode()
     def answer(self, requests: list[list]) -> list[Reply]:
         rows = [row for r in requests for row in r]  # texts, or (query, ad) pairs
-        scores: list[float] = []
-        for start in range(0, len(rows), SCORE_ROWS):
-            enc = self.tok.encode_batch(rows[start : start + SCORE_ROWS])
-            feats = [{"input_ids": e.ids, "token_type_ids": e.type_ids} for e in enc]
-            b = {k: v.to(self.on) for k, v in collate(feats, self.pad_id).items()}
-            logits = self.model(b["input_ids"], b["token_type_ids"], b["attention_mask"])  # (B, L)
-            scores += self.task.scores(logits).tolist()
+        scores = score_rows(self.module.model, self.module.task, self.tok, rows)
         return [Reply({"scores": s}) for s in split(scores, map(len, requests))]
 
 
@@ -170,11 +161,8 @@ class Embed(Endpoint):
     route = "/embed"
 
     def load(self, device):
-        pre = read_checkpoint(self.model_path)
-        self.model, self.on = encoder_from(pre).to(device), device
-        self.tok = pre.tokenizer
-        self.tok.enable_truncation(min(EMBED_LENGTH, pre.config.max_position_embeddings))
-        self.tok.enable_padding(pad_id=self.tok.token_to_id("[PAD]"), pad_token="[PAD]")
+        model, self.tok = load_embedder(self.model_path)
+        self.model = model.to(device)
 
     def decode_request(self, request: EmbedRequest) -> EmbedRequest:
         return request
@@ -186,25 +174,14 @@ class Embed(Endpoint):
             group = [i for i, r in enumerate(requests) if r.pooling == pooling]
             texts = [requests[i].texts for i in group]
             try:
-                vectors = self.embed([t for ts in texts for t in ts], pooling)
+                flat = [t for ts in texts for t in ts]
+                vectors = embed_texts(self.model, self.tok, flat, pooling).tolist()
             except UserError as e:  # last4 on fewer than 4 layers
                 replies |= {i: Reply({"error": str(e)}, 400) for i in group}
                 continue
             for i, v in zip(group, split(vectors, map(len, texts)), strict=True):
                 replies[i] = Reply({"embeddings": v})
         return [replies[i] for i in range(len(requests))]
-
-    @torch.inference_mode()
-    def embed(self, texts: list[str], pooling: str) -> list[list[float]]:
-        out: list[list[float]] = []
-        for start in range(0, len(texts), EMBED_ROWS):
-            enc = self.tok.encode_batch(texts[start : start + EMBED_ROWS])
-            ids = torch.tensor([e.ids for e in enc], device=self.on)  # (B, T)
-            types = torch.tensor([e.type_ids for e in enc], device=self.on)  # (B, T)
-            mask = torch.tensor([e.attention_mask for e in enc], device=self.on)  # (B, T)
-            o = self.model(ids, types, mask, output_hidden_states=True)
-            out += pool(o.hidden_states, mask, pooling).float().tolist()  # (B, H) or (B, 4H)
-        return out
 
 
 class FillMask(Endpoint):
@@ -215,44 +192,20 @@ class FillMask(Endpoint):
 
     def load(self, device):
         model, self.tok = load_mlm(self.model_path)
-        self.model, self.on = model.to(device), device
-        self.mask_id = self.tok.token_to_id("[MASK]")
-        self.pad_id = self.tok.token_to_id("[PAD]")
-        self.max_len = model.config.max_position_embeddings
+        self.model = model.to(device)
 
     def decode_request(self, request: FillMaskRequest) -> FillMaskRequest:
         return request
 
-    def problem(self, text: str, ids: list[int]) -> str | None:
-        if self.mask_id not in ids:
-            return f"no [MASK] in {text!r}"
-        if len(ids) > self.max_len:
-            return f"{len(ids)} word pieces; the model reads at most {self.max_len}"
-        return None
-
-    @torch.inference_mode()
     def answer(self, requests: list[FillMaskRequest]) -> list[Reply]:
-        encoded = [[e.ids for e in self.tok.encode_batch(r.texts)] for r in requests]
+        encoded = [self.tok.encode_batch(r.texts) for r in requests]
         errors = [
-            next(filter(None, map(self.problem, r.texts, ids)), None)
-            for r, ids in zip(requests, encoded, strict=True)
+            unmaskable(self.model, self.tok, r.texts, es)
+            for r, es in zip(requests, encoded, strict=True)
         ]
         good = [i for i, e in enumerate(errors) if e is None]
-        rows = [ids for i in good for ids in encoded[i]]
-        k = min(max((requests[i].top_k for i in good), default=1), self.tok.get_vocab_size())
-        tops: list[list[list[dict]]] = []  # per text, per [MASK], the k best
-        for start in range(0, len(rows), EMBED_ROWS):
-            feats = [{"input_ids": ids} for ids in rows[start : start + EMBED_ROWS]]
-            b = {key: v.to(self.on) for key, v in collate(feats, self.pad_id).items()}
-            ids = b["input_ids"]  # (B, T)
-            h = self.model.bert(ids, None, b["attention_mask"]).last_hidden_state  # (B, T, H)
-            probs = self.model.cls.predictions(h[ids == self.mask_id]).float().softmax(-1)
-            p, idx = probs.topk(k, dim=-1)  # (M, k), masks of all rows in order
-            best = [
-                [{"token": self.tok.id_to_token(t), "prob": q} for t, q in zip(ts, qs, strict=True)]
-                for ts, qs in zip(idx.tolist(), p.tolist(), strict=True)
-            ]
-            tops += split(best, (ids == self.mask_id).sum(1).tolist())
+        k = max((requests[i].top_k for i in good), default=1)
+        tops = fill_masks(self.model, self.tok, [e for i in good for e in encoded[i]], k)
         per_request = dict(zip(good, split(tops, (len(encoded[i]) for i in good)), strict=True))
         return [
             Reply({"error": e}, 400)
@@ -262,15 +215,6 @@ class FillMask(Endpoint):
         ]
 
 
-def split(flat: list, sizes: Iterable[int]) -> list[list]:
-    """`flat` cut into consecutive pieces of `sizes` (the rows of each request)."""
-    out, start = [], 0
-    for n in sizes:
-        out.append(flat[start : start + n])
-        start += n
-    return out
-
-
 def endpoints(model: str) -> dict[str, type[Endpoint] | str]:
     """For each route, what serves it for this checkpoint, or why none can (a 404's message).
     Read here once, so that a bad path is a one-line error before any worker starts."""
@@ -278,10 +222,12 @@ def endpoints(model: str) -> dict[str, type[Endpoint] | str]:
     routes: dict[str, type[Endpoint] | str] = {
         "/score": f"{model}: a {pre.kind} checkpoint; /score needs a fine-tuned one (finetune.py)",
         "/embed": Embed,
-        "/fill-mask": FillMask
-        if MLM_HEAD in pre.state_dict
-        else f"{model}: no MLM head (cls.predictions.*) in these weights; /fill-mask needs one",
+        "/fill-mask": FillMask,
     }
+    try:
+        check_mlm_head(model, pre, "/fill-mask")
+    except UserError as e:
+        routes["/fill-mask"] = str(e)
     if pre.kind == FINETUNING:
         task = make_task(pre.hparams["task"])
         try:
@@ -333,7 +279,7 @@ def serve(
     """Blocks until Ctrl+C. `device` auto: CUDA when there is one. `threads`: torch's
     intra-op threads in each worker; by default one core fewer than torch would take, left to
     the HTTP process: a forward pass whose threads wait on a busy core runs many times slower
-    (about 30x for all-MiniLM-L6-v2 on 2 cores, measured)."""
+    (docs/serving.md)."""
     if not 1024 <= port <= 65535:
         raise UserError(f"--port {port}: expected 1024 to 65535")
     if max_batch_size < 1 or batch_timeout < 0 or (threads is not None and threads < 1):

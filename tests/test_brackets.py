@@ -1,8 +1,7 @@
 import pytest
 import torch
 
-from bert_lightning.data.masking import MaskingConfig
-from bert_lightning.experiments.brackets.data import (
+from bert_lightning.data.brackets import (
     CLOSERS,
     OPENERS,
     brackets_tokenizer,
@@ -10,6 +9,7 @@ from bert_lightning.experiments.brackets.data import (
     to_input_ids,
     ungrammatical,
 )
+from bert_lightning.data.masking import MaskingConfig
 from bert_lightning.experiments.brackets.report import evaluate, masking_stats, run_all
 from bert_lightning.model import PreTrainingOutput
 
@@ -70,13 +70,14 @@ def test_textbook_claims_hold(tmp_path):
     assert r["causal"]["openers"] <= 30 and r["causal"]["closers"] >= 85
     assert r["always_mask"]["kept"] <= r["bidirectional"]["kept"] - 25
     ft = r["finetune"]
-    # 95-100% where first measured; 90.7% from the same seeds on another CPU (sanity-suite.md)
+    # a bound below what these seeds usually reach: the same seeds land some points apart on
+    # different CPUs (docs/sanity-suite.md), and the claim is the gap to the two below
     assert ft["fine-tuned from pretrained"] >= 85
     assert ft["frozen encoder, head only"] <= 60 and ft["from a random encoder"] <= 60
 
 
 def test_grammar_rows_are_half_ungrammatical():
-    from bert_lightning.experiments.brackets.data import grammar_rows
+    from bert_lightning.data.brackets import grammar_rows
 
     rows = grammar_rows(2000, 8, torch.Generator().manual_seed(3))
     assert abs(sum(r["label"] for r in rows) / 2000 - 0.5) < 0.05

@@ -1,3 +1,5 @@
+import json
+
 import pytest
 import torch
 
@@ -71,14 +73,23 @@ def test_isolated_packing_needs_the_arrow_cache(tmp_path):
 
 
 def test_per_document_examples_pad_per_batch(tmp_path, tiny_tokenizer):
-    dm = datamodule(tmp_path, tiny_tokenizer, packing="document")
-    assert len(dm.train_set) == 35  # one example per training document
+    corpus = write_corpus(tmp_path / "docs.jsonl", 40)
+    with open(corpus, "a") as f:  # documents shorter than a block, so that a batch pads
+        for n in (1, 2, 3, 4):
+            f.write(json.dumps({"text": " ".join(["the cat sat on the mat"] * n)}) + "\n")
+    dm = datamodule(tmp_path, tiny_tokenizer, packing="document", train_files=str(corpus))
+    assert len(dm.train_set) == 39  # one example per training document
     assert all(len(r["input_ids"]) <= 32 for r in dm.train_set)
-    batch = next(iter(dm.train_dataloader()))
-    mask = batch.get("attention_mask")
-    if mask is not None:
-        assert torch.all(batch["input_ids"][mask == 0] == 0)
-        assert batch["input_ids"].shape[1] == int(mask.sum(1).max())
+    rows = sorted(dm.train_set, key=lambda r: len(r["input_ids"]))[:4]
+    lengths = [len(r["input_ids"]) for r in rows]
+    assert len(set(lengths)) > 1  # some padded, some not
+    batch = dm.collator()(rows)
+    mask = batch["attention_mask"]  # present: the batch has padding
+    assert mask.sum(1).tolist() == lengths
+    assert torch.all(batch["input_ids"][mask == 0] == 0)
+    assert batch["input_ids"].shape[1] == max(lengths) == int(mask.sum(1).max())
+    full = dm.collator()(sorted(dm.train_set, key=lambda r: len(r["input_ids"]))[-4:])
+    assert "attention_mask" not in full and full["input_ids"].shape == (4, 32)  # nothing padded
 
 
 def test_validation_holds_out_whole_documents(tmp_path, tiny_tokenizer):

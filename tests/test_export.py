@@ -14,10 +14,11 @@ from bert_lightning.checkpoint import load_hf_folder, read_checkpoint
 from bert_lightning.data.tokenizer import special_ids
 from bert_lightning.interop import export_hf_folder, load_into
 from bert_lightning.model import BertConfig, BertForPreTraining, BertModel
+from bert_lightning.tasks.kinds import hf_head
+from conftest import TINY_BERT as TINY
 
 transformers = pytest.importorskip("transformers")
 
-TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
 TRICKY = [
     "Héllo, Wörld! Ça va? naïve café",  # accents
     "東京は日本の首都です。北京欢迎你",  # CJK
@@ -133,8 +134,8 @@ def test_export_classifier_head(tmp_path, tiny_tokenizer, kind):
     head = randomized(torch.nn.Linear(config.hidden_size, len(labels)))
     state = {f"bert.{k}": v for k, v in encoder.state_dict().items()}
     state |= {f"classifier.{k}": v for k, v in head.state_dict().items()}
-    task = {"kind": kind, "labels": labels}
-    out = export_hf_folder(state, config, tiny_tokenizer, tmp_path / "hf", task=task)
+    hf_class = hf_head({"kind": kind, "labels": labels})
+    out = export_hf_folder(state, config, tiny_tokenizer, tmp_path / "hf", hf_class, labels)
 
     cfg = json.loads((out / "config.json").read_text())
     name = "BertForTokenClassification" if token else "BertForSequenceClassification"
@@ -177,9 +178,8 @@ def test_non_cls_pooling_is_refused(tmp_path, tiny_tokenizer):
     )
     task = {"kind": "seq_classification", "pooling": "max"}
     with pytest.raises(ValueError, match="task.pooling=max: transformers' BertFor"):
-        export_hf_folder(
-            model.state_dict(), model.config, tiny_tokenizer, tmp_path / "hf", task=task
-        )
+        head = hf_head(task)
+        export_hf_folder(model.state_dict(), model.config, tiny_tokenizer, tmp_path / "hf", head)
     assert not list(tmp_path.iterdir())  # nothing written
 
 

@@ -8,6 +8,7 @@ import torch
 from bert_lightning.checkpoint import read_checkpoint
 from bert_lightning.commands.export_hf import export_hf
 from bert_lightning.config import compose
+from bert_lightning.tasks.base import Task
 from bert_lightning.training.finetune import finetune
 from finetune_fixtures import (
     ad_rows,
@@ -182,7 +183,8 @@ def test_dataset_preset_trains_on_its_published_format(tmp_path, name):
 @pytest.mark.slow
 def test_bi_encoder_trains_beside_its_baselines(tmp_path):
     """results.json holds BM25 and the zero-shot cosine of the starting encoder; with
-    `optim.head_lr` the head (20 cos - 10) moves at its own rate, the encoder at `optim.lr`."""
+    `optim.head_lr` the head (20 cos - 10) moves at its own rate, the encoder at `optim.lr`.
+    `task.architecture=bi_encoder` alone mean-pools: the model has no pooler."""
     tok = write_tokenizer(tmp_path / "tokenizer.json")
     start = write_hf_folder(tmp_path / "hf", tok)
     data = write_dataset(tmp_path / "hd", "home_depot")
@@ -193,7 +195,9 @@ def test_bi_encoder_trains_beside_its_baselines(tmp_path):
     assert results["steps"] > 0 and sorted(results["baselines"]) == ["bm25", "zero_shot"]
     state = torch.load(results["best_checkpoint"], weights_only=True)["state_dict"]
     assert abs(float(state["model.classifier.bias"]) + 10) > 0.05  # Adam: ~0.05 a step
-    moved = max((state[f"model.{k}"] - v).abs().max() for k, v in start.items())
+    pooler = {k for k in start if k.startswith("bert.pooler.")}
+    assert pooler and not any(f"model.{k}" in state for k in pooler)
+    moved = max((state[f"model.{k}"] - v).abs().max() for k, v in start.items() if k not in pooler)
     assert moved < 1e-5  # ~1e-7 a step
     for scores in (results["test"], *results["baselines"].values()):
         assert {"test/auroc", "test/spearman", "test/ndcg@10"} <= set(scores)
@@ -214,3 +218,28 @@ def test_dropout_overrides_the_pretrained_models(tmp_path):
     saved = read_checkpoint(tmp_path / "run/checkpoints/last.ckpt")
     assert results["steps"] > 0
     assert saved.config.hidden_dropout_prob == saved.config.attention_probs_dropout_prob == 0.0
+
+
+@pytest.mark.slow
+def test_the_task_is_built_once_per_run(tmp_path, monkeypatch):
+    """finetune.py reads the data with the task it trains and tests with; what the train file
+    fixed (the label set) reaches the checkpoint."""
+    built = []
+    init = Task.__init__
+
+    def counted(self, cfg):
+        built.append(cfg.kind)
+        init(self, cfg)
+
+    monkeypatch.setattr(Task, "__init__", counted)
+    write_tokenizer(tmp_path / "tokenizer.json")
+    files = task_files(tmp_path, "seq_classification")
+    finetune(
+        compose(
+            "finetune",
+            overrides(tmp_path, "seq_classification", *files, "trainer.max_epochs=1"),
+        )
+    )
+    assert built == ["seq_classification"]
+    saved = read_checkpoint(tmp_path / "run/checkpoints/last.ckpt").hparams["task"]
+    assert saved["labels"] == ["0", "1"]

@@ -6,9 +6,9 @@ import torch
 from test_finetune import overrides, task_files
 
 from bert_lightning.checkpoint import read_checkpoint
-from bert_lightning.commands.score import load_finetuned
 from bert_lightning.config import compose
 from bert_lightning.training.finetune import finetune
+from bert_lightning.training.finetune_module import FinetuneModule
 from finetune_fixtures import write_tokenizer
 
 
@@ -60,4 +60,5 @@ def test_the_checkpoint_keeps_the_fine_tuned_max_seq_length(tmp_path):
     run(tmp_path, tmp_path / "run", "trainer.max_steps=2", "max_seq_length=24")
     ckpt = tmp_path / "run" / "checkpoints" / "last.ckpt"
     assert read_checkpoint(ckpt).hparams["max_seq_length"] == 24
-    assert load_finetuned(ckpt)[3] == 24  # `bert-lightning score`'s default
+    # `bert-lightning score`'s default
+    assert FinetuneModule.from_checkpoint(ckpt).hparams.max_seq_length == 24

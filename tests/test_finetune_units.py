@@ -1,6 +1,7 @@
 """Metrics against hand-computed values, label alignment, splits and bad input: no training."""
 
 import math
+from dataclasses import asdict
 
 import pytest
 import torch
@@ -15,7 +16,11 @@ from bert_lightning.data.tables import (
 )
 from bert_lightning.errors import UserError
 from bert_lightning.interop import ours_to_hf
-from bert_lightning.model.heads import BertForSequenceClassification, BertForTokenClassification
+from bert_lightning.model.heads import (
+    BertBiEncoder,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+)
 from bert_lightning.tasks.kinds import load_splits, make_task, pairwise_loss
 from bert_lightning.tasks.metrics import bio_spans
 from finetune_fixtures import (
@@ -307,3 +312,69 @@ def test_single_file_split_keeps_queries_apart(tmp_path):
         queries["train"] & queries["test"]
     )
     assert sum(len(t["text"]) for t in tables.values()) == 200
+
+
+def test_the_bi_encoder_alone_pools_with_mean():
+    """`task.architecture=bi_encoder` alone starts from the zero-shot ranking (mean pooling, as
+    its docstring says); the cross-encoder keeps BERT's pooled [CLS]; a pooling given stays.
+    The checkpoint stores the pooling built, so resuming and scoring read the same."""
+    built = lambda **kw: make_task(task_cfg("ad_relevance", **kw))
+    bi = built(architecture="bi_encoder")
+    model = bi.build_model(tiny_config(50))
+    assert isinstance(model, BertBiEncoder) and model.pooling == "mean"
+    assert asdict(bi.cfg)["pooling"] == "mean"
+    assert built().build_model(tiny_config(50)).pooling == "cls"
+    assert built(architecture="bi_encoder", pooling="max").cfg.pooling == "max"
+
+
+@pytest.mark.parametrize(
+    "kind, allowed",
+    [
+        ("seq_classification", "('cls', 'mean', 'max')"),
+        ("ad_relevance", "('cls', 'mean', 'max', None)"),
+    ],
+)
+def test_a_bad_pooling_is_one_line_when_the_config_is_read(tmp_path, kind, allowed):
+    """Refused by `make_task`, before any file is read (the train file here does not exist),
+    never by a model that would fail later; a bi-encoder built by hand refuses it too."""
+    want = f"task.pooling='last4'; expected one of {allowed}"
+    with pytest.raises(UserError) as e:
+        make_task(task_cfg(kind, pooling="last4", train_file=str(tmp_path / "missing.csv")))
+    assert str(e.value) == want
+    for bad in ("last4", "sum"):
+        with pytest.raises(UserError, match=rf"^task.pooling='{bad}'; expected one of \('cls'"):
+            BertBiEncoder(tiny_config(50), bad)
+
+
+def test_a_config_value_outside_its_choices_or_a_missing_key_is_named():
+    with pytest.raises(UserError, match=r"^task.architecture='bi'; expected one of \("):
+        make_task(task_cfg("ad_relevance", architecture="bi"))
+    with pytest.raises(UserError, match=r"^task.mode='maximum'; expected one of \('min', 'max'\)"):
+        make_task(task_cfg("regression", mode="maximum"))
+    older = {k: v for k, v in task_cfg("ad_relevance").items() if k != "pairs"}
+    with pytest.raises(UserError, match=r"^task: missing key\(s\) \['pairs'\]$"):
+        make_task(older)  # a config older than the key: named, never a default in code
+
+
+def test_fit_returns_what_the_train_file_fixes_and_changes_nothing(tmp_path):
+    """`fit` learns; `load_splits` completes the task's config with it, once."""
+    train = write_csv(tmp_path / "train.csv", sentiment_rows(20))
+    task = make_task(cfg_for("seq_classification", train))
+    before = asdict(task.cfg)
+    assert task.fit(task.read(train)) == {"labels": ["0", "1"]}
+    assert asdict(task.cfg) == before and task.cfg.labels is None
+    load_splits(task, 0)
+    assert task.cfg.labels == ["0", "1"] and asdict(task.cfg) == {**before, "labels": ["0", "1"]}
+    assert task.fit(task.read(train)) == {}  # a label set given is kept
+    reg = make_task(cfg_for("regression", write_jsonl(tmp_path / "r.jsonl", regression_rows(8))))
+    learnt = reg.fit(reg.read(tmp_path / "r.jsonl"))
+    assert sorted(learnt) == ["target_mean", "target_std"] and reg.cfg.target_mean is None
+
+
+def test_the_orchestrator_asks_the_task_for_baselines():
+    assert make_task(task_cfg("ad_relevance")).runs_baselines
+    assert not make_task(task_cfg("ad_relevance", baselines=False)).runs_baselines
+    assert not any(
+        make_task(task_cfg(k)).runs_baselines
+        for k in ("seq_classification", "regression", "token_classification")
+    )

@@ -1,62 +1,210 @@
-"""The layout is the architecture: a module imports only from its own layer or the layers
-below it (model < data < tasks, training < checkpoint, interop < commands, experiments), so a
-reader follows a batch from a C4 line to the loss without jumping back and forth."""
+"""The layout is the architecture: a module names only modules of its own layer or the layers
+below it, so a reader follows a batch from a C4 line to the loss without jumping back and forth.
+There is no exception list.
+
+- Code names a module by an import, absolute or relative (resolved against the importing
+  module), and by a string that is a dotted path into the package: `import_module`'s argument,
+  a `_target_` (an f-string by its constant head: `f"bert_lightning.commands.{name}"` names
+  `commands`).
+- A config names what its strings name, from the layer of the code that instantiates its
+  group: `conf/data/` (or the `data` key of a `_global_` file, such as an experiment) the data
+  layer or below, `conf/model/` the model layer, `conf/task/` the tasks layer, any other group
+  (trainer, callbacks, logger, optim, hydra) the training layer.
+- The bottom layer imports the standard library alone."""
 
 import ast
+import re
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+import yaml
+
 import bert_lightning
+from bert_lightning.config import CONFIG_DIR
 
 PACKAGE = Path(bert_lightning.__file__).parent
-LAYERS = [  # (module prefix, layer); the longest matching prefix wins
-    ("atomic", 0),  # standard-library helpers every layer uses
-    ("fields", 0),
-    ("errors", 0),
-    ("model", 1),
-    ("data", 2),
-    ("tasks", 3),
-    ("training", 3),
-    ("checkpoint", 4),
-    ("interop", 4),
-    ("config", 5),
-    ("commands", 5),
-    ("serving", 5),  # the server behind `bert-lightning serve`
-    ("experiments", 5),
-    ("cli", 5),
-    ("__main__", 5),
-    ("__init__", 5),
-]
-ALLOWED = {("training", "checkpoint")}  # runs read a resumed or pretrained checkpoint
+LAYERS = {  # module path -> layer, lowest first; the longest matching prefix wins
+    "atomic": 0,  # standard-library helpers every layer uses
+    "errors": 0,
+    "fields": 0,
+    "model": 1,
+    "data": 2,
+    "checkpoint": 3,
+    "interop": 3,
+    "tasks": 4,
+    "inference": 5,  # loading a model and the batched loop of each use
+    "training": 6,
+    "config": 7,
+    "commands": 7,
+    "serving": 7,
+    "experiments": 7,
+    "cli": 7,
+    "__main__": 7,
+    "__init__": 7,
+}
+GROUP_LIMIT = {"data": "data", "model": "model", "task": "tasks"}  # other groups: training
+DOTTED = re.compile(r"(?<![\w.])bert_lightning(?:\.\w+)+")
 
 
-def layer(name: str) -> tuple[str, int]:
-    top = name.split(".")[0]
-    for prefix, n in LAYERS:
-        if top == prefix:
-            return prefix, n
+def layer(name: str) -> int:
+    """The layer of module path `name` (`training.finetune_module`: training's)."""
+    parts = name.split(".")
+    for n in range(len(parts), 0, -1):
+        if ".".join(parts[:n]) in LAYERS:
+            return LAYERS[".".join(parts[:n])]
     raise AssertionError(f"bert_lightning.{name}: no layer; add it to LAYERS")
 
 
-def imports(path: Path):
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module:
-            if node.module == "bert_lightning":
-                yield from (a.name for a in node.names)
-            elif node.module.startswith("bert_lightning."):
-                yield node.module.removeprefix("bert_lightning.")
-        elif isinstance(node, ast.Import):
-            for a in node.names:
-                if a.name.startswith("bert_lightning."):
-                    yield a.name.removeprefix("bert_lightning.")
+def module_name(path: Path) -> str:
+    return ".".join(path.relative_to(PACKAGE).with_suffix("").parts)
+
+
+def in_package(dotted: str) -> str | None:
+    """`bert_lightning.x.y` -> `x.y`; the package itself -> `__init__`; None outside it."""
+    if dotted == "bert_lightning":
+        return "__init__"
+    return dotted.removeprefix("bert_lightning.") if dotted.startswith("bert_lightning.") else None
+
+
+def named(name: str, source: str) -> Iterator[str]:
+    """The package's modules (or names in them) that module `name`, of `source`, names."""
+    package = name.split(".")[:-1]  # what `.` means in it (a package's `__init__` too)
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            yield from filter(None, (in_package(a.name) for a in node.names))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                assert node.level <= len(package) + 1, f"{name}: `{'.' * node.level}` is outside"
+                base = ["bert_lightning", *package[: len(package) + 1 - node.level]]
+                module = in_package(".".join(base + [node.module] * bool(node.module)))
+            else:
+                module = in_package(node.module)
+            if module == "__init__":  # `from bert_lightning import x`: a module, or the package's
+                yield from (a.name if a.name in LAYERS else "__init__" for a in node.names)
+            elif module:
+                yield from (f"{module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if DOTTED.fullmatch(node.value):
+                yield in_package(node.value)
+        elif isinstance(node, ast.JoinedStr) and node.values:
+            head = node.values[0]
+            if isinstance(head, ast.Constant) and DOTTED.fullmatch(head.value.rstrip(".")):
+                yield in_package(head.value.rstrip("."))
+
+
+def upward(name: str, source: str) -> list[str]:
+    return [f"{name} -> {t}" for t in named(name, source) if layer(t) > layer(name)]
+
+
+def outside(source: str) -> list[str]:
+    """The packages other than the standard library and ours that `source` imports."""
+    tops = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            tops |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            tops.add(node.module.split(".")[0])
+    return sorted(tops - sys.stdlib_module_names - {"bert_lightning"})
+
+
+def strings(node, keys=()) -> Iterator[tuple[tuple, str]]:
+    """(the keys leading to it, value) of every string in a parsed YAML document."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from strings(v, (*keys, str(k)))
+    elif isinstance(node, list):
+        for v in node:
+            yield from strings(v, keys)
+    elif isinstance(node, str):
+        yield keys, node
+
+
+def config_upward(rel: Path, text: str) -> list[str]:
+    """The strings of config `rel` (relative to the config folder) that name a module above
+    the layer of its group's instantiating code."""
+    package = re.search(r"^#\s*@package\s+(\S+)", text, re.MULTILINE)
+    folder = rel.parts[0] if len(rel.parts) > 1 else "_global_"
+    group = package.group(1) if package else folder
+    out = []
+    for keys, value in strings(yaml.safe_load(text)):
+        g = (keys[0] if keys else "") if group == "_global_" else group.split(".")[0]
+        limit = LAYERS[GROUP_LIMIT.get(g, "training")]
+        for m in DOTTED.finditer(value):
+            if layer(in_package(m.group())) > limit:
+                out.append(f"{rel}: {'.'.join(keys)}={m.group()}")
+    return out
+
+
+MODULES = sorted(PACKAGE.rglob("*.py"))
+CONFIGS = sorted(p for p in CONFIG_DIR.rglob("*") if p.suffix in (".yaml", ".yml"))
+
+
+def test_every_module_and_config_is_seen():
+    assert len(MODULES) > 50 and len(CONFIGS) > 30, (len(MODULES), len(CONFIGS))
+    for path in MODULES:
+        layer(module_name(path))  # raises for a module of no layer
+    for prefix in LAYERS:  # no stale entry
+        assert (PACKAGE / f"{prefix}.py").is_file() or (PACKAGE / prefix).is_dir(), prefix
 
 
 def test_no_module_imports_from_a_layer_above_it():
-    upward = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        name = ".".join(path.relative_to(PACKAGE).with_suffix("").parts)
-        own, n = layer(name)
-        for target in imports(path):
-            other, m = layer(target)
-            if m > n and (own, other) not in ALLOWED:
-                upward.append(f"{name} -> {target}")
-    assert not upward, upward
+    found = [e for p in MODULES for e in upward(module_name(p), p.read_text())]
+    assert not found, found
+
+
+def test_the_bottom_layer_needs_only_the_standard_library():
+    bottom = {module_name(p): outside(p.read_text()) for p in MODULES if not layer(module_name(p))}
+    assert sorted(bottom) == ["atomic", "errors", "fields"] and not any(bottom.values()), bottom
+    assert outside("import json\nfrom hydra.utils import get_object") == ["hydra"]
+
+
+def test_no_config_targets_a_layer_above_its_group():
+    found = [e for p in CONFIGS for e in config_upward(p.relative_to(CONFIG_DIR), p.read_text())]
+    assert not found, found
+
+
+@pytest.mark.parametrize(
+    "name, source",
+    [
+        ("inference", "from bert_lightning.training.finetune_module import FinetuneModule"),
+        ("data.mlm", "from ..tasks import kinds"),
+        ("data.mlm", "from .. import inference"),
+        ("model.__init__", "from .. import cli"),
+        ("fields", "import bert_lightning.training.optim"),
+        ("fields", "from bert_lightning import __version__"),
+        ("tasks.base", "import importlib\nimportlib.import_module('bert_lightning.training')"),
+        ("data.corpus", "def f(x):\n    return import_module(f'bert_lightning.commands.{x}')"),
+        ("model.bert", "CFG = {'_target_': 'bert_lightning.data.mlm.PretrainDataModule'}"),
+    ],
+)
+def test_an_upward_import_is_caught(name, source):
+    assert upward(name, source), source
+
+
+def test_a_downward_or_level_import_passes():
+    assert not upward("training.finetune", "from .finetune_module import FinetuneModule")
+    assert not upward("tasks.base", "from ..data.tables import collate\nfrom . import metrics")
+    assert not upward("cli", "import_module(f'bert_lightning.commands.{name}')")
+
+
+@pytest.mark.parametrize(
+    "rel, text",
+    [
+        ("data/x.yaml", "_target_: bert_lightning.experiments.brackets.report.main"),
+        ("model/x.yaml", "_target_: bert_lightning.data.mlm.PretrainDataModule"),
+        ("task/x.yaml", "head:\n  _target_: bert_lightning.training.optim.adamw"),
+        ("trainer/x.yaml", "plugins:\n  - _target_: bert_lightning.commands.score.score"),
+        ("x.yaml", "hydra:\n  callbacks:\n    s:\n      _target_: bert_lightning.cli.main"),
+        ("experiment/x.yaml", "# @package _global_\ndata:\n  _target_: bert_lightning.tasks.X"),
+        ("optim/x.yaml", "f: ${get_method:bert_lightning.serving.Score}"),
+    ],
+)
+def test_an_upward_config_target_is_caught(rel, text):
+    assert config_upward(Path(rel), text), text
+
+
+def test_unknown_module_has_no_layer():
+    with pytest.raises(AssertionError, match="no layer"):
+        layer("nonexistent.module")

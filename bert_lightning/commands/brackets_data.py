@@ -18,6 +18,6 @@ def register(sub) -> None:
 
 
 def _main(args) -> None:
-    from bert_lightning.experiments.brackets.data import write_grammar_data
+    from bert_lightning.data.brackets import write_grammar_data
 
     print(write_grammar_data(args.folder, args.seed))

@@ -6,30 +6,24 @@ import json
 from pathlib import Path
 
 import numpy as np
-import torch
-from tqdm import tqdm
 
-from bert_lightning.checkpoint import atomic_path, encoder_from, read_checkpoint
+from bert_lightning.atomic import atomic_path
 from bert_lightning.data.tables import DataError, column, read_table, text_values
-from bert_lightning.model.heads import POOLINGS, pool
+from bert_lightning.inference import EMBED_BATCH, EMBED_LENGTH, embed_texts, load_embedder
+from bert_lightning.model.heads import POOLINGS
 
 
-@torch.no_grad()
 def embed(
-    model_path, texts: list[str], pooling="cls", batch_size=32, max_seq_length=128, progress=False
+    model_path,
+    texts: list[str],
+    pooling="cls",
+    batch_size=EMBED_BATCH,
+    max_seq_length=EMBED_LENGTH,
+    progress=False,
 ) -> np.ndarray:
-    pre = read_checkpoint(model_path)
-    model, tok = encoder_from(pre), pre.tokenizer
-    tok.enable_truncation(max_seq_length)
-    tok.enable_padding(pad_id=tok.token_to_id("[PAD]"), pad_token="[PAD]")
-    out = []
-    for start in tqdm(range(0, len(texts), batch_size), disable=not progress, desc="embed"):
-        enc = tok.encode_batch(texts[start : start + batch_size])
-        ids = torch.tensor([e.ids for e in enc])  # (B, T)
-        mask = torch.tensor([e.attention_mask for e in enc])  # (B, T)
-        o = model(ids, torch.tensor([e.type_ids for e in enc]), mask, output_hidden_states=True)
-        out.append(pool(o.hidden_states, mask, pooling).float().numpy())
-    return np.concatenate(out) if out else np.zeros((0, model.config.hidden_size), np.float32)
+    """(N, H) one vector per text (`embed_texts`) of the model at `model_path`."""
+    model, tok = load_embedder(model_path, max_seq_length)
+    return embed_texts(model, tok, texts, pooling, batch_size, progress).numpy()
 
 
 def read_texts(path: str, column_name: str = "text") -> list[str]:
@@ -55,8 +49,8 @@ def register(sub) -> None:
     p.add_argument("--column", default="text")
     p.add_argument("--pooling", choices=list(POOLINGS), default="cls")
     p.add_argument("--jsonl", help="also write {text, embedding} lines here")
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--max-seq-length", type=int, default=128)
+    p.add_argument("--batch-size", type=int, default=EMBED_BATCH)
+    p.add_argument("--max-seq-length", type=int, default=EMBED_LENGTH)
     p.set_defaults(func=_main)
 
 

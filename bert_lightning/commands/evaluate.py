@@ -17,14 +17,14 @@ from torch.utils.data import DataLoader
 
 from bert_lightning.atomic import write_json
 from bert_lightning.checkpoint import FINETUNING, read_checkpoint
-from bert_lightning.commands.fill_mask import load_mlm
-from bert_lightning.commands.score import add_table_arguments, finetuned_module, table_options
 from bert_lightning.data.mlm import PretrainDataModule
 from bert_lightning.data.pipeline import PACKINGS
 from bert_lightning.data.tables import collate
 from bert_lightning.data.tokenizer import special_ids
 from bert_lightning.errors import UserError
+from bert_lightning.inference import add_table_arguments, load_mlm, table_options
 from bert_lightning.training.callbacks import EvalProgressBar
+from bert_lightning.training.finetune_module import FinetuneModule
 from bert_lightning.training.pretrain_module import BertPretrainModule
 from bert_lightning.training.trainer import silence_noise
 
@@ -135,7 +135,7 @@ def _main(args) -> None:
     if pre.kind == FINETUNING:
         if len(args.file) > 1:
             raise UserError(f"{args.model}: a fine-tuned checkpoint is evaluated on one file")
-        module = finetuned_module(args.model, pre=pre)
+        module = FinetuneModule.from_checkpoint(args.model, pre=pre)
         metrics = evaluate_finetuned(
             module, args.file[0], table_options(args), args.batch_size or 64,
             args.max_seq_length, progress=True,

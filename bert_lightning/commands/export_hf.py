@@ -4,18 +4,21 @@ from __future__ import annotations
 
 from bert_lightning.checkpoint import read_checkpoint
 from bert_lightning.interop import export_hf_folder
+from bert_lightning.tasks.kinds import hf_head
 
 
 def export_hf(ckpt_path: str, out_dir: str, overwrite: bool = False) -> str:
     ckpt = read_checkpoint(ckpt_path)
     task = ckpt.hparams.get("task")
+    task = task if isinstance(task, dict) else {}
     return str(
         export_hf_folder(
             ckpt.state_dict,
             ckpt.config,
             ckpt.tokenizer,
             out_dir,
-            task=task if isinstance(task, dict) else None,
+            head=hf_head(task) if task else None,
+            labels=task.get("labels"),
             overwrite=overwrite,
         )
     )

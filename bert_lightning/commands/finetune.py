@@ -1,6 +1,6 @@
-"""`bert-lightning finetune [overrides...]`: what `python finetune.py [overrides...]` runs, from
-an installed package (the configs ship inside it). Hydra parses the overrides, so run folders,
-`-m` multiruns and `--cfg job` behave as with finetune.py."""
+"""`bert-lightning finetune [overrides...]`: the Hydra entry of a fine-tuning run, which
+`python finetune.py [overrides...]` calls too (the installed package ships the configs). Hydra
+parses the overrides: run folders, `-m` multiruns and `--cfg job` are finetune.py's."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from bert_lightning.config import hydra_main
 
 @hydra_main("finetune")
 def main(cfg: DictConfig) -> float | None:
-    from bert_lightning.training.finetune import best_val, finetune
+    from bert_lightning.training.finetune import best_val, finetune  # no torch for --help, --cfg
 
     return best_val(finetune(cfg), cfg)
 

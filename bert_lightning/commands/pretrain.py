@@ -1,6 +1,6 @@
-"""`bert-lightning pretrain [overrides...]`: what `python train.py [overrides...]` runs, from an
-installed package (the configs ship inside it). Hydra parses the overrides, so run folders,
-`-m` multiruns and `--cfg job` behave as with train.py."""
+"""`bert-lightning pretrain [overrides...]`: the Hydra entry of a pretraining run, which
+`python train.py [overrides...]` calls too (the installed package ships the configs). Hydra
+parses the overrides: run folders, `-m` multiruns and `--cfg job` are train.py's."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from bert_lightning.config import hydra_main
 
 @hydra_main("train")
 def main(cfg: DictConfig) -> float | None:
-    from bert_lightning.training.pretrain import train
+    from bert_lightning.training.pretrain import train  # no torch for --help, --cfg
 
     return train(cfg)
 

@@ -101,8 +101,8 @@ class BertBiEncoder(nn.Module):
 
     def __init__(self, config: BertConfig, pooling: str = "mean"):
         super().__init__()
-        if pooling not in POOLINGS:
-            raise ValueError(f"task.pooling={pooling!r}; expected one of {POOLINGS}")
+        if pooling not in HEAD_POOLINGS:
+            raise UserError(f"task.pooling={pooling!r}; expected one of {HEAD_POOLINGS}")
         self.config, self.num_labels, self.pooling = config, 1, pooling
         self.bert = BertModel(config, add_pooling_layer=pooling == "cls")
         self.classifier = nn.Linear(1, 1)

@@ -1,2 +1,2 @@
-"""Fine-tuning tasks (`kinds`: how each reads, encodes, builds its head and scores) and their
-metrics (`metrics`)."""
+"""Fine-tuning tasks (`kinds`: how each reads, encodes, builds its head and scores), their
+metrics (`metrics`) and their splits as a LightningDataModule (`datamodule`)."""

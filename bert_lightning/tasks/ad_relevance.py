@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Literal
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -15,10 +18,39 @@ from torchmetrics.retrieval import RetrievalNormalizedDCG
 
 from bert_lightning.data import tables as D
 from bert_lightning.errors import UserError
-from bert_lightning.model.heads import BertBiEncoder
-from bert_lightning.tasks.base import COMMON_KEYS, TABLE_KEYS, Task
+from bert_lightning.model.heads import HEAD_POOLINGS, BertBiEncoder
+from bert_lightning.tasks.base import TableConfig, Task
 
 LOSSES = ("pointwise", "pairwise", "pointwise+pairwise")
+
+
+@dataclass
+class AdRelevanceConfig(TableConfig):
+    """`pooling: null` is the architecture's own: the pooled [CLS] for the cross-encoder (as
+    BERT; it exports to transformers), the mean for the bi-encoder (as sentence-transformers'
+    models: it starts from the zero-shot ranking)."""
+
+    pooling: Literal[HEAD_POOLINGS] | None
+    query_column: str
+    ad_column: str
+    architecture: Literal["cross_encoder", "bi_encoder"]
+    label_type: Literal["binary", "graded", "clicks"]
+    grade_min: float
+    grade_max: float
+    graded_to: Literal["scale", "threshold"]
+    threshold: float
+    clicks_column: str
+    impressions_column: str
+    loss: Literal[LOSSES]
+    pairwise_loss: Literal["logistic", "margin"]
+    pairwise_weight: float
+    pairs: Literal["query", "batch"]
+    margin: float
+    baselines: bool
+
+    def __post_init__(self):
+        if self.pooling is None:
+            self.pooling = "mean" if self.architecture == "bi_encoder" else "cls"
 
 
 class AdRelevance(Task):
@@ -32,59 +64,48 @@ class AdRelevance(Task):
     across queries too, a global order as Spearman reads it), or `pointwise+pairwise`:
     BCE + `pairwise_weight` x the pairwise term."""
 
-    keys = (*COMMON_KEYS, *TABLE_KEYS, "query_column", "ad_column", "label_type", "grade_min")
-    keys += ("grade_max", "graded_to", "threshold", "clicks_column", "impressions_column")
-    keys += ("loss", "pairwise_loss", "pairwise_weight", "margin", "pairs", "architecture")
-    keys += ("baselines",)
-
-    def __init__(self, cfg: dict):
-        super().__init__(cfg)  # the loss is checked once here, not at every step
-        if self.cfg.get("loss", "pointwise") not in LOSSES:
-            raise UserError(f"task.loss={self.cfg['loss']!r}; expected one of {LOSSES}")
-        if self.cfg.get("pairs", "query") not in ("query", "batch"):
-            raise UserError(f"task.pairs={self.cfg['pairs']!r}; expected query or batch")
+    config_class = AdRelevanceConfig
 
     @property
     def label_keys(self):
-        clicks = self.cfg["label_type"] == "clicks"
+        clicks = self.cfg.label_type == "clicks"
         return ("clicks_column", "impressions_column") if clicks else ("label_column",)
 
     @property
     def text_columns(self):
-        return self.cfg["query_column"], self.cfg["ad_column"]
+        return self.cfg.query_column, self.cfg.ad_column
 
     def read(self, path):
         table = super().read(path)
-        if not self.cfg.get("group_column"):  # rows of one query stay together
+        if not self.cfg.group_column:  # rows of one query stay together
             table["group"] = list(table["text"])
         return table
 
     def prepare(self, table):
         c, path, raw = self.cfg, table["path"], table["raw"]
-        kind = c["label_type"]
+        kind = c.label_type
         if kind == "clicks":
-            clicks = D.float_values(raw["clicks_column"], path, c["clicks_column"])
-            shown = D.float_values(raw["impressions_column"], path, c["impressions_column"])
+            clicks = D.float_values(raw["clicks_column"], path, c.clicks_column)
+            shown = D.float_values(raw["impressions_column"], path, c.impressions_column)
             for i, (k, n) in enumerate(zip(clicks, shown, strict=True)):
                 if not 0 <= k <= n or n <= 0:
                     raise D.DataError(
-                        f"{path}: row {i + 1}, columns {c['clicks_column']!r}/"
-                        f"{c['impressions_column']!r}: need 0 <= clicks <= impressions, "
+                        f"{path}: row {i + 1}, columns {c.clicks_column!r}/"
+                        f"{c.impressions_column!r}: need 0 <= clicks <= impressions, "
                         f"impressions > 0; got {k}/{n}"
                     )
             table["target"] = [k / n for k, n in zip(clicks, shown, strict=True)]
             return table
-        values = D.float_values(raw["label_column"], path, c["label_column"])
-        lo, hi = (0.0, 1.0) if kind == "binary" else (c["grade_min"], c["grade_max"])
+        values = D.float_values(raw["label_column"], path, c.label_column)
+        lo, hi = (0.0, 1.0) if kind == "binary" else (c.grade_min, c.grade_max)
         for i, v in enumerate(values):
             if (kind == "binary" and v not in (0.0, 1.0)) or not lo <= v <= hi:
                 expected = "0 or 1" if kind == "binary" else f"a grade in [{lo}, {hi}]"
                 raise D.DataError(
-                    f"{path}: row {i + 1}, column {c['label_column']!r}: "
-                    f"label {v} is not {expected}"
+                    f"{path}: row {i + 1}, column {c.label_column!r}: label {v} is not {expected}"
                 )
-        if kind == "graded" and c.get("graded_to", "scale") == "threshold":
-            values = [float(v >= c["threshold"]) for v in values]
+        if kind == "graded" and c.graded_to == "threshold":
+            values = [float(v >= c.threshold) for v in values]
         elif kind == "graded":
             values = [(v - lo) / (hi - lo) for v in values]
         table["target"] = values
@@ -93,12 +114,16 @@ class AdRelevance(Task):
     def build_model(self, config) -> nn.Module:
         """`architecture`: `cross_encoder` (query and ad read together, as BERT) or
         `bi_encoder` (apart, a cosine: starts from the zero-shot ranking)."""
-        arch = self.cfg.get("architecture", "cross_encoder")
-        if arch == "bi_encoder":
-            return BertBiEncoder(config, self.cfg.get("pooling", "mean"))
-        if arch != "cross_encoder":
-            raise ValueError(f"task.architecture={arch!r}; expected cross_encoder or bi_encoder")
+        if self.cfg.architecture == "bi_encoder":
+            return BertBiEncoder(config, self.cfg.pooling)
         return super().build_model(config)
+
+    @classmethod
+    def hf_head(cls, stored):
+        architecture = stored.get("architecture", "cross_encoder")  # older: cross-encoders
+        if architecture != "cross_encoder":
+            raise UserError(f"task.architecture={architecture}: no transformers class")
+        return super().hf_head(stored)
 
     def scores(self, logits):
         return torch.sigmoid(logits.float()[:, 0])  # (B,)
@@ -106,32 +131,31 @@ class AdRelevance(Task):
     @property
     def grouped_batches(self) -> bool:
         """Batches of whole queries: a pairwise term needs pairs of one query."""
-        return "pairwise" in self.cfg.get("loss", "pointwise")
+        return "pairwise" in self.cfg.loss
+
+    @property
+    def runs_baselines(self) -> bool:
+        """BM25 and the starting encoder's zero-shot cosine, beside the test metrics."""
+        return self.cfg.baselines
 
     def loss(self, logits, batch):
         """`pointwise`, `pairwise`, or `pointwise+pairwise`: BCE + `pairwise_weight` x the
         pairwise term (BCE for each row's level, read by Spearman across queries; pairs for the
         order within a query, read by NDCG)."""
         s, t = logits.float()[:, 0], batch["target"].float()  # (B,), (B,)
-        kind = self.cfg.get("loss", "pointwise")
-        total = F.binary_cross_entropy_with_logits(s, t) if "pointwise" in kind else 0.0
-        if "pairwise" in kind:
-            scope = self.cfg.get("pairs", "query")
-            total = total + self.cfg.get("pairwise_weight", 1.0) * pairwise_loss(
-                s,
-                t,
-                batch["group"] if scope == "query" else torch.zeros_like(batch["group"]),
-                self.cfg.get("pairwise_loss", "logistic"),
-                self.cfg.get("margin", 1.0),
+        c = self.cfg
+        total = F.binary_cross_entropy_with_logits(s, t) if "pointwise" in c.loss else 0.0
+        if "pairwise" in c.loss:
+            group = batch["group"] if c.pairs == "query" else torch.zeros_like(batch["group"])
+            total = total + c.pairwise_weight * pairwise_loss(
+                s, t, group, c.pairwise_loss, c.margin
             )
         return total
 
     @property
     def binary_targets(self) -> bool:
         c = self.cfg
-        return c["label_type"] == "binary" or (
-            c["label_type"] == "graded" and c.get("graded_to", "scale") == "threshold"
-        )
+        return c.label_type == "binary" or (c.label_type == "graded" and c.graded_to == "threshold")
 
     def metrics(self):
         """Threshold-free metrics always (AUROC with relevant = target >= 0.5, NDCG@10, and
@@ -140,7 +164,7 @@ class AdRelevance(Task):
         m = {"auroc": BinaryAUROC()}
         if self.binary_targets:
             m |= {"acc": BinaryAccuracy(), "f1": BinaryF1Score()}
-        if self.cfg["label_type"] != "binary":
+        if self.cfg.label_type != "binary":
             m["spearman"] = SpearmanCorrCoef()
         m["ndcg@10"] = RetrievalNormalizedDCG(top_k=10, empty_target_action="skip")
         return nn.ModuleDict(m)

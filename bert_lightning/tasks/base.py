@@ -1,11 +1,14 @@
-"""What every fine-tuning task shares: reading its files into tables, encoding rows,
-building its head; and the train/validation/test tables of a run (`load_splits`). A task's
-config (with the label set or target statistics learnt from the train file) is all that is
-needed to rebuild it from a checkpoint."""
+"""What every fine-tuning task shares: its config (a dataclass per kind, read from
+`conf/task/<kind>.yaml`, where each key has its one default), reading its files into tables,
+encoding rows, building its head; and the train/validation/test tables of a run
+(`load_splits`). A task's config (with the label set or target statistics learnt from the train
+file) is all that is needed to rebuild it from a checkpoint."""
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Literal
 
 import torch
 from tokenizers import Tokenizer
@@ -13,7 +16,8 @@ from torch import nn
 
 from bert_lightning.data import tables as D
 from bert_lightning.errors import UserError
-from bert_lightning.model.heads import BertForSequenceClassification
+from bert_lightning.fields import from_dict
+from bert_lightning.model.heads import HEAD_POOLINGS, BertForSequenceClassification
 
 
 def truncating(tok: Tokenizer, max_len: int) -> Tokenizer:
@@ -23,34 +27,69 @@ def truncating(tok: Tokenizer, max_len: int) -> Tokenizer:
     return tok
 
 
-# keys every task's config has (conf/task/*.yaml); each kind adds its own in `keys`
-COMMON_KEYS = ("kind", "train_file", "validation_file", "test_file", "split", "subsample")
-COMMON_KEYS += ("monitor", "mode")
-TABLE_KEYS = ("format", "encoding", "header", "names", "pooling", "label_column", "group_column")
+@dataclass
+class TaskConfig:
+    """The keys every kind has. No field has a default: the YAML gives each key its one, and a
+    checkpoint stores them all (`asdict`), what the train file fixed included."""
+
+    kind: str
+    train_file: str
+    validation_file: str | None
+    test_file: str | None
+    split: dict[str, float]
+    subsample: dict[str, int | None]
+    monitor: str
+    mode: Literal["min", "max"]
+
+    def update(self, values: dict) -> None:
+        """Keys given over the stored ones (`score`'s and `evaluate`'s --format, --header, ...),
+        checked as when the config was read."""
+        checked = from_dict(type(self), asdict(self) | values, "task")
+        for key in values:
+            setattr(self, key, getattr(checked, key))
+
+
+@dataclass
+class TableConfig(TaskConfig):
+    """A task that reads a table (CSV, TSV, JSONL, Parquet) and pools each row's sequence."""
+
+    format: str | None
+    encoding: str
+    header: bool
+    names: list[str] | None
+    pooling: Literal[HEAD_POOLINGS]
+    label_column: str
+    group_column: str | None
+
+
+@dataclass
+class SentenceConfig(TableConfig):
+    text_column: str
+    text_pair_column: str | None
 
 
 class Task:
     """Sentence-level tasks read a table: `text_column` (+ `text_pair_column`), labels, groups.
-    `keys`: every key its config may hold; `make_task` refuses others (a misspelt key would
-    otherwise fall back to a default without a word)."""
+    `config_class`: the dataclass of its config (`make_task` reads a config dict into it, so a
+    misspelt key or a bad value is an error before any file is read)."""
 
+    config_class: type[TaskConfig] = SentenceConfig
     head = BertForSequenceClassification
-    keys = (*COMMON_KEYS, *TABLE_KEYS, "text_column", "text_pair_column")
+    problem_type: str | None = None  # what transformers' config.json calls its loss
     grouped_batches = False  # True: each training batch holds whole groups (a ranking loss)
+    runs_baselines = False  # True: results.json holds baselines scored on the same test rows
 
-    def __init__(self, cfg: dict):
-        self.cfg = dict(cfg)
+    def __init__(self, cfg: TaskConfig):
+        self.cfg = cfg
 
     @property
     def text_columns(self) -> tuple[str, str | None]:
-        return self.cfg["text_column"], self.cfg.get("text_pair_column")
+        return self.cfg.text_column, self.cfg.text_pair_column
 
     def read_rows(self, path):
         """A table file as this task reads it (format, encoding, header, column names)."""
         c = self.cfg
-        return D.read_table(
-            path, c.get("format"), c.get("encoding", "utf-8"), c.get("header", True), c.get("names")
-        )
+        return D.read_table(path, c.format, c.encoding, c.header, c.names)
 
     def read(self, path) -> dict:
         c = self.cfg
@@ -58,17 +97,19 @@ class Task:
         a, b = self.text_columns
         table = {"path": str(path), "text": D.text_values(D.column(df, a, path), path, a)}
         table["pair"] = D.text_values(D.column(df, b, path), path, b) if b else None
-        g = c.get("group_column")
+        g = c.group_column
         table["group"] = [str(v) for v in D.column(df, g, path)] if g else list(range(len(df)))
-        table["raw"] = {k: D.column(df, c[k], path) for k in self.label_keys}
+        table["raw"] = {k: D.column(df, getattr(c, k), path) for k in self.label_keys}
         return table
 
     @property
     def label_keys(self) -> tuple[str, ...]:
         return ("label_column",)
 
-    def fit(self, train: dict) -> None:
-        """Learn what the train file fixes (label set, target scale) into the config."""
+    def fit(self, train: dict) -> dict:
+        """What the train file fixes that the config leaves open (label set, target scale), as
+        the config keys to set; {} when the config gives them."""
+        return {}
 
     def prepare(self, table: dict) -> dict:
         """Raw label cells -> `label` ids or `target` floats (errors name file, row, column)."""
@@ -100,14 +141,27 @@ class Task:
         return 1
 
     def build_model(self, config) -> nn.Module:
-        return self.head(config, self.num_labels, self.cfg.get("pooling", "cls"))
+        return self.head(config, self.num_labels, self.cfg.pooling)
+
+    @classmethod
+    def hf_head(cls, stored: dict) -> tuple[str, str | None]:
+        """transformers' class of this head (ours bear its name) and its `problem_type`, from
+        the task config a checkpoint stores (or the part of it that names pooling and
+        architecture); refused where no class computes what this head does."""
+        pooling = stored.get("pooling", "cls")  # older checkpoints: the pooled [CLS]
+        if pooling != "cls":
+            raise UserError(
+                f"task.pooling={pooling}: transformers' BertForSequenceClassification reads "
+                "the pooled [CLS]; a classifier over another pooling has no equivalent there"
+            )
+        return cls.head.__name__, cls.problem_type
 
     def metrics(self) -> nn.ModuleDict:
         raise NotImplementedError
 
     def scores(self, logits: torch.Tensor) -> torch.Tensor:
         """One number per row, for `bert-lightning score`."""
-        raise UserError(f"a {self.cfg['kind']} model gives no score per row")
+        raise UserError(f"a {self.cfg.kind} model gives no score per row")
 
     def compute(self, metrics: nn.ModuleDict) -> dict[str, float]:
         return {k: float(m.compute()) for k, m in metrics.items()}
@@ -116,24 +170,26 @@ class Task:
 def load_splits(task: Task, seed: int) -> dict[str, dict]:
     """train/validation/test tables. A missing validation or test file is cut from the train
     file by `split` fractions, whole groups at a time; `subsample` then keeps exactly N rows of a
-    part (whole groups but the last). The train file fixes the label set before any checking."""
+    part (whole groups but the last). The train file fixes the label set (what `task.fit`
+    learns completes `task.cfg`) before any checking."""
+    train = task.read(task.cfg.train_file)
+    task.cfg = replace(task.cfg, **task.fit(train))
     c = task.cfg
-    train = task.read(c["train_file"])
-    task.fit(train)
     tables = {"train": task.prepare(train)}
-    missing = {k: float(c["split"][k]) for k in ("validation", "test") if not c.get(f"{k}_file")}
+    files = {k: getattr(c, f"{k}_file") for k in ("validation", "test")}
+    missing = {k: float(c.split[k]) for k, f in files.items() if not f}
     if missing:
         parts = D.grouped_split(train["group"], missing, seed)
         tables = {k: subset(train, idx) for k, idx in parts.items()}
-    for k in ("validation", "test"):
-        if c.get(f"{k}_file"):
-            tables[k] = task.prepare(task.read(c[f"{k}_file"]))
-    for k, n in (c.get("subsample") or {}).items():
+    for k, f in files.items():
+        if f:
+            tables[k] = task.prepare(task.read(f))
+    for k, n in c.subsample.items():
         if n is not None:
             tables[k] = subset(tables[k], D.grouped_subsample(tables[k]["group"], int(n), seed))
     for k, t in tables.items():
         if not t["group"]:
-            raise D.DataError(f"{Path(c['train_file'])}: the {k} part is empty; adjust task.split")
+            raise D.DataError(f"{Path(c.train_file)}: the {k} part is empty; adjust task.split")
     return tables
 
 

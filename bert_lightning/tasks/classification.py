@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch.nn.functional as F
 from torch import nn
 from torchmetrics.classification import (
@@ -13,8 +15,18 @@ from torchmetrics.classification import (
 from bert_lightning.data import tables as D
 from bert_lightning.errors import UserError
 from bert_lightning.model.heads import BertForTokenClassification
-from bert_lightning.tasks.base import COMMON_KEYS, Task, truncating
+from bert_lightning.tasks.base import SentenceConfig, Task, TaskConfig, truncating
 from bert_lightning.tasks.metrics import EntityF1, MatthewsCorrCoef
+
+
+@dataclass
+class SeqClassificationConfig(SentenceConfig):
+    labels: list[str] | None
+
+
+@dataclass
+class TokenClassificationConfig(TaskConfig):
+    labels: list[str] | None
 
 
 class SeqClassification(Task):
@@ -22,22 +34,24 @@ class SeqClassification(Task):
     not given). Metrics: accuracy, F1 (of the second label for two classes, macro above),
     Matthews correlation."""
 
-    keys = (*Task.keys, "labels")
+    config_class = SeqClassificationConfig
+    problem_type = "single_label_classification"
 
     def fit(self, train):
-        if not self.cfg.get("labels"):
-            self.cfg["labels"] = sorted({str(v) for v in train["raw"]["label_column"]})
+        if self.cfg.labels:
+            return {}
+        return {"labels": sorted({str(v) for v in train["raw"]["label_column"]})}
 
     def prepare(self, table):
-        col = self.cfg["label_column"]
+        col = self.cfg.label_column
         table["label"] = D.label_values(
-            table["raw"]["label_column"], self.cfg["labels"], table["path"], col
+            table["raw"]["label_column"], self.cfg.labels, table["path"], col
         )
         return table
 
     @property
     def num_labels(self):
-        return len(self.cfg["labels"])
+        return len(self.cfg.labels)
 
     def loss(self, logits, batch):
         return F.cross_entropy(logits.float(), batch["label"])
@@ -68,12 +82,11 @@ class TokenClassification(Task):
     Metric: entity-level precision/recall/F1 over words; a word cut off by truncation
     counts as predicted `O`."""
 
+    config_class = TokenClassificationConfig
     head = BertForTokenClassification
-    keys = (*COMMON_KEYS, "labels", "pooling")
+    problem_type = "single_label_classification"
 
     def build_model(self, config) -> nn.Module:
-        if self.cfg.get("pooling", "cls") != "cls":
-            raise UserError("task.pooling: a token classifier reads every token; no pooling")
         return self.head(config, self.num_labels)
 
     def read(self, path):
@@ -87,12 +100,12 @@ class TokenClassification(Task):
         }
 
     def fit(self, train):
-        if not self.cfg.get("labels"):
-            seen = {t for s in train["tags"] for t in s} - {"O"}
-            self.cfg["labels"] = ["O", *sorted(seen)]
+        if self.cfg.labels:
+            return {}
+        return {"labels": ["O", *sorted({t for s in train["tags"] for t in s} - {"O"})]}
 
     def prepare(self, table):
-        index = {l: i for i, l in enumerate(self.cfg["labels"])}
+        index = {l: i for i, l in enumerate(self.cfg.labels)}
         table["label"] = []
         for tags, lines in zip(table["tags"], table["lines"], strict=True):
             for tag, n in zip(tags, lines, strict=True):
@@ -129,7 +142,7 @@ class TokenClassification(Task):
 
     @property
     def num_labels(self):
-        return len(self.cfg["labels"])
+        return len(self.cfg.labels)
 
     def loss(self, logits, batch):
         return F.cross_entropy(
@@ -137,15 +150,14 @@ class TokenClassification(Task):
         )
 
     def metrics(self):
-        return nn.ModuleDict({"entity": EntityF1(self.cfg["labels"])})
+        return nn.ModuleDict({"entity": EntityF1(self.cfg.labels)})
 
     def update(self, metrics, logits, batch):
         pred = logits.argmax(-1)  # (B, T)
         first = batch["first_piece"]  # (B, W)
         words = pred.gather(1, first.clamp(min=0))  # (B, W)
-        words = words.masked_fill(
-            first < 0, self.cfg["labels"].index("O") if "O" in self.cfg["labels"] else 0
-        )
+        labels = self.cfg.labels
+        words = words.masked_fill(first < 0, labels.index("O") if "O" in labels else 0)
         metrics["entity"].update(words, batch["word_labels"])
 
     def compute(self, metrics):

@@ -1,16 +1,16 @@
-"""The task kinds by name (`task.kind`), and `make_task`, which checks a task config's keys
-against its kind before building it."""
+"""The task kinds by name (`task.kind`); `make_task`, which reads a task config into its kind's
+dataclass before building it; and `hf_head`, what `export-hf` asks of a checkpoint's task."""
 
 from __future__ import annotations
 
 from bert_lightning.errors import UserError
-from bert_lightning.fields import check_keys
+from bert_lightning.fields import from_dict
 from bert_lightning.tasks.ad_relevance import AdRelevance, pairwise_loss
 from bert_lightning.tasks.base import Task, load_splits, subset
 from bert_lightning.tasks.classification import SeqClassification, TokenClassification
 from bert_lightning.tasks.regression import Regression
 
-__all__ = ["TASKS", "Task", "load_splits", "make_task", "pairwise_loss", "subset"]
+__all__ = ["TASKS", "Task", "hf_head", "load_splits", "make_task", "pairwise_loss", "subset"]
 
 TASKS = {
     "seq_classification": SeqClassification,
@@ -20,9 +20,21 @@ TASKS = {
 }
 
 
+def task_class(kind) -> type[Task]:
+    if kind not in TASKS:
+        raise UserError(f"task.kind={kind!r}; expected one of {sorted(TASKS)}")
+    return TASKS[kind]
+
+
 def make_task(cfg: dict) -> Task:
-    if cfg.get("kind") not in TASKS:
-        raise UserError(f"task.kind={cfg.get('kind')!r}; expected one of {sorted(TASKS)}")
-    cls = TASKS[cfg["kind"]]
-    check_keys(cfg, cls.keys, f"task (kind={cfg['kind']})")
-    return cls(cfg)
+    """The task of a config dict (`conf/task/<kind>.yaml` as composed, or the one a checkpoint
+    stores): a misspelt or missing key, or a bad value, is a one-line error here, before any
+    file is read."""
+    cls = task_class(cfg.get("kind"))
+    return cls(from_dict(cls.config_class, cfg, "task"))
+
+
+def hf_head(task: dict) -> tuple[str, str | None]:
+    """transformers' class and `problem_type` of a fine-tuned checkpoint's head, from the task
+    config it stores; a UserError where transformers has no class for it."""
+    return task_class(task.get("kind")).hf_head(task)

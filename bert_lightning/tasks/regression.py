@@ -2,39 +2,49 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torchmetrics import MeanAbsoluteError, MeanSquaredError, PearsonCorrCoef, SpearmanCorrCoef
 
 from bert_lightning.data import tables as D
-from bert_lightning.tasks.base import Task
+from bert_lightning.tasks.base import SentenceConfig, Task
+
+
+@dataclass
+class RegressionConfig(SentenceConfig):
+    target_mean: float | None
+    target_std: float | None
 
 
 class Regression(Task):
     """A real target (e.g. a bid), learnt standardised by the train file's mean and std; MSE
     loss; metrics on the original scale."""
 
-    keys = (*Task.keys, "target_mean", "target_std")
+    config_class = RegressionConfig
+    problem_type = "regression"
 
     def fit(self, train):
-        if self.cfg.get("target_mean") is None:
-            col = self.cfg["label_column"]
-            t = torch.tensor(D.float_values(train["raw"]["label_column"], train["path"], col))
-            std = float(t.std()) if len(t) > 1 else 1.0
-            self.cfg["target_mean"], self.cfg["target_std"] = float(t.mean()), max(std, 1e-6)
+        if self.cfg.target_mean is not None:
+            return {}
+        col = self.cfg.label_column
+        t = torch.tensor(D.float_values(train["raw"]["label_column"], train["path"], col))
+        std = float(t.std()) if len(t) > 1 else 1.0
+        return {"target_mean": float(t.mean()), "target_std": max(std, 1e-6)}
 
     def prepare(self, table):
         table["target"] = D.float_values(
-            table["raw"]["label_column"], table["path"], self.cfg["label_column"]
+            table["raw"]["label_column"], table["path"], self.cfg.label_column
         )
         return table
 
     def scores(self, logits):
-        return logits.float()[:, 0] * self.cfg["target_std"] + self.cfg["target_mean"]  # (B,)
+        return logits.float()[:, 0] * self.cfg.target_std + self.cfg.target_mean  # (B,)
 
     def loss(self, logits, batch):
-        z = (batch["target"] - self.cfg["target_mean"]) / self.cfg["target_std"]  # (B,)
+        z = (batch["target"] - self.cfg.target_mean) / self.cfg.target_std  # (B,)
         return F.mse_loss(logits.float()[:, 0], z)
 
     def metrics(self):

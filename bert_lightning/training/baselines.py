@@ -17,12 +17,8 @@ import bm25s
 import numpy as np
 import torch
 
-from bert_lightning.checkpoint import load_encoder, read_checkpoint
-from bert_lightning.data.tables import collate
-from bert_lightning.data.tokenizer import special_ids
-from bert_lightning.model.heads import BertBiEncoder
+from bert_lightning.inference import cosines, load_bi_encoder
 from bert_lightning.tasks.ad_relevance import AdRelevance
-from bert_lightning.tasks.base import truncating
 
 THRESHOLD_FREE = ("auroc", "spearman", "ndcg@10")
 
@@ -50,24 +46,13 @@ def bm25_scores(queries: list[str], ads: list[str]) -> torch.Tensor:
     return torch.from_numpy(out)
 
 
-@torch.no_grad()
 def zero_shot_scores(
     pretrained: str, queries: list[str], ads: list[str], max_seq_length: int, batch_size: int = 64
 ) -> torch.Tensor:
     """(N,) cosine of the mean-pooled embeddings of row i's query and ad, each encoded alone:
     the bi-encoder head on the pretrained encoder, untrained (rows truncated as a pair)."""
-    pre = read_checkpoint(pretrained)
-    model = BertBiEncoder(pre.config, "mean")
-    load_encoder(model, pre)
-    model.eval()
-    tok = truncating(pre.tokenizer, max_seq_length)
-    pad_id = special_ids(tok)["[PAD]"]
-    pairs, out = list(zip(queries, ads, strict=True)), []
-    for start in range(0, len(pairs), batch_size):
-        enc = tok.encode_batch(pairs[start : start + batch_size])
-        b = collate([{"input_ids": e.ids, "token_type_ids": e.type_ids} for e in enc], pad_id)
-        out.append(model.cosine(b["input_ids"], b["token_type_ids"], b["attention_mask"]))
-    return torch.cat(out) if out else torch.zeros(0)
+    model, tok = load_bi_encoder(pretrained, max_seq_length)
+    return cosines(model, tok, list(zip(queries, ads, strict=True)), batch_size)
 
 
 def score_metrics(task: AdRelevance, table: dict, score: torch.Tensor) -> dict[str, float]:

@@ -108,8 +108,8 @@ def eta_text(seconds: float) -> str:
 
 
 class StepProgressBar(ProgressBar):
-    """Progress over the run's optimizer steps, not epochs (pretraining counts steps; an
-    epoch count of -1 showed as `Epoch 0/-2`); the total is the fit's optimizer steps, also
+    """Progress over the run's optimizer steps, not epochs (pretraining is bound by steps, and
+    has no epoch count to show); the total is the fit's optimizer steps, also
     for a run bound by epochs (fine-tuning). On a terminal one tqdm bar, step / total with
     loss, tokens/s and ETA; otherwise (a file, a pipe, CI, SLURM logs) a plain line every
     `every` steps or `seconds` seconds, whichever comes first (a slow run is not silent for
@@ -346,8 +346,10 @@ class LossCurvePlot(L.Callback):
         for k, (steps, values) in series.items():
             if values:
                 ax.plot(steps, values, marker="o" if len(values) < 30 else None, label=k)
+        # the metric's name without its split: "loss" for train/ and val/loss, "acc" for val/acc
+        names = dict.fromkeys(k.rsplit("/", 1)[-1] for k in self.keys)
         ax.set_xlabel("step")
-        ax.set_ylabel("loss")
+        ax.set_ylabel(", ".join(names))
         ax.legend()
         ax.grid(alpha=0.3)
         save_figure(fig, out)

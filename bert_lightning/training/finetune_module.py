@@ -1,18 +1,30 @@
-"""The LightningModule that fine-tunes an encoder with a task head."""
+"""The LightningModule that fine-tunes an encoder with a task head, and the one loader of what
+it writes (`from_checkpoint`), which `score`, `evaluate` and the server use."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 import torch
+from tokenizers import Tokenizer
 from torch import nn
 
+from bert_lightning.checkpoint import FINETUNING, Checkpoint, load_encoder, read_checkpoint
+from bert_lightning.interop import load_into
 from bert_lightning.model import BertConfig
-from bert_lightning.tasks.kinds import make_task
+from bert_lightning.tasks.base import truncating
+from bert_lightning.tasks.kinds import Task, make_task
 from bert_lightning.training.module_base import EncoderModule
+
+# what `score` truncates to for a checkpoint written before max_seq_length was stored
+DEFAULT_MAX_SEQ_LENGTH = 128
 
 
 class FinetuneModule(EncoderModule):
-    """`config`: BertConfig fields; `task`: the task config with what the train file fixed
-    (label set, target scale); `optim`: the `conf/optim` config (see `optim.py`).
+    """`config`: BertConfig fields; `task`: the run's Task (finetune.py builds it once, to read
+    the data) or the task config a checkpoint stores, with what the train file fixed (label
+    set, target scale): the hyper_parameters hold that config either way; `optim`: the
+    `conf/optim` config (see `optim.py`).
     `freeze_encoder` trains the head only, with the encoder in eval mode (no dropout): the
     features stay those of the pretrained model. The tokenizer travels in every checkpoint, and
     `max_seq_length` (what the model was fine-tuned on) in its hyper_parameters: `bert-lightning
@@ -21,22 +33,63 @@ class FinetuneModule(EncoderModule):
     def __init__(
         self,
         config: dict,
-        task: dict,
+        task: Task | dict,
         optim: dict,
         freeze_encoder: bool = False,
         tokenizer_json: str | None = None,
         max_seq_length: int | None = None,
     ):
         super().__init__()
-        self.save_hyperparameters(ignore=["tokenizer_json"])
-        self.task = make_task(task)
+        self.task = task if isinstance(task, Task) else make_task(task)
+        self.save_hyperparameters(
+            {
+                "config": config,
+                "task": asdict(self.task.cfg),
+                "optim": optim,
+                "freeze_encoder": freeze_encoder,
+                "max_seq_length": max_seq_length,
+            }
+        )
         self.model = self.task.build_model(BertConfig(**config))
         self.tokenizer_json = tokenizer_json
+        self.pretrained: str | None = None  # where the encoder's weights came from (start_from)
         if freeze_encoder:
             self.model.bert.requires_grad_(False)
         self.split_metrics = nn.ModuleDict(
             {"val": self.task.metrics(), "test": self.task.metrics()}
         )
+
+    @classmethod
+    def from_checkpoint(
+        cls, path, use: str = "score", pre: Checkpoint | None = None
+    ) -> FinetuneModule:
+        """The module of a `.ckpt` written by finetune.py (`pre`: it, read already), in eval
+        mode: its task, model, metrics, tokenizer and max_seq_length as fine-tuning left them.
+        `use`: what needs a fine-tuned checkpoint, for the message of another kind. Here, not in
+        `inference.py`, which sits below the layer of this class."""
+        pre = pre or read_checkpoint(path, FINETUNING, use)
+        h = pre.hparams
+        module = cls(
+            asdict(pre.config),
+            h["task"],
+            h.get("optim") or {},
+            tokenizer_json=pre.tokenizer.to_str(),
+            max_seq_length=h.get("max_seq_length") or DEFAULT_MAX_SEQ_LENGTH,
+        )
+        load_into(module.model, pre.state_dict)
+        return module.eval()
+
+    def start_from(self, pre: Checkpoint) -> None:
+        """The encoder weights of a pretrained checkpoint (the head keeps its initial ones);
+        its source is what `results.json` names."""
+        load_encoder(self.model, pre)
+        self.pretrained = pre.source
+
+    def scoring_tokenizer(self, max_seq_length: int | None = None) -> Tokenizer:
+        """The tokenizer truncating to `max_seq_length` (None: as the model was fine-tuned).
+        Built once per model, not per batch: copying a 30k-token vocabulary takes tens of ms."""
+        tok = Tokenizer.from_str(self.tokenizer_json)
+        return truncating(tok, max_seq_length or self.hparams.max_seq_length)
 
     def train(self, mode: bool = True):
         super().train(mode)

@@ -17,7 +17,7 @@ from lightning.pytorch.callbacks import Timer
 from lightning.pytorch.plugins.precision import MixedPrecision
 
 from bert_lightning.errors import UserError
-from bert_lightning.fields import instantiate
+from bert_lightning.training.instantiate import instantiate
 
 FUSED_DEVICES = ("cpu", "cuda", "mps", "xpu")  # where torch has a fused AdamW kernel
 

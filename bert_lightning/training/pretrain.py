@@ -1,5 +1,7 @@
 """`train(cfg)`: one pretraining run from a composed Hydra config (`train.py`,
-`bert-lightning pretrain` and tests call it)."""
+`bert-lightning pretrain` and tests call it), through the run skeleton (training/run.py): what
+pretraining builds (the corpus's data module, the model, the trainer) and what follows its fit
+(the last step of a time budget saved, the validation loss returned)."""
 
 from __future__ import annotations
 
@@ -7,25 +9,17 @@ import logging
 from dataclasses import asdict
 from pathlib import Path
 
-import lightning as L
-from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 from tokenizers import Tokenizer
 
-from bert_lightning.checkpoint import PRETRAINING, ResumePoint, resume_point
+from bert_lightning.checkpoint import PRETRAINING, ResumePoint
 from bert_lightning.data.tokenizer import special_ids
 from bert_lightning.errors import UserError
-from bert_lightning.fields import check_types, instantiate, required
+from bert_lightning.training.instantiate import check_types, instantiate
 from bert_lightning.training.optim import budget_timer
 from bert_lightning.training.pretrain_module import BertPretrainModule
-from bert_lightning.training.resume import (
-    already_done,
-    check_same_model,
-    continued_optim,
-    failure_marked,
-    keep_metrics_before,
-    own_checkpoints_expected,
-)
+from bert_lightning.training.resume import check_same_model, continued_optim
+from bert_lightning.training.run import RunKind, run
 from bert_lightning.training.trainer import build_trainer
 
 log = logging.getLogger(__name__)
@@ -76,27 +70,17 @@ def end_of_budget(trainer) -> None:
     )
 
 
-def train(cfg: DictConfig) -> float | None:
-    """Returns the last validation loss (what a sweep minimises); None when a resumed run had
-    nothing left to do."""
-    out_dir = Path(cfg.paths.output_dir)
-    with failure_marked(out_dir, resuming=bool(cfg.ckpt_path)) as run:
-        required(cfg)
-        use = "ckpt_path (resuming a pretraining run)"
-        start = resume_point(cfg.ckpt_path, PRETRAINING, use) if cfg.ckpt_path else None
-        if already_done(cfg, start):
-            return None
-        L.seed_everything(cfg.seed, workers=True)
-        dm, module, trainer = build(cfg, start)
-        run.begun = True
-        if rank_zero_only.rank == 0:  # before fit launches any other rank
-            keep_metrics_before(out_dir / "metrics.csv", start.step if start else 0)
-        if cfg.validate_before_fit and start is None:
-            # the starting point of the loss curve; the progress bar prints its own line
-            trainer.validate(module, datamodule=dm, verbose=not cfg.trainer.enable_progress_bar)
-        with own_checkpoints_expected(cfg.ckpt_path):
-            trainer.fit(module, datamodule=dm, ckpt_path=cfg.ckpt_path)
-            end_of_budget(trainer)
+def after_fit(cfg: DictConfig, dm, module, trainer) -> float | None:
+    """The last validation loss: what a sweep minimises."""
+    end_of_budget(trainer)
     val_loss = trainer.callback_metrics.get("val/loss")
-    log.info("outputs in %s", out_dir)
+    log.info("outputs in %s", Path(cfg.paths.output_dir))
     return float(val_loss) if val_loss is not None else None
+
+
+PRETRAINING_RUN = RunKind(PRETRAINING, "ckpt_path (resuming a pretraining run)", build, after_fit)
+
+
+def train(cfg: DictConfig) -> float | None:
+    """The last validation loss; None when a resumed run had nothing left to do."""
+    return run(cfg, PRETRAINING_RUN)

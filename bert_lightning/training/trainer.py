@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from bert_lightning.atomic import write_text
 from bert_lightning.errors import UserError, first_line
-from bert_lightning.fields import instantiate
+from bert_lightning.training.instantiate import instantiate
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +65,8 @@ def build_trainer(cfg: DictConfig) -> L.Trainer:
     silence_noise()
     loggers = [instantiate(c, f"logger.{k}") for k, c in (cfg.get("logger") or {}).items()]
     callbacks = [instantiate(c, f"callbacks.{k}") for k, c in (cfg.get("callbacks") or {}).items()]
-    # Lightning refuses a progress bar callback when the bar is off, and would add its own
-    # (Rich's, with `Epoch 0/-2` on a step-bound run) when none is given
+    # Lightning refuses a progress bar callback when the bar is off, and adds its own when none
+    # is given: that one counts epochs, which a step-bound run (max_epochs=-1) has no total of
     if not cfg.trainer.get("enable_progress_bar", True):
         callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
     if not cfg.trainer.get("enable_model_summary", True):

@@ -1,2 +1,2 @@
-"""The brackets sanity suite: the toy corpus and grammar-task generator (`data`) and the
-report that trains the variants and compares them with the published numbers (`report`)."""
+"""The brackets sanity suite: the report that trains the variants on the toy corpus and
+grammar task (`bert_lightning/data/brackets.py`) and compares them with the published numbers."""

@@ -17,14 +17,14 @@ import torch
 from tokenizers import Tokenizer
 
 from bert_lightning.atomic import write_json
-from bert_lightning.checkpoint import read_checkpoint
-from bert_lightning.data.masking import MaskingConfig, MLMCollator
-from bert_lightning.experiments.brackets.data import (
+from bert_lightning.data.brackets import (
     brackets_tokenizer,
     sentences,
     to_input_ids,
     write_grammar_data,
 )
+from bert_lightning.data.masking import MaskingConfig, MLMCollator
+from bert_lightning.inference import load_mlm
 from bert_lightning.model import BertForPreTraining
 from bert_lightning.training.callbacks import save_figure
 from bert_lightning.training.finetune import finetune
@@ -160,14 +160,6 @@ def finetune_variant(out_dir: Path, overrides: list[str], extra: list[str]) -> f
     return 100 * finetune(cfg)["test"]["test/acc"]
 
 
-def load_pretrained(ckpt: Path) -> BertForPreTraining:
-    """The MLM model of a brackets run, through the one checkpoint reader."""
-    pre = read_checkpoint(ckpt)
-    model = BertForPreTraining(pre.config)
-    model.load_state_dict(pre.state_dict)
-    return model.eval()
-
-
 def logged(run_dir: Path, key: str) -> list[tuple[int, float]]:
     with open(run_dir / "metrics.csv", newline="") as f:
         return [(int(r["step"]), float(r[key])) for r in csv.DictReader(f) if r.get(key)]
@@ -183,7 +175,7 @@ def run_all(out_dir: Path, extra: list[str] | None = None, variants=None, finetu
     for name in variants or VARIANTS:
         overrides, eval_masking = VARIANTS[name]
         ckpt = train_variant(out_dir / name, overrides, extra or [])
-        results[name] = evaluate(load_pretrained(ckpt), tok, eval_masking)
+        results[name] = evaluate(load_mlm(ckpt)[0], tok, eval_masking)
         results[name]["first train loss"] = logged(out_dir / name, "train/loss")[0][1]
         results[name]["masking"] = asdict(eval_masking)
     if "bidirectional" in results:

@@ -4,6 +4,9 @@ A sentence is `pairs` bracket pairs, an opener `a..h` straight followed by its o
 `A..H`, openers drawn uniformly: `[CLS] d D e E g G ...`. A closer is predictable from its left
 neighbour, an opener only from its right one, so the gap between a bidirectional and a causal
 model shows how much MLM draws on the right context.
+
+A data source like C4, so in the data layer (`data=brackets` builds `BracketsDataModule`); the
+report that trains and compares models on it is `experiments/brackets/report.py`.
 """
 
 from __future__ import annotations

@@ -1,0 +1,216 @@
+"""Using a model: every command, the server, the zero-shot baseline and the brackets suite load
+it here, from a `.ckpt` of ours or a Hugging Face BERT folder, as what they need (an MLM model,
+a bare encoder, a bi-encoder) with its tokenizer; and run it here, in one batched loop per use
+(score, embed, fill-mask, the zero-shot cosine), apart from loading, so a server that loads once
+and a command that loads per call compute the same numbers. A fine-tuned model is loaded by
+`FinetuneModule.from_checkpoint`: this layer sits below training, whose baselines use it."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterable, Iterator
+
+import torch
+from tokenizers import Encoding, Tokenizer
+from tqdm import tqdm
+
+from bert_lightning.checkpoint import Checkpoint, encoder_from, load_encoder, read_checkpoint
+from bert_lightning.data.tables import collate
+from bert_lightning.errors import UserError
+from bert_lightning.interop import load_into
+from bert_lightning.model import BertForPreTraining, BertModel
+from bert_lightning.model.heads import BertBiEncoder, pool
+from bert_lightning.tasks.base import Task, truncating
+
+EMBED_LENGTH = 128  # what `embed` and /embed truncate to by default
+SCORE_BATCH, EMBED_BATCH = 64, 32  # rows per forward pass: `score`'s, the others'
+MLM_HEAD = "cls.predictions.transform.dense.weight"
+
+
+# --- loading ----------------------------------------------------------------------------------
+
+
+def check_mlm_head(path, pre: Checkpoint, use: str = "fill-mask") -> None:
+    """`use`: what needs the head, for the message."""
+    if MLM_HEAD not in pre.state_dict:
+        raise UserError(
+            f"{path}: no MLM head (cls.predictions.*) in these weights; {use} needs one"
+        )
+
+
+def load_mlm(path, pre: Checkpoint | None = None) -> tuple[BertForPreTraining, Tokenizer]:
+    """(BertForPreTraining in eval mode, tokenizer) of a checkpoint with an MLM head (`pre`: it,
+    read already). A fine-tuned checkpoint's task head (`classifier.*`) has no place there."""
+    pre = pre or read_checkpoint(path)
+    check_mlm_head(path, pre)
+    model = BertForPreTraining(pre.config)
+    load_into(model, {k: v for k, v in pre.state_dict.items() if k.startswith(("bert.", "cls."))})
+    return model.eval(), pre.tokenizer
+
+
+def load_embedder(
+    path, max_seq_length: int = EMBED_LENGTH, pre: Checkpoint | None = None
+) -> tuple[BertModel, Tokenizer]:
+    """(bare encoder in eval mode, its tokenizer truncating to `max_seq_length`, or to the
+    positions the model has if fewer) of any checkpoint: what `embed_texts` runs."""
+    pre = pre or read_checkpoint(path)
+    n = min(max_seq_length, pre.config.max_position_embeddings)
+    return encoder_from(pre), truncating(pre.tokenizer, n)
+
+
+def load_bi_encoder(
+    path, max_seq_length: int, pooling: str = "mean"
+) -> tuple[BertBiEncoder, Tokenizer]:
+    """An untrained bi-encoder head on the encoder of `path` (what `task.architecture=bi_encoder`
+    starts from), in eval mode, with its tokenizer truncating a pair to `max_seq_length`."""
+    pre = read_checkpoint(path)
+    model = BertBiEncoder(pre.config, pooling)
+    load_encoder(model, pre)
+    return model.eval(), truncating(pre.tokenizer, max_seq_length)
+
+
+# --- table options: a file read as the fine-tuned model's task read its files -----------------
+
+TABLE_HELP = "default: as the model's task read its files (else by extension / utf-8 / a header)"
+
+
+def add_table_arguments(p) -> None:
+    """How to read the input table; by default as the checkpoint's task read its files."""
+    p.add_argument("--format", choices=["csv", "tsv", "jsonl", "parquet"], help=TABLE_HELP)
+    p.add_argument("--encoding", help=TABLE_HELP)
+    p.add_argument("--header", action=argparse.BooleanOptionalAction, help=TABLE_HELP)
+    p.add_argument("--names", help="column names of a headerless file, comma-separated")
+
+
+def table_options(args) -> dict:
+    """The table keys of a task config (format, encoding, header, names) given on the command
+    line; what is not given stays as the checkpoint's task has it."""
+    given = {k: v for k, v in (("format", args.format), ("encoding", args.encoding)) if v}
+    if args.header is not None:
+        given["header"] = args.header
+    if args.names:
+        given["names"] = args.names.split(",")
+    elif args.header:  # the header row names the columns, not the task's `names`
+        given["names"] = None
+    return given
+
+
+# --- running: one batched loop per use --------------------------------------------------------
+
+
+def batches(
+    model: torch.nn.Module,
+    tok: Tokenizer,
+    encodings: list[Encoding],
+    batch_size: int,
+    desc: str | None = None,
+) -> Iterator[dict[str, torch.Tensor]]:
+    """`encodings` `batch_size` at a time, padded into one batch on the model's device:
+    input_ids, token_type_ids, attention_mask, each (B, T). `desc`: a progress bar's name."""
+    device, pad_id = next(model.parameters()).device, tok.token_to_id("[PAD]")
+    for start in tqdm(range(0, len(encodings), batch_size), disable=desc is None, desc=desc):
+        feats = [
+            {"input_ids": e.ids, "token_type_ids": e.type_ids}
+            for e in encodings[start : start + batch_size]
+        ]
+        yield {k: v.to(device) for k, v in collate(feats, pad_id).items()}
+
+
+@torch.inference_mode()
+def score_rows(
+    model: torch.nn.Module,
+    task: Task,
+    tok: Tokenizer,
+    rows: list,
+    batch_size=SCORE_BATCH,
+    progress=False,
+) -> list[float]:
+    """One score per row (a text, or a (query, ad) pair) of a fine-tuned `model` and its
+    `task`: the relevance probability (ad_relevance), the predicted value (regression) or the
+    second label's probability (two-class classification). `tok`: the module's
+    `scoring_tokenizer`."""
+    out: list[float] = []
+    desc = "score" if progress else None
+    for b in batches(model, tok, tok.encode_batch(rows), batch_size, desc):
+        logits = model(b["input_ids"], b["token_type_ids"], b["attention_mask"])  # (B, L)
+        out += task.scores(logits).tolist()
+    return out
+
+
+@torch.inference_mode()
+def embed_texts(
+    model: BertModel,
+    tok: Tokenizer,
+    texts: list[str],
+    pooling="cls",
+    batch_size=EMBED_BATCH,
+    progress=False,
+) -> torch.Tensor:
+    """(N, H) one vector per text, pooled by `POOLINGS` ((N, 4H) for last4), on the CPU."""
+    out = []
+    desc = "embed" if progress else None
+    for b in batches(model, tok, tok.encode_batch(texts), batch_size, desc):
+        mask = b["attention_mask"]  # (B, T)
+        o = model(b["input_ids"], b["token_type_ids"], mask, output_hidden_states=True)
+        out.append(pool(o.hidden_states, mask, pooling).float().cpu())  # (B, H) or (B, 4H)
+    return torch.cat(out) if out else torch.zeros(0, model.config.hidden_size)
+
+
+def unmaskable(
+    model: BertForPreTraining, tok: Tokenizer, texts: list[str], encodings: list[Encoding]
+) -> str | None:
+    """Why `fill_masks` cannot read `texts` (`encodings`: theirs): the first one it cannot."""
+    mask_id, n = tok.token_to_id("[MASK]"), model.config.max_position_embeddings
+    for text, e in zip(texts, encodings, strict=True):
+        if mask_id not in e.ids:
+            return f"no [MASK] in {text!r}"
+        if len(e.ids) > n:
+            return f"{len(e.ids)} word pieces; the model reads at most {n}"
+    return None
+
+
+@torch.inference_mode()
+def fill_masks(
+    model: BertForPreTraining,
+    tok: Tokenizer,
+    encodings: list[Encoding],
+    top_k: int = 5,
+    batch_size=EMBED_BATCH,
+) -> list[list[list[dict]]]:
+    """For each text (encoded; texts that `unmaskable` passes), for each `[MASK]` in order,
+    the `top_k` {token, prob} best first."""
+    mask_id, k = tok.token_to_id("[MASK]"), min(top_k, tok.get_vocab_size())
+    out: list[list[list[dict]]] = []
+    for b in batches(model, tok, encodings, batch_size):
+        ids = b["input_ids"]  # (B, T)
+        h = model.bert(ids, b["token_type_ids"], b["attention_mask"]).last_hidden_state  # (B, T, H)
+        probs = model.cls.predictions(h[ids == mask_id]).float().softmax(-1)  # (M, V)
+        p, idx = probs.topk(k, dim=-1)  # (M, k), the masks of all rows in order
+        best = [
+            [{"token": tok.id_to_token(t), "prob": q} for t, q in zip(ts, qs, strict=True)]
+            for ts, qs in zip(idx.tolist(), p.tolist(), strict=True)
+        ]
+        out += split(best, (ids == mask_id).sum(1).tolist())
+    return out
+
+
+@torch.inference_mode()
+def cosines(
+    model: BertBiEncoder, tok: Tokenizer, pairs: list[tuple[str, str]], batch_size=SCORE_BATCH
+) -> torch.Tensor:
+    """(N,) cosine of the pooled query and ad of each pair, each encoded alone (the pair
+    truncated as one row by `tok`)."""
+    out = [
+        model.cosine(b["input_ids"], b["token_type_ids"], b["attention_mask"]).cpu()  # (B,)
+        for b in batches(model, tok, tok.encode_batch(pairs), batch_size)
+    ]
+    return torch.cat(out) if out else torch.zeros(0)
+
+
+def split(flat: list, sizes: Iterable[int]) -> list[list]:
+    """`flat` cut into consecutive pieces of `sizes` (the rows of each text or request)."""
+    out, start = [], 0
+    for n in sizes:
+        out.append(flat[start : start + n])
+        start += n
+    return out

@@ -1,0 +1,89 @@
+"""`TaskDataModule`: a fine-tuning task's train/validation/test splits as loaders, what the
+pretraining DataModules (data/mlm.py) are to a corpus: `trainer.fit` and `trainer.test` take
+it as they take those."""
+
+from __future__ import annotations
+
+import logging
+from functools import partial
+
+import lightning as L
+from tokenizers import Tokenizer
+from torch.utils.data import DataLoader
+from torchdata.stateful_dataloader import StatefulDataLoader
+
+from bert_lightning.data.sampling import ResumableShuffle
+from bert_lightning.data.tables import GroupBatchSampler, collate
+from bert_lightning.data.tokenizer import special_ids
+from bert_lightning.tasks.base import Task, load_splits
+
+log = logging.getLogger(__name__)
+
+
+class TaskDataModule(L.LightningDataModule):
+    """`read()` reads the splits before the model is built: the train file fixes what the
+    task's head needs (its label set) and holds the texts a tokenizer may be trained on.
+    `tokenizer` is set before `setup`, which encodes every split once (validate, fit and test
+    reuse them)."""
+
+    def __init__(
+        self, task: Task, batch_size: int, eval_batch_size: int, max_seq_length: int, seed: int
+    ):
+        super().__init__()
+        self.task, self.seed = task, seed
+        self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
+        self.max_seq_length = max_seq_length
+        self.tokenizer: Tokenizer | None = None
+        self.tables: dict[str, dict] = {}
+        self.features: dict[str, list[dict]] = {}
+
+    def read(self) -> None:
+        self.tables = load_splits(self.task, self.seed)
+
+    def train_texts(self) -> list[str]:
+        """The train split's texts, what a WordPiece tokenizer trained for the run reads."""
+        table = self.tables["train"]
+        if "words" in table:
+            return [" ".join(w) for w in table["words"]]
+        return table["text"] + (table["pair"] or [])
+
+    @property
+    def rows(self) -> dict[str, int]:
+        """Rows per split, as encoded (what `results.json` counts)."""
+        return {k: len(v) for k, v in self.features.items()}
+
+    def setup(self, stage: str | None = None):
+        if self.features:
+            return
+        if not self.tables or self.tokenizer is None:
+            raise RuntimeError("read() the splits and set the tokenizer before setup")
+        self.features = {
+            k: self.task.encode(t, self.tokenizer, self.max_seq_length)
+            for k, t in self.tables.items()
+        }
+        log.info("rows: %s", self.rows)
+
+    def collator(self) -> partial:
+        return partial(collate, pad_id=special_ids(self.tokenizer)["[PAD]"])
+
+    def train_dataloader(self) -> StatefulDataLoader:
+        """Stateful: a resumed run continues at the same batch of the same shuffled epoch."""
+        rows = self.features["train"]
+        if self.task.grouped_batches:
+            groups = GroupBatchSampler([f["group"] for f in rows], self.batch_size, self.seed)
+            return StatefulDataLoader(rows, batch_sampler=groups, collate_fn=self.collator())
+        shuffle = ResumableShuffle(rows)  # a shuffled DataLoader's order
+        return StatefulDataLoader(
+            rows, batch_size=self.batch_size, sampler=shuffle, collate_fn=self.collator()
+        )
+
+    def val_dataloader(self) -> DataLoader:
+        return self._eval_loader("validation")
+
+    def test_dataloader(self) -> DataLoader:
+        return self._eval_loader("test")
+
+    def _eval_loader(self, split: str) -> DataLoader:
+        return DataLoader(
+            self.features[split], batch_size=self.eval_batch_size, collate_fn=self.collator()
+        )

@@ -1,0 +1,62 @@
+"""`run(cfg, kind)`: the one skeleton of a pretraining and of a fine-tuning run, so that both
+refuse, resume, seed, keep their metrics and fail in the same order. A `RunKind` gives what
+differs: which checkpoint `ckpt_path=` continues, how the three Lightning objects are built,
+and what follows the fit."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+from lightning.pytorch.utilities import rank_zero_only
+from omegaconf import DictConfig
+
+from bert_lightning.checkpoint import ResumePoint, resume_point
+from bert_lightning.training.instantiate import required
+from bert_lightning.training.resume import (
+    already_done,
+    failure_marked,
+    keep_metrics_before,
+    own_checkpoints_expected,
+)
+
+Built = tuple[L.LightningDataModule, L.LightningModule, L.Trainer]
+
+
+@dataclass(frozen=True)
+class RunKind:
+    """`checkpoint`: the kind `ckpt_path=` must be (`checkpoint.PRETRAINING`, ...), `use`: what
+    reads it, for the message of another kind; `build(cfg, start)`: data module, module and
+    trainer, before any step (`start`: the checkpoint a resumed run continues, else None);
+    `after_fit(cfg, dm, module, trainer)`: what the run returns."""
+
+    checkpoint: str
+    use: str
+    build: Callable[[DictConfig, ResumePoint | None], Built]
+    after_fit: Callable[[DictConfig, L.LightningDataModule, L.LightningModule, L.Trainer], Any]
+
+
+def run(cfg: DictConfig, kind: RunKind) -> Any:
+    """One run of `kind` from a composed Hydra config: what `kind.after_fit` returns, None when
+    a resumed run had nothing left to do. `validate_before_fit=true` logs the validation loss
+    at step 0 (a fresh run's only: the starting point of its loss curve)."""
+    out_dir = Path(cfg.paths.output_dir)
+    with failure_marked(out_dir, resuming=bool(cfg.ckpt_path)) as state:
+        required(cfg)
+        start = resume_point(cfg.ckpt_path, kind.checkpoint, kind.use) if cfg.ckpt_path else None
+        if already_done(cfg, start):
+            return None
+        L.seed_everything(cfg.seed, workers=True)
+        dm, module, trainer = kind.build(cfg, start)
+        state.begun = True
+        if rank_zero_only.rank == 0:  # before fit launches any other rank
+            keep_metrics_before(out_dir / "metrics.csv", start.step if start else 0)
+        if cfg.get("validate_before_fit") and start is None:
+            # the progress bar prints its own line
+            trainer.validate(module, datamodule=dm, verbose=not cfg.trainer.enable_progress_bar)
+        with own_checkpoints_expected(cfg.ckpt_path):
+            trainer.fit(module, datamodule=dm, ckpt_path=cfg.ckpt_path)
+        return kind.after_fit(cfg, dm, module, trainer)

@@ -1,0 +1,66 @@
+"""`bert_lightning.inference`: each load kind holds every weight its checkpoint has for it, and
+the batched loops give what one text at a time, unpadded, gives."""
+
+import pytest
+import torch
+
+from bert_lightning.errors import UserError
+from bert_lightning.inference import embed_texts, fill_masks, load_embedder, load_mlm, unmaskable
+from finetune_fixtures import write_hf_folder, write_our_ckpt, write_tokenizer
+
+MASKED = ["the [MASK] was [MASK]", "a lovely [MASK] was the plot of the show", "bob [MASK]"]
+
+
+@pytest.fixture
+def tok(tmp_path):
+    return write_tokenizer(tmp_path / "tokenizer.json")
+
+
+def test_load_mlm_holds_every_weight_of_a_pretraining_checkpoint(tmp_path, tok):
+    """NSP head included: the model the brackets suite evaluates, as a strict load gives it."""
+    state = write_our_ckpt(tmp_path / "pre.ckpt", tok)
+    model, _ = load_mlm(tmp_path / "pre.ckpt")
+    got = model.state_dict()
+    assert set(got) == set(state) and all(torch.equal(got[k], v) for k, v in state.items())
+    assert not model.training
+
+
+def test_fill_masks_of_a_padded_batch_are_those_of_each_text_alone(tmp_path, tok):
+    write_our_ckpt(tmp_path / "pre.ckpt", tok)
+    model, tok = load_mlm(tmp_path / "pre.ckpt")
+    encodings = tok.encode_batch(MASKED)
+    batched = fill_masks(model, tok, encodings, top_k=3)
+    for enc, masks in zip(encodings, batched, strict=True):
+        ids = torch.tensor([enc.ids])  # (1, T)
+        picked = ids == tok.token_to_id("[MASK]")
+        with torch.no_grad():
+            probs = model(ids, labels=torch.where(picked, ids, -100)).mlm_logits.softmax(-1)
+        top = probs.topk(3)  # (M, 3)
+        assert [[e["token"] for e in m] for m in masks] == [
+            [tok.id_to_token(i) for i in row] for row in top.indices.tolist()
+        ]
+        for m, p in zip(masks, top.values.tolist(), strict=True):
+            assert [e["prob"] for e in m] == pytest.approx(p, abs=1e-6)
+
+
+def test_unmaskable_names_the_first_text_the_model_cannot_read(tmp_path, tok):
+    write_our_ckpt(tmp_path / "pre.ckpt", tok)
+    model, tok = load_mlm(tmp_path / "pre.ckpt")
+    long = " ".join(["the film"] * 40) + " [MASK]"  # 64 positions
+    texts = [MASKED[0], "no mask", long]
+    assert unmaskable(model, tok, texts, tok.encode_batch(texts)) == "no [MASK] in 'no mask'"
+    n = len(tok.encode(long).ids)
+    why = unmaskable(model, tok, texts[::2], tok.encode_batch(texts[::2]))
+    assert why == f"{n} word pieces; the model reads at most 64"
+    write_hf_folder(tmp_path / "hf", tok)
+    with pytest.raises(UserError, match="hf: no MLM head .* fill-mask needs one"):
+        load_mlm(tmp_path / "hf")
+
+
+def test_the_embedder_truncates_to_the_positions_the_model_has(tmp_path, tok):
+    """--max-seq-length 512 on a model of 64 positions: 64 word pieces, not an error."""
+    write_hf_folder(tmp_path / "hf", tok)
+    model, short = load_embedder(tmp_path / "hf", max_seq_length=512)
+    long = " ".join(["the film"] * 40)
+    assert len(short.encode(long).ids) == model.config.max_position_embeddings == 64
+    assert embed_texts(model, short, [long, "bob"], "mean").shape == (2, 32)
