@@ -42,10 +42,15 @@ def load_mlm(path, pre: Checkpoint | None = None) -> tuple[BertForPreTraining, T
     """(BertForPreTraining in eval mode, tokenizer) of a checkpoint with an MLM head (`pre`: it,
     read already). A fine-tuned checkpoint's task head (`classifier.*`) has no place there."""
     pre = pre or read_checkpoint(path)
-    check_mlm_head(path, pre)
     model = BertForPreTraining(pre.config)
-    load_into(model, {k: v for k, v in pre.state_dict.items() if k.startswith(("bert.", "cls."))})
+    load_into(model, mlm_state(path, pre))
     return model.eval(), pre.tokenizer
+
+
+def mlm_state(path, pre: Checkpoint, use: str = "fill-mask") -> dict[str, torch.Tensor]:
+    """The encoder and pretraining heads' weights of a checkpoint with an MLM head."""
+    check_mlm_head(path, pre, use)
+    return {k: v for k, v in pre.state_dict.items() if k.startswith(("bert.", "cls."))}
 
 
 def load_embedder(

@@ -70,17 +70,20 @@ def test_evaluate_gives_the_test_metrics_finetune_wrote(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_evaluate_gives_the_mlm_loss_the_run_validated_with(tmp_path, caplog, capsys):
+    """With no settings given: the length, framing, batch size, seed and masking the run's
+    checkpoint records (none of them the defaults), so the run's own validation loss."""
     out = tmp_path / "run"
     write_corpus(out / "corpus.jsonl", 60)
     val = tmp_path / "val.jsonl"
     docs = list(iter_documents([bundled("c4_sample.jsonl")]))[100:120]
     val.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
+    ran = ["data.packing=document", "seed=7", "data.masking.mlm_probability=0.3"]
     with caplog.at_level("INFO", logger="bert_lightning.data.mlm"):
-        val_loss = train(compose(overrides=tiny_overrides(out, f"data.val_files={val}")))
+        val_loss = train(compose(overrides=tiny_overrides(out, f"data.val_files={val}", *ran)))
     assert "every document of data.train_files trains" in caplog.text  # the switch is said
 
     report = tmp_path / "mlm.json"
-    args = ["--max-seq-length", "32", "--batch-size", "8", "--cache-dir", str(tmp_path / "c")]
+    args = ["--cache-dir", str(tmp_path / "c")]
     capsys.readouterr()
     main(
         ["evaluate", str(out / "checkpoints" / "last.ckpt"), str(val), *args, "--json", str(report)]
@@ -90,7 +93,10 @@ def test_evaluate_gives_the_mlm_loss_the_run_validated_with(tmp_path, caplog, ca
     batches = math.ceil(got["metrics"]["examples"] / 8)  # off a terminal: a line at the last
     assert capsys.readouterr().out.splitlines()[0] == f"batch {batches}/{batches} eta 0m00s"
     assert got["metrics"]["loss"] == pytest.approx(val_loss, rel=1e-5)
-    assert 0 < got["metrics"]["mlm_acc"] < 1 and got["metrics"]["ppl"] > 1
+    assert 0 <= got["metrics"]["mlm_acc"] < 1 and got["metrics"]["ppl"] > 1
+    # a setting given overrides the record: other masks, another loss
+    main(["evaluate", str(out / "checkpoints" / "last.ckpt"), str(val), *args, "--seed", "8"])
+    assert f"loss  {val_loss:.6g}" not in capsys.readouterr().out
 
 
 def test_evaluate_prints_a_line_every_n_batches_off_a_terminal(monkeypatch, capsys):

@@ -17,19 +17,19 @@ from torch.utils.data import DataLoader
 
 from bert_lightning.atomic import write_json
 from bert_lightning.checkpoint import FINETUNING, read_checkpoint
+from bert_lightning.config import compose
 from bert_lightning.data.mlm import PretrainDataModule
 from bert_lightning.data.pipeline import PACKINGS
 from bert_lightning.data.tables import collate
 from bert_lightning.data.tokenizer import special_ids
 from bert_lightning.errors import UserError
-from bert_lightning.inference import add_table_arguments, load_mlm, table_options
+from bert_lightning.inference import add_table_arguments, mlm_state, table_options
+from bert_lightning.interop import load_into
 from bert_lightning.training.callbacks import EvalProgressBar
 from bert_lightning.training.finetune_module import FinetuneModule
+from bert_lightning.training.pretrain import validation_settings
 from bert_lightning.training.pretrain_module import BertPretrainModule
 from bert_lightning.training.trainer import silence_noise
-
-DEFAULT_MAX_SEQ_LENGTH = 128  # conf/data/c4_sample.yaml's
-DEFAULT_SEED = 1234  # conf/train.yaml's: the validation masks of a default pretraining run
 
 
 def _trainer(progress: bool) -> L.Trainer:
@@ -68,39 +68,53 @@ def evaluate_mlm(
     path,
     files,
     max_seq_length: int | None = None,
-    packing: str = "packed",
-    seed: int = DEFAULT_SEED,
-    batch_size: int = 32,
-    mlm_probability: float = 0.15,
+    packing: str | None = None,
+    seed: int | None = None,
+    batch_size: int | None = None,
+    mlm_probability: float | None = None,
     cache_dir: str | None = None,
     progress=False,
     pre=None,
 ) -> dict:
     """MLM loss, masked-token accuracy and perplexity of a checkpoint with an MLM head on a
-    corpus (files, folders, globs), as pretraining validates (same seed, framing and batch
-    size: same numbers). `pre`: the checkpoint at `path`, read already."""
+    corpus (files, folders, globs), as its pretraining run validated: length, framing, batch
+    size, seed and masking are the ones its checkpoint records (each given value overrides
+    them; a checkpoint without the record, e.g. a Hugging Face folder, takes `conf/data`'s
+    defaults), so the same files give the run's numbers. `pre`: the checkpoint at `path`,
+    read already."""
     pre = pre or read_checkpoint(path)
-    model, tok = load_mlm(path, pre)
-    max_len = max_seq_length or min(DEFAULT_MAX_SEQ_LENGTH, pre.config.max_position_embeddings)
+    ran = pre.hparams.get("data") or {}
+    given = {
+        "max_seq_length": max_seq_length,
+        "packing": packing,
+        "seed": seed,
+        "batch_size": batch_size,
+    }
+    defaults = validation_settings(compose(overrides=["paths.output_dir=."]).data)
+    settings = defaults | ran | {k: v for k, v in given.items() if v is not None}
+    masking = dict(settings.get("masking") or {})
+    if mlm_probability is not None:
+        masking["mlm_probability"] = mlm_probability
+    max_len = min(settings["max_seq_length"], pre.config.max_position_embeddings)
     dm = PretrainDataModule(
         train_files=None,
         val_files=files,
         max_seq_length=max_len,
-        packing=packing,
-        batch_size=batch_size,
-        masking={"mlm_probability": mlm_probability},
+        packing=settings["packing"],
+        batch_size=settings["batch_size"],
+        masking=masking,
         cache_dir=cache_dir,
-        seed=seed,
+        seed=settings["seed"],
     )
-    dm.tokenizer = tok
+    dm.tokenizer = pre.tokenizer
     dm.val_set = dm.held_out(dm.val_files)
     if len(dm.val_set) == 0:
         raise UserError(
-            f"{' '.join(dm.val_files)}: too little text for one {packing} example of {max_len} "
-            "tokens (--packing document frames every document, however short)"
+            f"{' '.join(dm.val_files)}: too little text for one {dm.packing} example of "
+            f"{max_len} tokens (--packing document frames every document, however short)"
         )
-    module = BertPretrainModule(asdict(pre.config), {}, tok.to_str(), objective="mlm")
-    module.model.load_state_dict(model.state_dict())
+    module = BertPretrainModule(asdict(pre.config), {}, pre.tokenizer.to_str(), objective="mlm")
+    load_into(module.model, mlm_state(path, pre, "evaluate"))
     metrics = _trainer(progress).validate(module, dm.val_dataloader(), verbose=False)[0]
     out = {"examples": len(dm.val_set)}
     return out | {k.removeprefix("val/"): float(v) for k, v in metrics.items()}
@@ -115,17 +129,22 @@ def register(sub) -> None:
     p.add_argument("model", help="a .ckpt from finetune.py or train.py, or a Hugging Face folder")
     p.add_argument("file", nargs="+", help="a task file (fine-tuned) or corpus files (pretrained)")
     p.add_argument("--json", metavar="OUT", help="also write the metrics as JSON to OUT")
-    p.add_argument("--batch-size", type=int, help="default: 64 (fine-tuned), 32 (pretrained)")
+    p.add_argument(
+        "--batch-size", type=int, help="default: 64 (fine-tuned); the run's (pretrained)"
+    )
     p.add_argument(
         "--max-seq-length",
         type=int,
-        help="default: the fine-tuning length (fine-tuned); 128 (pretrained)",
+        help="default: the fine-tuning length (fine-tuned); the run's (pretrained)",
     )
     add_table_arguments(p)
-    mlm = p.add_argument_group("pretrained checkpoints (the pretraining run's data.* values)")
-    mlm.add_argument("--packing", choices=PACKINGS, default="packed")
-    mlm.add_argument("--seed", type=int, default=DEFAULT_SEED, help="of the masks")
-    mlm.add_argument("--mlm-probability", type=float, default=0.15)
+    mlm = p.add_argument_group(
+        "pretrained checkpoints (default: the data.* values the checkpoint's run validated "
+        "with, as its checkpoint records them)"
+    )
+    mlm.add_argument("--packing", choices=PACKINGS)
+    mlm.add_argument("--seed", type=int, help="of the masks")
+    mlm.add_argument("--mlm-probability", type=float)
     mlm.add_argument("--cache-dir", help="the datasets cache (default: HF_DATASETS_CACHE)")
     p.set_defaults(func=_main)
 
@@ -143,7 +162,7 @@ def _main(args) -> None:
     else:
         metrics = evaluate_mlm(
             args.model, args.file, args.max_seq_length, args.packing, args.seed,
-            args.batch_size or 32, args.mlm_probability, args.cache_dir, progress=True, pre=pre,
+            args.batch_size, args.mlm_probability, args.cache_dir, progress=True, pre=pre,
         )  # fmt: skip
     width = max(map(len, metrics))
     print(f"{args.model} ({pre.kind}) on {' '.join(args.file)}")

@@ -25,6 +25,16 @@ from bert_lightning.training.trainer import build_trainer
 log = logging.getLogger(__name__)
 
 
+def validation_settings(data: DictConfig) -> dict:
+    """The `data` settings a validation loss depends on (length, framing, batch size, seed,
+    masking): recorded in the checkpoint for `evaluate`."""
+    keys = [k for k in ("max_seq_length", "packing", "batch_size", "seed", "masking") if k in data]
+    values = {k: data[k] for k in keys}  # read in place: `seed` is `${seed}` of the whole config
+    return {
+        k: OmegaConf.to_container(v) if OmegaConf.is_config(v) else v for k, v in values.items()
+    }
+
+
 def model_config(cfg: DictConfig, tok):
     return instantiate(
         cfg.model, "model", vocab_size=tok.get_vocab_size(), pad_token_id=special_ids(tok)["[PAD]"]
@@ -54,6 +64,7 @@ def build(cfg: DictConfig, start: ResumePoint | None = None):
         tokenizer_json=tok.to_str(),
         compile=cfg.get("model_compile", False),
         objective=dm.objective,
+        data=validation_settings(cfg.data),
     )
     return dm, module, build_trainer(cfg)
 

@@ -28,7 +28,10 @@ class BertPretrainModule(EncoderModule):
         tokenizer_json: str | None = None,
         objective: str = "mlm",
         compile: bool = False,
+        data: dict | None = None,
     ):
+        """`data`: the data settings the run validates with (length, framing, batch size, seed,
+        masking), recorded in the checkpoint so that `evaluate` reproduces its validation."""
         super().__init__()
         if objective not in OBJECTIVES:
             raise UserError(f"objective={objective!r}; expected one of {OBJECTIVES}")
