@@ -69,3 +69,53 @@ def test_ddp_two_ranks_two_workers_see_each_example_once(tmp_path):
     seen = ranks[0] + ranks[1]
     assert not seen - train_set  # nothing seen that is not a training example, no duplicate
     assert sum((train_set - seen).values()) == n % 2  # the tail rule: n % ranks left out
+
+
+class RecordGroups(L.Callback):
+    """Writes the groups (queries) of every training batch this rank took, and (rank 0) the
+    train split's groups, so the test can check that batches hold whole groups."""
+
+    def __init__(self, out_dir: str):
+        self.out_dir, self.batches = Path(out_dir), []
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self.batches.append(batch["group"].tolist())
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        torch.save(self.batches, self.out_dir / f"groups_rank{trainer.global_rank}.pt")
+        if trainer.global_rank == 0:
+            rows = trainer.datamodule.features["train"]
+            torch.save([r["group"] for r in rows], self.out_dir / "train_groups.pt")
+
+
+@pytest.mark.slow
+def test_ddp_ranking_batches_hold_whole_groups_split_between_ranks(tmp_path):
+    """The pairwise ranking loss under DDP (2 CPU processes): each rank takes every other batch
+    of whole queries, as many as the other, and between them every query of the train split."""
+    from test_finetune import overrides, task_files
+
+    from finetune_fixtures import write_tokenizer
+
+    extra = [*task_files(tmp_path, "ad_relevance"), "trainer=ddp_sim", "trainer.max_epochs=1"]
+    extra += ["+callbacks.record._target_=test_ddp.RecordGroups", f"hydra.run.dir={tmp_path}"]
+    extra += [f"+callbacks.record.out_dir={tmp_path}", "batch_size=4"]
+    args = overrides(tmp_path, "ad_relevance", *extra)
+    write_tokenizer(tmp_path / "tokenizer.json")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT)]))
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "finetune.py"), *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    train = Counter(torch.load(tmp_path / "train_groups.pt", weights_only=True))
+    ranks = [torch.load(tmp_path / f"groups_rank{r}.pt", weights_only=True) for r in range(2)]
+    assert len(ranks[0]) == len(ranks[1]) > 1  # the ranks step together
+    for batch in ranks[0] + ranks[1]:
+        for g, n in Counter(batch).items():
+            assert n == train[g]  # a query's rows all in one batch
+    seen = {g for batches in ranks for batch in batches for g in batch}
+    assert seen == set(train)

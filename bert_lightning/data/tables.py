@@ -14,7 +14,6 @@ import zipfile
 import zlib
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from itertools import islice
 from pathlib import Path
 
 import numpy as np
@@ -336,33 +335,44 @@ def grouped_subsample(groups: list, n: int | None, seed: int) -> list[int]:
     return sorted(kept)
 
 
-class GroupBatchSampler(torch.utils.data.Sampler):
+class GroupBatchSampler(torch.utils.data.BatchSampler):
     """Batches of whole groups (queries), shuffled every epoch: what a pairwise ranking loss
-    needs, as it compares rows of one query within a batch."""
+    needs, as it compares rows of one query within a batch.
 
-    def __init__(self, groups: list, batch_size: int, seed: int):
+    Under DDP, Lightning rebuilds it with `sampler=` the DistributedSampler it would have used;
+    only that sampler's rank and world size are read: rank r takes batches r, r + R, ... of
+    the epoch (the list wrapped round to a multiple of R, as DistributedSampler pads), so every
+    rank steps the same number of times and a group never splits across ranks."""
+
+    def __init__(self, groups: list, batch_size: int, seed: int, sampler=None):
         self.rows: dict = {}
         for i, g in enumerate(groups):
             self.rows.setdefault(g, []).append(i)
         self.batch_size, self.seed, self.epoch = batch_size, seed, 0
+        self.sampler, self.drop_last = sampler, False
+        distributed = isinstance(sampler, torch.utils.data.DistributedSampler)
+        self.replicas, self.rank = (sampler.num_replicas, sampler.rank) if distributed else (1, 0)
 
-    def _batches(self, epoch: int):
+    def _batches(self, epoch: int) -> list[list[int]]:
         keys = list(self.rows)
         np.random.default_rng(self.seed + epoch).shuffle(keys)
-        batch = []
+        batches, batch = [], []
         for g in keys:
             batch.extend(self.rows[g])
             if len(batch) >= self.batch_size:
-                yield batch
+                batches.append(batch)
                 batch = []
         if batch:
-            yield batch
+            batches.append(batch)
+        padded = -(-len(batches) // self.replicas) * self.replicas
+        batches += batches[: padded - len(batches)]
+        return batches[self.rank :: self.replicas]
 
     def __iter__(self):
         return _GroupBatches(self)
 
     def __len__(self):  # of the coming epoch: batch counts vary with the order
-        return sum(1 for _ in self._batches(self.epoch))
+        return len(self._batches(self.epoch))
 
 
 class _GroupBatches:
@@ -380,7 +390,7 @@ class _GroupBatches:
             if self.epoch is None:
                 self.epoch = self.sampler.epoch
                 self.sampler.epoch += 1
-            self.batches = islice(self.sampler._batches(self.epoch), self.yielded, None)
+            self.batches = iter(self.sampler._batches(self.epoch)[self.yielded :])
         batch = next(self.batches)
         self.yielded += 1
         return batch
