@@ -13,6 +13,14 @@ from conftest import tiny_overrides, write_corpus
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def run_script(script: str, args: list[str], cwd: Path) -> None:
+    """`python SCRIPT ARGS` in `cwd`, tests/ importable (the callbacks below); must succeed."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT)]))
+    cmd = [sys.executable, str(ROOT / script), *args]
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
 class RecordExamples(L.Callback):
     """Writes the unmasked rows of every training batch this rank saw, and (rank 0) the
     training set, so the test can count who saw what."""
@@ -50,16 +58,7 @@ def test_ddp_two_ranks_two_workers_see_each_example_once(tmp_path):
         "+callbacks.record._target_=test_ddp.RecordExamples",
         f"+callbacks.record.out_dir={tmp_path}",
     )
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "tests"))
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "train.py"), *overrides],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_script("train.py", overrides, tmp_path)
     train_set = Counter(torch.load(tmp_path / "train_set.pt", weights_only=True))
     ranks = [
         Counter(torch.load(tmp_path / f"seen_rank{r}.pt", weights_only=True)) for r in range(2)
@@ -101,16 +100,7 @@ def test_ddp_ranking_batches_hold_whole_groups_split_between_ranks(tmp_path):
     extra += [f"+callbacks.record.out_dir={tmp_path}", "batch_size=4"]
     args = overrides(tmp_path, "ad_relevance", *extra)
     write_tokenizer(tmp_path / "tokenizer.json")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT)]))
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "finetune.py"), *args],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_script("finetune.py", args, tmp_path)
     train = Counter(torch.load(tmp_path / "train_groups.pt", weights_only=True))
     ranks = [torch.load(tmp_path / f"groups_rank{r}.pt", weights_only=True) for r in range(2)]
     assert len(ranks[0]) == len(ranks[1]) > 1  # the ranks step together
