@@ -52,5 +52,7 @@ def reported(debug: bool = False) -> Iterator[None]:
         err = None if debug else user_error(e)
         if err is None:
             raise
-        print(f"error: {err}", file=sys.stderr, flush=True)
+        # one write: the ranks of a run share stderr, and a line written in pieces interleaves
+        sys.stderr.write(f"error: {err}\n")
+        sys.stderr.flush()
         raise SystemExit(err.exit_code) from None
