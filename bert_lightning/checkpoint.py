@@ -21,6 +21,7 @@ from bert_lightning.interop import config_from_hf, hf_to_ours, join_qkv, load_in
 from bert_lightning.model import BertConfig, BertModel
 
 PRETRAINING, FINETUNING, HUGGING_FACE = "pretraining", "fine-tuning", "Hugging Face"
+RTD_KEY = "generator_hidden_size"  # in the hyper-parameters of an RTD pretraining checkpoint
 
 
 @dataclass
@@ -31,6 +32,12 @@ class Checkpoint:
     hparams: dict = field(default_factory=dict)  # the .ckpt's hyper_parameters ({} for HF)
     source: str = ""
     step: int = 0  # a .ckpt's global_step
+
+    @property
+    def rtd(self) -> bool:
+        """Pretrained by replaced-token detection (`objective=rtd`): `state_dict` holds its
+        discriminator, the encoder; the generator stays in the `.ckpt`."""
+        return RTD_KEY in self.hparams
 
     @property
     def kind(self) -> str:
@@ -180,8 +187,11 @@ def read_checkpoint(path: str | Path, kind: str | None = None, use: str = "") ->
         raw = _raw_ckpt(path)
         hparams = dict(raw["hyper_parameters"])
         config = BertConfig(**hparams["config"])
+        # an RTD checkpoint's encoder is its discriminator (`bert.*`): its generator and
+        # replaced-token head have no place in a BERT model
+        keep = "model.bert." if RTD_KEY in hparams else "model."
         state = join_qkv(
-            {k[len("model.") :]: v for k, v in raw["state_dict"].items() if k.startswith("model.")}
+            {k[len("model.") :]: v for k, v in raw["state_dict"].items() if k.startswith(keep)}
         )
         tokenizer = Tokenizer.from_str(raw["tokenizer"])
         check_vocab(path, config.vocab_size, tokenizer)

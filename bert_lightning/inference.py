@@ -32,6 +32,12 @@ MLM_HEAD = "cls.predictions.transform.dense.weight"
 
 def check_mlm_head(path, pre: Checkpoint, use: str = "fill-mask") -> None:
     """`use`: what needs the head, for the message."""
+    if pre.rtd:
+        raise UserError(
+            f"{path}: an RTD (objective=rtd) checkpoint; its generator is a small helper of "
+            f"pretraining, not a masked language model, so {use} does not serve it (fine-tune, "
+            "embed or export-hf its encoder)"
+        )
     if MLM_HEAD not in pre.state_dict:
         raise UserError(
             f"{path}: no MLM head (cls.predictions.*) in these weights; {use} needs one"

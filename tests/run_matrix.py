@@ -1,11 +1,11 @@
 """The run matrix: every `trainer` preset x every precision a CPU takes, each running MLM,
-MLM+NSP and one fine-tuning task for two optimizer steps with gradient clipping on, forced onto
-`accelerator=cpu` (trainer=deepspeed, which needs CUDA, runs only where a GPU is); a preset that
-these overrides make another's is not run twice (REPEATS). `tests/test_run_matrix.py` runs the
-one-process presets in its own process; the multi-process ones share one 2-process `torchrun`
-launch of this file (`python -m torch.distributed.run --nproc_per_node=2 tests/run_matrix.py
-OUT`), so that a launch is paid once, not 18 times. Each rank of each job writes
-`grads-rank<r>.json` (probe.GradProbe)."""
+MLM+NSP, replaced-token detection and one fine-tuning task for two optimizer steps with
+gradient clipping on, forced onto `accelerator=cpu` (trainer=deepspeed, which needs CUDA, runs
+only where a GPU is); a preset that these overrides make another's is not run twice (REPEATS).
+`tests/test_run_matrix.py` runs the one-process presets in its own process; the multi-process
+ones share one 2-process `torchrun` launch of this file (`python -m torch.distributed.run
+--nproc_per_node=2 tests/run_matrix.py OUT`), so that a launch is paid once, not 24 times.
+Each rank of each job writes `grads-rank<r>.json` (probe.GradProbe)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ REPEATS = {"cpu": "default", "gpu": "default", "ddp_sim": "ddp"}
 # 16-mixed is not here: on a CPU Lightning runs it as bf16-mixed (test_run_matrix steps the
 # gradient scaler's path with an explicit CPU scaler instead)
 PRECISIONS = ["32-true", "bf16-mixed", "bf16-true"]
-JOBS = ["mlm", "mlm_nsp", "finetune"]
+JOBS = ["mlm", "mlm_nsp", "rtd", "finetune"]
 CLIP = 1e-3  # far below a tiny model's first gradient norms: every step is clipped
 STEPS = 2
 
@@ -59,7 +59,7 @@ def case_config(
         files = [f"tokenizer={out.parent / 'tokenizer.json'}"]
         files.append(f"task.train_file={out.parent / 'train.csv'}")
         return compose("finetune", [f"paths.output_dir={out}", *files, *TINY_FINETUNE, *trainer])
-    data = ["data=c4_nsp"] if job == "mlm_nsp" else []
+    data = {"mlm_nsp": ["data=c4_nsp"], "rtd": ["objective=rtd"]}.get(job, [])
     overrides = tiny_overrides(out, *data, *trainer, "validate_before_fit=false")
     corpus = str(out.parent / "corpus.jsonl")
     overrides = [o.replace(str(out / "corpus.jsonl"), corpus) for o in overrides]

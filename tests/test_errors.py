@@ -332,3 +332,30 @@ def test_a_file_that_cannot_be_written_is_named_not_its_temporary(tmp_path, monk
     assert str(e.value) == f"{target}: cannot write it ({os.strerror(code)})"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json"]
     assert target.read_text() == "old\n"
+
+
+def test_rtd_mistakes_are_one_line(tmp_path, capsys):
+    """An RTD checkpoint asked to fill masks; a resume that changes the objective; RTD on NSP
+    pairs."""
+    write_corpus(tmp_path / "corpus.jsonl", 20)
+    run = tmp_path / "rtd"
+    overrides = tiny_overrides(
+        tmp_path, f"hydra.run.dir={tmp_path / 'h'}", f"paths.output_dir={run}", "objective=rtd"
+    )
+    main(["pretrain", *overrides, "trainer.max_steps=2", "validate_before_fit=false"])
+    ckpt = run / "checkpoints" / "last.ckpt"
+    assert cli_error(capsys, "fill-mask", ckpt, "a [MASK] b") == (
+        f"error: {ckpt}: an RTD (objective=rtd) checkpoint; its generator is a small helper of "
+        "pretraining, not a masked language model, so fill-mask does not serve it (fine-tune, "
+        "embed or export-hf its encoder)"
+    )
+    err = pretrain_error(capsys, tmp_path, f"ckpt_path={ckpt}", "trainer.max_steps=4")
+    assert err == (
+        f"error: {ckpt}: trained with objective=rtd with generator_hidden_size=0.25, this run "
+        "asks for objective=mlm; a resumed run keeps its objective"
+    )
+    err = pretrain_error(capsys, tmp_path, "objective=rtd", "data=c4_nsp")
+    assert err == (
+        "error: objective=rtd trains on masked text; this data option makes mlm_nsp examples "
+        "(data=c4_nsp: data.objective=mlm gives its pairs without NSP)"
+    )

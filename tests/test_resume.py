@@ -53,11 +53,12 @@ def last_val_loss(out_dir):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("workers", [0, 2])
-def test_killed_and_resumed_run_matches_the_uninterrupted_one(tmp_path, workers):
+@pytest.mark.parametrize("workers,objective", [(0, "mlm"), (2, "mlm"), (0, "rtd")])
+def test_killed_and_resumed_run_matches_the_uninterrupted_one(tmp_path, workers, objective):
     """Killed after step 4 of 8 (mid-epoch: an epoch is ~100 steps), resumed from last.ckpt:
-    bitwise the weights of a run never killed. Dropout, shuffling and masks all continue."""
-    w = (f"data.num_workers={workers}",)
+    bitwise the weights of a run never killed. Dropout, shuffling and masks all continue, and
+    under `objective=rtd` the generator's samples too."""
+    w = (f"data.num_workers={workers}", f"objective={objective}")
     run(tmp_path / "whole", *w)
     with pytest.raises(RuntimeError, match="simulated crash"):
         run(

@@ -1,6 +1,7 @@
 """The model layer: plain torch, no Lightning, no Hydra. `bert` is the encoder with its
-pretraining heads, `heads` the fine-tuning heads and the token-pooling helper, `flops` the
-parameter and FLOP formulas. Names mirror Hugging Face `modeling_bert.py`."""
+pretraining heads, `electra` replaced-token detection (generator and discriminator), `heads`
+the fine-tuning heads and the token-pooling helper, `flops` the parameter and FLOP formulas.
+Names mirror Hugging Face `modeling_bert.py`."""
 
 from bert_lightning.model.bert import (
     BertConfig,
@@ -11,21 +12,27 @@ from bert_lightning.model.bert import (
     init_weights,
     query_rows,
 )
+from bert_lightning.model.electra import ElectraForPreTraining, RTDOutput, generator_config
 from bert_lightning.model.flops import (
     encoder_parameter_formula,
     num_parameters,
     pretraining_flops,
+    rtd_flops,
 )
 
 __all__ = [
     "BertConfig",
     "BertForPreTraining",
     "BertModel",
+    "ElectraForPreTraining",
     "EncoderOutput",
     "PreTrainingOutput",
+    "RTDOutput",
     "encoder_parameter_formula",
     "init_weights",
     "num_parameters",
     "pretraining_flops",
     "query_rows",
+    "generator_config",
+    "rtd_flops",
 ]

@@ -366,21 +366,30 @@ class BertModel(nn.Module):
         runs on those only and `last_hidden_state` is (B, R, H). `position_ids` (B, T), as
         Hugging Face's, except that where they restart at 0 a new document starts, and
         attention stays within each document (packed rows of several documents)."""
+        unpadded, mask = self.attention_inputs(input_ids, attention_mask, position_ids)
+        x = self.embeddings(input_ids, token_type_ids, unpadded, position_ids)  # (B, T, H) | (N, H)
+        x, hidden_states = self.encoder(x, mask, output_hidden_states, last_rows, unpadded)
+        pooled = self.pooler(x) if self.pooler is not None else None
+        return EncoderOutput(x, pooled, hidden_states)
+
+    def attention_inputs(
+        self, input_ids, attention_mask=None, position_ids=None
+    ) -> tuple[Unpadded | None, torch.Tensor | None]:
+        """Where the real tokens are (None: no padding, or `unpad` off) and the attention mask
+        the encoder's layers take: padding, documents (`position_ids`), causal (`is_decoder`).
+        Shared with a second encoder on the same inputs (the RTD generator)."""
         unpadded = None
         if self.unpad and attention_mask is not None and not bool(attention_mask.all()):
             unpadded = Unpadded.of(attention_mask)
-        x = self.embeddings(input_ids, token_type_ids, unpadded, position_ids)  # (B, T, H) | (N, H)
         mask = extended_attention_mask(attention_mask)  # (B, 1, 1, T) or None
         if position_ids is not None:
             docs = document_mask(position_ids, attention_mask)  # (B, 1, T, T)
             mask = docs if mask is None else mask & docs
         if self.config.is_decoder:
             T = input_ids.size(1)
-            left = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()  # (T, T)
+            left = torch.ones(T, T, dtype=torch.bool, device=input_ids.device).tril()  # (T, T)
             mask = left if mask is None else mask & left  # (B, 1, T, T)
-        x, hidden_states = self.encoder(x, mask, output_hidden_states, last_rows, unpadded)
-        pooled = self.pooler(x) if self.pooler is not None else None
-        return EncoderOutput(x, pooled, hidden_states)
+        return unpadded, mask
 
 
 class BertPredictionHeadTransform(nn.Module):

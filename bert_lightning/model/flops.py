@@ -22,6 +22,32 @@ def encoder_parameter_formula(c: BertConfig, pooler: bool = True) -> int:
     return emb + L * layer + final_ln + (H * H + H if pooler else 0)
 
 
+def encoder_flops(
+    c: BertConfig,
+    batch_size: int,
+    seq_len: int,
+    last_rows: int | None = None,
+    tokens: int | None = None,
+) -> int:
+    """Forward matmul FLOPs of the encoder's layers (2 per multiply-add): the dense layers and
+    attention's two (T x T) products; the last layer's queries, attention output and FFN on
+    `last_rows` rows (`query_rows`'s B x R; None: every token), its keys and values on every
+    token. `tokens`: the real tokens of a padded batch (None: B x T), which alone the unpadded
+    encoder's dense layers run on; the attention products stay B x T x T."""
+    H, I, L = c.hidden_size, c.intermediate_size, c.num_hidden_layers
+    N = batch_size * seq_len  # positions
+    D = N if tokens is None else tokens  # what the dense layers run on
+    R = D if last_rows is None else last_rows
+
+    def layer(rows: int, queries: int) -> int:  # Q, attention output, FFN on `rows`; K, V on
+        # every real token; QK^T and PV for `queries` query positions over T keys
+        return (
+            2 * rows * (2 * H * H + 2 * H * I) + 2 * D * 2 * H * H + 2 * 2 * queries * seq_len * H
+        )
+
+    return (L - 1) * layer(D, N) + layer(R, N if last_rows is None else last_rows)
+
+
 def pretraining_flops(
     c: BertConfig,
     batch_size: int,
@@ -33,27 +59,39 @@ def pretraining_flops(
 ) -> int:
     """Useful matmul FLOPs of one MLM+NSP step of this model (2 per multiply-add).
 
-    Counted: the encoder's dense layers, attention's two (T x T) products, the pooler and NSP
-    head, and the MLM head on the `num_picked` positions only (what we run, not a dense head);
-    the last layer's queries, attention output and FFN on `last_rows` rows (`query_rows`'s
-    B x R; None: every token), its keys and values on every token. `tokens`: the real tokens
-    of a padded batch (None: B x T), which alone the unpadded encoder's dense layers run on;
-    the attention products stay B x T x T.
+    Counted: the encoder (`encoder_flops`), the pooler and NSP head, and the MLM head on the
+    `num_picked` positions only (what we run, not a dense head).
     Element-wise work (LayerNorm, GELU, softmax, dropout, embeddings) is left out, as in MFU.
     The backward pass costs twice the forward (gradients of inputs and of weights).
     """
-    H, I, L, V = c.hidden_size, c.intermediate_size, c.num_hidden_layers, c.vocab_size
-    N = batch_size * seq_len  # positions
-    D = N if tokens is None else tokens  # what the dense layers run on
-    R = D if last_rows is None else last_rows
-
-    def layer(rows: int, queries: int) -> int:  # Q, attention output, FFN on `rows`; K, V on
-        # every real token; QK^T and PV for `queries` query positions over T keys
-        return (
-            2 * rows * (2 * H * H + 2 * H * I) + 2 * D * 2 * H * H + 2 * 2 * queries * seq_len * H
-        )
-
+    H, V = c.hidden_size, c.vocab_size
     heads = 2 * batch_size * (H * H + 2 * H) + 2 * num_picked * (H * H + H * V)
-    last = layer(R, N if last_rows is None else last_rows)
-    forward = (L - 1) * layer(D, N) + last + heads
+    forward = encoder_flops(c, batch_size, seq_len, last_rows, tokens) + heads
+    return 3 * forward if backward else forward
+
+
+def rtd_flops(
+    c: BertConfig,
+    g: BertConfig,
+    batch_size: int,
+    seq_len: int,
+    num_picked: int,
+    last_rows: int,
+    backward: bool = True,
+    tokens: int | None = None,
+) -> int:
+    """Useful matmul FLOPs of one replaced-token-detection step (model/electra.py): the
+    generator `g` (its projection from the shared embeddings, its encoder with the last layer
+    on `last_rows`, its MLM head on the `num_picked` positions) and the discriminator `c` (its
+    encoder on every token (no pooler), its two-layer head on every real token). Sampling and
+    element-wise work are left out, as in `pretraining_flops`."""
+    H, Hg, V = c.hidden_size, g.hidden_size, c.vocab_size
+    D = batch_size * seq_len if tokens is None else tokens
+    generator = (
+        2 * D * H * Hg
+        + encoder_flops(g, batch_size, seq_len, last_rows, tokens)
+        + 2 * num_picked * (Hg * H + H * V)
+    )
+    discriminator = encoder_flops(c, batch_size, seq_len, None, tokens) + 2 * D * (H * H + H)
+    forward = generator + discriminator
     return 3 * forward if backward else forward

@@ -17,8 +17,11 @@ from bert_lightning.data.tokenizer import special_ids
 from bert_lightning.errors import UserError
 from bert_lightning.training.instantiate import check_types, instantiate
 from bert_lightning.training.optim import budget_timer
-from bert_lightning.training.pretrain_module import BertPretrainModule
-from bert_lightning.training.resume import check_same_model, continued_optim
+from bert_lightning.training.resume import (
+    check_same_model,
+    check_same_objective,
+    continued_optim,
+)
 from bert_lightning.training.run import RunKind, run
 from bert_lightning.training.trainer import build_trainer
 
@@ -50,6 +53,7 @@ def build(cfg: DictConfig, start: ResumePoint | None = None):
     if start is not None:  # a refused resume writes nothing, not even the tokenizer
         saved = Tokenizer.from_str(start.tokenizer)
         check_same_model(start, cfg.ckpt_path, asdict(model_config(cfg, saved)))
+        check_same_objective(start, cfg.ckpt_path, cfg.objective.get("generator_hidden_size"))
     tok = dm.build_tokenizer(out_dir, start.tokenizer if start else None)
     config = model_config(cfg, tok)
     if config.max_position_embeddings < cfg.data.max_seq_length:
@@ -58,7 +62,7 @@ def build(cfg: DictConfig, start: ResumePoint | None = None):
             f"model.max_position_embeddings={config.max_position_embeddings}"
         )
     optim = OmegaConf.to_container(cfg.optim, resolve=True)
-    module = BertPretrainModule(
+    module = instantiate(cfg.objective, "objective")(
         config=asdict(config),
         optim=continued_optim(optim, start, cfg.trainer.max_steps),
         tokenizer_json=tok.to_str(),

@@ -25,7 +25,7 @@ from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
 from bert_lightning.atomic import atomic_path, write_text
-from bert_lightning.checkpoint import ResumePoint
+from bert_lightning.checkpoint import RTD_KEY, ResumePoint
 from bert_lightning.data.mlm import STOP_SIGNALS
 from bert_lightning.data.sampling import hash_seed
 from bert_lightning.errors import UserError, first_line, user_error
@@ -169,6 +169,23 @@ def hydra_run_dir() -> Path | None:
 # model settings a continued run may change: they shape no weight and no computation to come
 FREE_ON_RESUME = ("hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range")
 TASK_MODEL_KEYS = ("kind", "architecture", "pooling", "labels")  # the task's part of the model
+
+
+def check_same_objective(
+    start: ResumePoint | None, ckpt_path: str, generator_hidden_size: float | None
+) -> None:
+    """A continued pretraining run keeps its objective (MLM, or RTD with its generator's
+    width: `generator_hidden_size`, None for MLM): another one builds other modules."""
+    if start is None or start.hparams.get(RTD_KEY) == generator_hidden_size:
+        return
+
+    def name(g):
+        return "objective=mlm" if g is None else f"objective=rtd with generator_hidden_size={g}"
+
+    raise UserError(
+        f"{ckpt_path}: trained with {name(start.hparams.get(RTD_KEY))}, this run asks for "
+        f"{name(generator_hidden_size)}; a resumed run keeps its objective"
+    )
 
 
 def check_same_model(

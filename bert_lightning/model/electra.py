@@ -1,0 +1,184 @@
+"""ELECTRA's replaced-token detection (RTD, Clark et al. 2020), in plain torch.
+
+A small generator (a narrower BERT MLM) fills the picked positions with tokens sampled from its
+own predictions; the discriminator, a full-size BERT encoder, tells for every real position
+whether its token is the original or a replacement. The discriminator learns from every
+position instead of the 15-30% MLM picks, which is where ELECTRA's gain on small budgets comes
+from; it is the encoder that fine-tuning and `export-hf` take (`bert.*`, a `BertModel`).
+
+The two share the embedding layer (token, position and type embeddings, its LayerNorm), and
+the generator's output projection is tied to the word embeddings, as in ELECTRA. Names follow
+Hugging Face's ELECTRA classes (`discriminator_predictions.dense_prediction`,
+`generator_predictions`, `generator_lm_head`, `embeddings_project`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bert_lightning.errors import UserError
+from bert_lightning.model.bert import (
+    ACT2FN,
+    BertConfig,
+    BertEncoder,
+    BertModel,
+    LayerNorm,
+    init_weights,
+    query_rows,
+)
+
+
+def generator_config(config: BertConfig, generator_hidden_size: float) -> BertConfig:
+    """The generator's shape: the discriminator's depth at `generator_hidden_size` of its width
+    (ELECTRA: 1/4 to 1/2 works best), heads and feed-forward width scaled alike."""
+    if not 0 < generator_hidden_size <= 1:
+        raise UserError(
+            f"objective.generator_hidden_size={generator_hidden_size}; expected a share of the "
+            "encoder's width in (0, 1]"
+        )
+    H = round(config.hidden_size * generator_hidden_size)
+    heads = max(1, round(config.num_attention_heads * generator_hidden_size))
+    if H < 1 or H % heads:
+        raise UserError(
+            f"objective.generator_hidden_size={generator_hidden_size} gives a generator of width "
+            f"{H} with {heads} heads: the width must be a positive multiple of the heads"
+        )
+    intermediate = max(1, round(config.intermediate_size * generator_hidden_size))
+    return replace(config, hidden_size=H, num_attention_heads=heads, intermediate_size=intermediate)
+
+
+class ElectraGeneratorPredictions(nn.Module):
+    """Generator width -> embedding width (the tied output projection's input)."""
+
+    def __init__(self, config: BertConfig, embedding_size: int):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, embedding_size)
+        self.activation = ACT2FN[config.hidden_act]
+        self.LayerNorm = LayerNorm(embedding_size, eps=config.layer_norm_eps)
+
+    def forward(self, x):
+        return self.LayerNorm(self.activation(self.dense(x)))
+
+
+class ElectraGenerator(nn.Module):
+    """A narrow BERT MLM on the discriminator's embeddings: `embeddings_project` maps them to its
+    width; its vocabulary projection is the word embedding matrix (tied)."""
+
+    def __init__(self, config: BertConfig, embedding_size: int, word_embeddings: nn.Embedding):
+        super().__init__()
+        self.config = config
+        self.embeddings_project = nn.Linear(embedding_size, config.hidden_size)
+        self.encoder = BertEncoder(config)
+        self.generator_predictions = ElectraGeneratorPredictions(config, embedding_size)
+        self.generator_lm_head = nn.Linear(embedding_size, config.vocab_size)
+        init_weights(self, config.initializer_range)
+        self.generator_lm_head.weight = word_embeddings.weight  # tied, as in ELECTRA
+
+    def forward(self, embedded, attn_mask, rows, unpadded):
+        """`embedded` (B, T, E) or (N, E) unpadded; `rows` (B, R): the positions to predict
+        (the last layer runs on those alone) -> (B, R, Hg), what `logits` reads."""
+        h = self.embeddings_project(embedded)  # (B, T, Hg) or (N, Hg)
+        return self.encoder(h, attn_mask, last_rows=rows, unpadded=unpadded)[0]  # (B, R, Hg)
+
+    def logits(self, h):
+        return self.generator_lm_head(self.generator_predictions(h))  # (..., V)
+
+
+class ElectraDiscriminatorPredictions(nn.Module):
+    """One logit per token: replaced (> 0) or original."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.activation = ACT2FN[config.hidden_act]
+        self.dense_prediction = nn.Linear(config.hidden_size, 1)
+
+    def forward(self, x):
+        return self.dense_prediction(self.activation(self.dense(x))).squeeze(-1)  # (...,)
+
+
+@dataclass
+class RTDOutput:
+    loss: torch.Tensor  # gen_loss + disc_weight * disc_loss
+    gen_loss: torch.Tensor  # the generator's MLM cross-entropy at the picked positions
+    disc_loss: torch.Tensor  # binary cross-entropy over every real position
+    gen_logits: torch.Tensor  # (P, V) at the picked positions
+    gen_labels: torch.Tensor  # (P,) the original ids there
+    disc_logits: torch.Tensor  # (N,) at the real positions, in (B, T) order
+    replaced: torch.Tensor  # (N,) bool: the discriminator's labels there
+    corrupted: torch.Tensor  # (B, T) the discriminator's input
+
+
+def corrupt(input_ids, labels, sampled) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, T) the original text with the picked positions (labels != -100, row-major order)
+    set to `sampled` (P,), and (B, T) bool which tokens now differ from the original: a sample
+    equal to the original token counts as original, as in ELECTRA."""
+    picked = labels != -100  # (B, T)
+    original = torch.where(picked, labels, input_ids)  # (B, T)
+    corrupted = original.masked_scatter(picked, sampled)  # (B, T)
+    return corrupted, corrupted != original
+
+
+class ElectraForPreTraining(nn.Module):
+    """Generator and discriminator, trained together: loss = generator MLM + `disc_weight` x
+    discriminator BCE (ELECTRA: 50). The generator is sampled without gradient (the
+    discriminator's loss does not reach it through its samples), from torch's global RNG, so
+    a run reseeded per batch resumes bitwise."""
+
+    def __init__(self, config: BertConfig, generator_hidden_size: float, disc_weight: float):
+        super().__init__()
+        self.config, self.disc_weight = config, disc_weight
+        # the discriminator; no pooler, as ELECTRA's (fine-tuning starts a `cls` head's afresh)
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.discriminator_predictions = ElectraDiscriminatorPredictions(config)
+        init_weights(self.discriminator_predictions, config.initializer_range)
+        self.generator = ElectraGenerator(
+            generator_config(config, generator_hidden_size),
+            config.hidden_size,
+            self.bert.embeddings.word_embeddings,
+        )
+
+    def forward(
+        self,
+        input_ids,
+        token_type_ids=None,
+        attention_mask=None,
+        labels=None,
+        position_ids=None,
+        sampler: torch.Generator | None = None,
+    ) -> RTDOutput:
+        """`input_ids` (B, T): the masked text (MLMCollator's), `labels` (B, T): the original
+        ids at the picked positions, -100 elsewhere. `sampler`: the generator's draws from it
+        instead of the global RNG (fixed draws for a comparable validation loss)."""
+        rows, valid = query_rows(labels != -100)  # (B, R)
+        unpadded, mask = self.bert.attention_inputs(input_ids, attention_mask, position_ids)
+        embedded = self.bert.embeddings(input_ids, token_type_ids, unpadded, position_ids)
+        h = self.generator(embedded, mask, rows, unpadded)  # (B, R, Hg)
+        row_labels = labels.gather(1, rows)  # (B, R)
+        picked = (row_labels != -100) & valid  # (B, R), in the order of labels != -100
+        gen_logits, gen_labels = self.generator.logits(h[picked]), row_labels[picked]  # (P, V)
+        if gen_labels.numel():
+            gen_loss = F.cross_entropy(gen_logits.float(), gen_labels)
+            with torch.no_grad():
+                probs = gen_logits.float().softmax(-1)  # (P, V)
+                sampled = torch.multinomial(probs, 1, generator=sampler).squeeze(1)  # (P,)
+        else:  # nothing picked: a zero loss that still belongs to the graph
+            gen_loss, sampled = gen_logits.sum() * 0.0, gen_labels
+        corrupted, replaced = corrupt(input_ids, labels, sampled)  # (B, T) each
+        out = self.bert(corrupted, token_type_ids, attention_mask, position_ids=position_ids)
+        real = (
+            torch.ones_like(corrupted, dtype=torch.bool)
+            if attention_mask is None
+            else attention_mask.bool()
+        )  # (B, T)
+        disc_logits = self.discriminator_predictions(out.last_hidden_state[real])  # (N,)
+        target = replaced[real]  # (N,)
+        disc_loss = F.binary_cross_entropy_with_logits(disc_logits.float(), target.float())
+        loss = gen_loss + self.disc_weight * disc_loss
+        return RTDOutput(
+            loss, gen_loss, disc_loss, gen_logits, gen_labels, disc_logits, target, corrupted
+        )

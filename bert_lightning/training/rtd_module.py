@@ -1,0 +1,95 @@
+"""The LightningModule that pretrains with ELECTRA's replaced-token detection
+(`objective=rtd`, model/electra.py) on the MLM data of any data option."""
+
+from __future__ import annotations
+
+import torch
+from torchmetrics.classification import BinaryAccuracy, MulticlassAccuracy
+
+from bert_lightning.data.sampling import hash_seed
+from bert_lightning.errors import UserError
+from bert_lightning.model import BertConfig, ElectraForPreTraining, rtd_flops
+from bert_lightning.training.module_base import EncoderModule
+
+
+class RTDPretrainModule(EncoderModule):
+    """`config`: the discriminator's BertConfig fields (the encoder a checkpoint hands to
+    fine-tuning and `export-hf`); `generator_hidden_size`: the generator's width as a share of
+    it; `disc_weight`: λ of loss = generator MLM + λ · discriminator BCE. `objective`: what the
+    data module's examples train; RTD takes MLM examples only. The other arguments as
+    `BertPretrainModule`'s."""
+
+    def __init__(
+        self,
+        config: dict,
+        optim: dict,
+        generator_hidden_size: float,
+        disc_weight: float,
+        tokenizer_json: str | None = None,
+        objective: str = "mlm",
+        compile: bool = False,
+        data: dict | None = None,
+    ):
+        super().__init__()
+        if objective != "mlm":
+            raise UserError(
+                f"objective=rtd trains on masked text; this data option makes {objective} "
+                "examples (data=c4_nsp: data.objective=mlm gives its pairs without NSP)"
+            )
+        self.save_hyperparameters(ignore=["tokenizer_json"])
+        self.model = ElectraForPreTraining(BertConfig(**config), generator_hidden_size, disc_weight)
+        self.tokenizer_json = tokenizer_json
+        V = self.model.config.vocab_size
+        # validate_args checks label ranges on the host: a sync per training step, not worth it
+        self.train_gen_acc = MulticlassAccuracy(V, average="micro", validate_args=False)
+        self.train_disc_acc = BinaryAccuracy(validate_args=False)
+        self.val_gen_acc = MulticlassAccuracy(V, average="micro")
+        self.val_disc_acc = BinaryAccuracy()
+
+    def forward(self, batch: dict, sampler: torch.Generator | None = None):
+        return self.model(
+            batch["input_ids"],
+            batch.get("token_type_ids"),
+            batch.get("attention_mask"),
+            batch["labels"],
+            batch.get("position_ids"),
+            sampler,
+        )
+
+    def flops_per_batch(self, batch: dict) -> torch.Tensor:
+        """Useful FLOPs of a training step (TokenThroughput's MFU), as a device tensor."""
+        B, T = batch["input_ids"].shape
+        picked = batch["labels"] != -100  # (B, T)
+        keep = picked.clone()
+        keep[:, 0] = True  # the generator's last-layer rows (query_rows' B x R)
+        mask = batch.get("attention_mask")
+        tokens = None if mask is None else mask.sum()
+        m = self.model
+        return rtd_flops(
+            m.config, m.generator.config, B, T, picked.sum(), B * keep.sum(1).max(), tokens=tokens
+        )
+
+    def training_step(self, batch, batch_idx):
+        out = self(batch)
+        self._log("train", out, batch, self.train_gen_acc, self.train_disc_acc)
+        return out.loss
+
+    def validation_step(self, batch, batch_idx):
+        """The generator's draws are seeded by the batch, as the masks are (`mask_once`): the
+        validation loss is comparable across evaluations."""
+        seed = hash_seed((self.hparams.get("data") or {}).get("seed", 0), batch_idx)
+        sampler = torch.Generator(self.device).manual_seed(seed)
+        out = self(batch, sampler)
+        self._log("val", out, batch, self.val_gen_acc, self.val_disc_acc)
+
+    def _log(self, stage: str, out, batch: dict, gen_acc, disc_acc) -> None:
+        B, val = batch["input_ids"].size(0), stage == "val"
+        self.log(f"{stage}/loss", out.loss, prog_bar=True, batch_size=B, sync_dist=val)
+        self.log(f"{stage}/gen_mlm_loss", out.gen_loss, batch_size=B, sync_dist=val)
+        self.log(f"{stage}/disc_loss", out.disc_loss, batch_size=B, sync_dist=val)
+        self.log(f"{stage}/replaced", out.replaced.float().mean(), batch_size=B, sync_dist=val)
+        if out.gen_labels.numel():
+            gen_acc(out.gen_logits.detach(), out.gen_labels)
+            self.log(f"{stage}/gen_mlm_acc", gen_acc, batch_size=B)
+        disc_acc((out.disc_logits.detach() > 0).long(), out.replaced.long())  # (N,) vs (N,)
+        self.log(f"{stage}/disc_acc", disc_acc, prog_bar=True, batch_size=B)

@@ -1,0 +1,204 @@
+"""Replaced-token detection (`objective=rtd`, ELECTRA): the corruption, both losses against a
+computation of their own, the FLOP formula, a run whose discriminator learns, and its
+checkpoint as an encoder (export to `transformers.BertModel`, fine-tuning)."""
+
+import csv
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from bert_lightning.checkpoint import read_checkpoint
+from bert_lightning.config import compose
+from bert_lightning.errors import UserError
+from bert_lightning.model import BertConfig, ElectraForPreTraining, generator_config, rtd_flops
+from bert_lightning.model.bert import query_rows
+from bert_lightning.model.electra import corrupt
+from bert_lightning.training.pretrain import train
+from conftest import TINY_BERT, tiny_overrides, write_corpus
+
+CONFIG = BertConfig(vocab_size=97, **TINY_BERT)
+MASK_ID = 4
+
+
+def masked_batch(B=3, T=12, pad_from=(12, 8, 5)):
+    """(masked ids, labels, attention mask, original ids): ~30% of the real tokens picked, all
+    replaced by [MASK] in the input, as MLMCollator with p_mask=1 does."""
+    g = torch.Generator().manual_seed(5)
+    ids = torch.randint(5, CONFIG.vocab_size, (B, T), generator=g)
+    mask = (torch.arange(T) < torch.tensor(pad_from)[:, None]).long()  # (B, T)
+    ids = ids.masked_fill(mask == 0, 0)
+    picked = (torch.rand(B, T, generator=g) < 0.3) & mask.bool()
+    picked[:, 0] = False  # [CLS]
+    picked[0, 3] = True
+    labels = torch.where(picked, ids, -100)
+    return ids.masked_fill(picked, MASK_ID), labels, mask, ids
+
+
+def test_corruption_differs_only_at_picked_positions_and_labels_say_changed():
+    masked, labels, _, original = masked_batch()
+    picked = labels != -100
+    sampled = torch.randint(5, CONFIG.vocab_size, (int(picked.sum()),))
+    sampled[0] = labels[picked][0]  # a sample equal to the original token
+    corrupted, replaced = corrupt(masked, labels, sampled)
+    assert torch.equal(corrupted[~picked], original[~picked])
+    assert torch.equal(corrupted[picked], sampled)
+    assert torch.equal(replaced, corrupted != original)
+    assert not replaced[~picked].any()
+    first = picked.flatten().nonzero()[0]
+    assert not replaced.flatten()[first]  # sampled the original: counts as original
+
+
+def test_both_losses_equal_a_dense_computation_of_their_own():
+    """The generator's loss from a dense pass over every position (no picked-rows last layer,
+    no unpadding), the discriminator's BCE written out, on the corruption the model drew."""
+    torch.manual_seed(0)
+    model = ElectraForPreTraining(CONFIG, 0.5, 50.0).eval()
+    masked, labels, mask, original = masked_batch()
+    sampler = torch.Generator().manual_seed(3)
+    out = model(masked, None, mask, labels, sampler=sampler)
+    assert out.loss.item() == pytest.approx(out.gen_loss.item() + 50.0 * out.disc_loss.item())
+
+    gen, bert = model.generator, model.bert
+    bert.unpad = False
+    with torch.no_grad():
+        ext = mask[:, None, None, :].bool()
+        h = gen.embeddings_project(bert.embeddings(masked))  # (B, T, Hg)
+        h, _ = gen.encoder(h, ext)
+        logits = gen.logits(h)  # (B, T, V)
+        picked = labels != -100
+        gen_loss = F.cross_entropy(logits[picked], labels[picked])
+        # the same draw from the same distribution
+        probs = logits[picked].softmax(-1)
+        sampled = torch.multinomial(probs, 1, generator=torch.Generator().manual_seed(3))[:, 0]
+        corrupted = original.clone()
+        corrupted[picked] = sampled
+        y = (corrupted != original)[mask.bool()].float()
+        z = model.discriminator_predictions(bert(corrupted, None, mask).last_hidden_state)
+        p = torch.sigmoid(z[mask.bool()])
+        disc_loss = -(y * p.log() + (1 - y) * (1 - p).log()).mean()
+    assert torch.equal(out.corrupted, corrupted)
+    assert out.gen_loss.item() == pytest.approx(gen_loss.item(), rel=1e-5)
+    assert out.disc_loss.item() == pytest.approx(disc_loss.item(), rel=1e-5)
+    assert out.disc_logits.numel() == int(mask.sum())  # every real position, no padding
+
+
+def test_generator_shares_the_embeddings_and_its_output_is_tied():
+    model = ElectraForPreTraining(CONFIG, 0.5, 50.0)
+    assert model.generator.generator_lm_head.weight is model.bert.embeddings.word_embeddings.weight
+    assert model.generator.config.hidden_size == 16
+    emb = model.bert.embeddings
+    shared = {id(p) for p in model.generator.parameters()} & {id(p) for p in emb.parameters()}
+    assert shared == {id(emb.word_embeddings.weight)}  # the rest of the embeddings: called
+    assert model.bert.pooler is None
+
+
+def test_generator_shape_and_refusals():
+    c = BertConfig(hidden_size=256, num_attention_heads=4, intermediate_size=1024)
+    g = generator_config(c, 0.25)
+    assert (g.hidden_size, g.num_attention_heads, g.intermediate_size) == (64, 1, 256)
+    assert g.num_hidden_layers == c.num_hidden_layers
+    with pytest.raises(UserError, match=r"objective.generator_hidden_size=1.5; expected a share"):
+        generator_config(c, 1.5)
+    with pytest.raises(UserError, match="width must be a positive multiple of the heads"):
+        generator_config(BertConfig(hidden_size=12, num_attention_heads=4), 0.4)
+
+
+def test_rtd_flops_match_torch_flop_counter():
+    from torch.utils.flop_counter import FlopCounterMode
+
+    model = ElectraForPreTraining(CONFIG, 0.5, 50.0).train()  # dropout: SDPA's counted path
+    masked, labels, mask, _ = masked_batch()
+    B, T = masked.shape
+    with FlopCounterMode(display=False) as counter:
+        model(masked, None, mask, labels).loss.backward()
+    P = int((labels != -100).sum())
+    R = query_rows(labels != -100)[0].numel()
+    g = model.generator.config
+    expected = rtd_flops(CONFIG, g, B, T, P, R, tokens=int(mask.sum()))
+    assert expected == counter.get_total_flops()
+
+
+def rows(out_dir):
+    with open(out_dir / "metrics.csv") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.fixture(scope="module")
+def rtd_run(tmp_path_factory):
+    """A 20-step RTD run of the tiny model; its folder."""
+    out = tmp_path_factory.mktemp("rtd")
+    write_corpus(out / "corpus.jsonl", 60)
+    overrides = tiny_overrides(
+        out, "objective=rtd", "trainer.max_steps=20", "trainer.val_check_interval=10"
+    )
+    train(compose(overrides=overrides))
+    return out
+
+
+@pytest.mark.slow
+def test_a_20_step_run_logs_both_parts_and_its_discriminator_learns(rtd_run):
+    train_rows = [r for r in rows(rtd_run) if r.get("train/disc_acc")]
+    assert len(train_rows) == 20
+    acc = [float(r["train/disc_acc"]) for r in train_rows]
+    assert sum(acc[-5:]) / 5 > sum(acc[:5]) / 5 + 0.1
+    replaced = [float(r["train/replaced"]) for r in train_rows]
+    # nearly every picked token (15% of a batch's, on average) is replaced by a weak generator
+    assert 0.1 < sum(replaced) / len(replaced) < 0.16
+    for key in ("gen_mlm_loss", "gen_mlm_acc", "disc_loss", "disc_acc", "replaced", "loss"):
+        assert any(r.get(f"val/{key}") for r in rows(rtd_run)), key
+    val = [float(r["val/disc_loss"]) for r in rows(rtd_run) if r.get("val/disc_loss")]
+    assert val[-1] < val[0]
+
+
+@pytest.mark.slow
+def test_an_rtd_checkpoint_exports_its_discriminator_as_a_bert_model(rtd_run, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    ckpt = rtd_run / "checkpoints" / "last.ckpt"
+    pre = read_checkpoint(ckpt)
+    assert pre.rtd and all(k.startswith("bert.") for k in pre.state_dict)
+    out = tmp_path / "hf"
+    subprocess.run(
+        [sys.executable, "-m", "bert_lightning", "export-hf", str(ckpt), str(out)], check=True
+    )
+    hf, info = transformers.BertModel.from_pretrained(
+        out, add_pooling_layer=False, output_loading_info=True
+    )
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    raw = torch.load(ckpt, map_location="cpu", weights_only=True)["state_dict"]
+    model = ElectraForPreTraining(pre.config, 0.25, 50.0).eval()
+    model.load_state_dict({k.removeprefix("model."): v for k, v in raw.items()})
+    ids = torch.randint(5, pre.config.vocab_size, (2, 10))
+    with torch.no_grad():
+        ours = model.bert(ids).last_hidden_state
+        theirs = hf.eval()(ids).last_hidden_state
+    assert (ours - theirs).abs().max() <= 1e-5
+
+
+@pytest.mark.slow
+def test_fine_tuning_starts_from_an_rtd_checkpoint(rtd_run, tmp_path):
+    from bert_lightning.training.finetune import finetune
+    from finetune_fixtures import TINY_FINETUNE, sentiment_rows, write_csv
+
+    write_csv(tmp_path / "train.csv", sentiment_rows(48))
+    ckpt = rtd_run / "checkpoints" / "last.ckpt"
+    cfg = compose(
+        "finetune",
+        [
+            *TINY_FINETUNE,
+            f"paths.output_dir={tmp_path / 'ft'}",
+            f"pretrained={ckpt}",
+            f"task.train_file={tmp_path / 'train.csv'}",
+            "trainer.max_steps=3",
+        ],
+    )
+    finetune(cfg)
+    tuned = torch.load(tmp_path / "ft/checkpoints/last.ckpt", weights_only=True)["state_dict"]
+    raw = torch.load(ckpt, map_location="cpu", weights_only=True)["state_dict"]
+    key = "bert.embeddings.position_embeddings.weight"
+    start = raw[f"model.{key}"]
+    assert tuned[f"model.{key}"].shape == start.shape
+    assert (tuned[f"model.{key}"] - start).abs().max() < 0.05  # it started from these weights
+    assert not any("generator" in k for k in tuned)
