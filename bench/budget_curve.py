@@ -1,13 +1,16 @@
 """The curve a user reads: the downstream suite's average against the pretraining budget, for
-ours (`train.py`) and `transformers` (`bench/hf_pretrain.py`) given the same minutes.
+ours with MLM (`train.py`), ours with replaced-token detection (`train.py objective=rtd`) and
+`transformers` MLM (`bench/hf_pretrain.py`), given the same minutes.
 
     python bench/budget_curve.py OUT --data-dir ../shared/data experiment=cpu_30min
-    python bench/budget_curve.py OUT --minutes 5,15,30 --seeds 3 --data-dir DIR [overrides...]
+    python bench/budget_curve.py OUT --minutes 5,15,30 --trainers ours,rtd --seeds 3 \
+        --data-dir DIR [overrides...]
 
-For each budget, two pretraining runs on one config (the overrides, with `trainer.max_time`
-set to the budget, so each run's learning rate decays to 0 as its time runs out):
-`OUT/ours_<m>min/` and `OUT/transformers_<m>min/`; then one `bert-lightning downstream` suite
-over all of them in `OUT/downstream/` (its random row is the 0-minute point of both curves).
+For each budget, one pretraining run per trainer on one config (the overrides, with
+`trainer.max_time` set to the budget, so each run's learning rate decays to 0 as its time runs
+out): `OUT/ours_<m>min/`, `OUT/rtd_<m>min/`, `OUT/transformers_<m>min/`; then one
+`bert-lightning downstream` suite over all of them in `OUT/downstream/` (its random row is the
+0-minute point of every curve).
 Writes `OUT/curve.md`, `OUT/curve.json` and `OUT/curve.png`. Rerun with the same OUT to
 continue: a finished pretraining run (its last checkpoint, or the exported folder) and a
 finished cell are not redone. Run nothing else on the machine meanwhile: a budget is wall time.
@@ -30,7 +33,8 @@ from bert_lightning.training.callbacks import save_figure
 
 ROOT = Path(__file__).resolve().parents[1]
 
-TRAINERS = ("ours", "transformers")
+# what pretrains each curve: train.py with these overrides, or bench/hf_pretrain.py (None)
+TRAINERS = {"ours": [], "rtd": ["objective=rtd"], "transformers": None}
 
 
 def max_time(minutes: float) -> str:
@@ -42,9 +46,9 @@ def max_time(minutes: float) -> str:
 def pretrain(trainer: str, folder: Path, minutes: float, overrides: list[str]) -> Path:
     """One budgeted run (skipped when finished); the model the suite reads."""
     budget = [*overrides, "trainer.max_steps=-1", f"trainer.max_time={max_time(minutes)}"]
-    if trainer == "ours":
+    if TRAINERS[trainer] is not None:
         model = folder / "checkpoints" / "last.ckpt"
-        cmd = [str(ROOT / "train.py"), *budget, f"paths.output_dir={folder}"]
+        cmd = [str(ROOT / "train.py"), *budget, *TRAINERS[trainer], f"paths.output_dir={folder}"]
     else:
         model = folder / "hf_model"
         cmd = [str(ROOT / "bench" / "hf_pretrain.py"), str(folder), *budget]
@@ -64,9 +68,9 @@ def steps_taken(trainer: str, folder: Path) -> int:
         return 1 + max(int(r["step"]) for r in csv.DictReader(f) if r.get("step"))
 
 
-def curve(report: dict, minutes: list[float], out: Path) -> dict:
+def curve(report: dict, minutes: list[float], out: Path, trainers: list[str]) -> dict:
     """Per trainer: (minutes, steps, average, std) points; random weights are the 0-minute
-    point of both."""
+    point of each."""
     models = report["models"]
     random = (0.0, 0, *models["random"]["average"])
     return {
@@ -75,16 +79,16 @@ def curve(report: dict, minutes: list[float], out: Path) -> dict:
             (m, steps_taken(t, out / f"{t}_{m:g}min"), *models[f"{t}_{m:g}min"]["average"])
             for m in minutes
         ]
-        for t in TRAINERS
+        for t in trainers
     }
 
 
 def table(points: dict) -> str:
-    head = ["pretraining minutes"] + [f"{t} {c}" for t in TRAINERS for c in ("steps", "average")]
+    head = ["pretraining minutes"] + [f"{t} {c}" for t in points for c in ("steps", "average")]
     lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
-    for i, (m, *_) in enumerate(points[TRAINERS[0]]):
+    for i, (m, *_) in enumerate(next(iter(points.values()))):
         cells = []
-        for t in TRAINERS:
+        for t in points:
             _, steps, avg, std = points[t][i]
             cells += [f"{steps:,}", f"{avg:.3f} ± {std:.3f}"]
         label = "0 (random weights)" if m == 0 else f"{m:g}"
@@ -114,17 +118,21 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("out", type=Path)
     p.add_argument("--minutes", default="5,15,30", help="comma-separated budgets")
+    p.add_argument("--trainers", default=",".join(TRAINERS), help=f"of {', '.join(TRAINERS)}")
     p.add_argument("--data-dir", required=True, help="as for bert-lightning downstream")
     p.add_argument("--tasks", default="sst2,cola,wnut17,home_depot")
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--suite-budget", default="cpu", help="the suite's budget: cpu, gpu or a YAML")
     a, overrides = p.parse_known_args()
     minutes = [float(m) for m in a.minutes.split(",")]
+    trainers = a.trainers.split(",")
+    if unknown := [t for t in trainers if t not in TRAINERS]:
+        p.error(f"--trainers {','.join(unknown)}: expected some of {', '.join(TRAINERS)}")
     a.out.mkdir(parents=True, exist_ok=True)
     models = [
         f"{t}_{m:g}min={pretrain(t, a.out / f'{t}_{m:g}min', m, overrides)}"
         for m in minutes
-        for t in TRAINERS
+        for t in trainers
     ]
     report = downstream(
         models,
@@ -134,7 +142,7 @@ def main() -> None:
         budget=a.suite_budget,
         out=str(a.out / "downstream"),
     )
-    points = curve(report, minutes, a.out)
+    points = curve(report, minutes, a.out, trainers)
     write_json({"overrides": overrides, "tasks": a.tasks, "curve": points}, a.out / "curve.json")
     text = table(points)
     write_text(a.out / "curve.md", text + "\n")

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from bert_lightning.checkpoint import read_checkpoint
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -72,8 +74,9 @@ def test_transformers_spends_the_same_budget_and_exports_a_folder_the_suite_read
 
 @pytest.mark.slow
 def test_budget_curve_pretrains_each_budget_then_one_suite(tmp_path):
-    """bench/budget_curve.py on 3-second budgets: a run of ours and of `transformers` per budget,
-    one suite over them, the curve starting at the random row; a rerun redoes nothing."""
+    """bench/budget_curve.py on 3-second budgets: a run of ours (MLM and RTD) and of
+    `transformers` per budget, one suite over them, each curve starting at the random row; a
+    rerun redoes nothing."""
     from conftest import tiny_overrides, write_corpus
     from finetune_fixtures import tiny_budget, write_dataset
 
@@ -84,15 +87,17 @@ def test_budget_curve_pretrains_each_budget_then_one_suite(tmp_path):
     args += ["--tasks", "sst2", "--seeds", "2", "--data-dir", str(tmp_path / "data")]
     args += ["--suite-budget", str(tiny_budget(tmp_path / "tiny.yaml")), *overrides]
     out = bench(*args, cwd=tmp_path)
-    assert "pretraining ours_0.05min" in out and "pretraining transformers_0.05min" in out
+    for t in ("ours", "rtd", "transformers"):
+        assert f"pretraining {t}_0.05min" in out
     curve = tmp_path / "curve"
     assert (curve / "ours_0.05min/checkpoints/last.ckpt").is_file()
+    assert read_checkpoint(curve / "rtd_0.05min/checkpoints/last.ckpt").rtd
     assert json.loads((curve / "transformers_0.05min/summary.json").read_text())["seconds"] >= 3
     models = json.loads((curve / "downstream/downstream.json").read_text())["models"]
-    assert list(models) == ["ours_0.05min", "transformers_0.05min", "random"]
+    assert list(models) == ["ours_0.05min", "rtd_0.05min", "transformers_0.05min", "random"]
     points = json.loads((curve / "curve.json").read_text())["curve"]
     steps = {"transformers": json.loads((curve / "transformers_0.05min/summary.json").read_text())}
-    for t in ("ours", "transformers"):
+    for t in ("ours", "rtd", "transformers"):
         assert points[t][0] == [0.0, 0, *models["random"]["average"]]
         assert points[t][1][0] == 0.05 and points[t][1][2:] == models[f"{t}_0.05min"]["average"]
         assert points[t][1][1] > 0
@@ -101,7 +106,8 @@ def test_budget_curve_pretrains_each_budget_then_one_suite(tmp_path):
     assert table.splitlines()[2].startswith("| 0 (random weights) | ")
     assert table.splitlines()[3].startswith("| 0.05 | ") and (curve / "curve.png").stat().st_size
     again = bench(*args, cwd=tmp_path)  # finished runs and cells stay
-    assert "pretraining ours" not in again and "pretraining transformers" not in again
+    assert "pretraining ours" not in again and "pretraining rtd" not in again
+    assert "pretraining transformers" not in again
     assert "seed" not in again
 
 
