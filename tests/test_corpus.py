@@ -1,14 +1,18 @@
 import gzip
 import json
+from itertools import pairwise
 
 import pytest
 
 from bert_lightning.data.corpus import (
     BadRecordError,
     BadRecords,
+    interleave_documents,
     iter_documents,
     resolve_files,
+    split_document,
 )
+from bert_lightning.errors import UserError
 
 
 def jsonl(path, records, gz=False):
@@ -138,3 +142,47 @@ def test_plain_text_blocks_or_lines(tmp_path):
     assert list(iter_documents([str(gz)], "skip", bad)) == ["a\nb", "c"] and bad.count == 1
     with pytest.raises(ValueError, match="text_unit='page'"):
         list(iter_documents([str(path)], text_unit="page"))
+
+
+# 2,500 characters: paragraphs of 150 to 450 characters joined by blank lines
+PARAGRAPHS = [chr(ord("a") + i) * n for i, n in enumerate([450, 300, 150, 400, 350, 388, 450])]
+BOOK = "\n\n".join(PARAGRAPHS)
+
+
+def test_a_long_document_is_split_at_paragraph_breaks(tmp_path):
+    assert len(BOOK) == 2500
+    path = jsonl(tmp_path / "book.jsonl", [{"text": BOOK}, {"text": "short"}])
+    *pieces, short = iter_documents([path], max_chars=1000, long_docs="split")
+    assert short == "short"  # a document within the limit is read as it is
+    assert all(len(p) <= 1000 for p in pieces) and len(pieces) == 3
+    assert "\n\n".join(pieces) == BOOK  # cut at breaks only: all the text, in order
+    for piece, after in pairwise(pieces):
+        next_paragraph = after.split("\n\n")[0]  # each cut at the last break before the limit
+        assert len(piece) + 2 + len(next_paragraph) > 1000
+    assert list(iter_documents([path], long_docs="split")) == [BOOK, "short"]  # no limit
+
+
+def test_without_paragraph_breaks_a_cut_falls_back_to_lines_spaces_then_the_limit():
+    text = "a" * 100 + "\n\n" + "b" * 800 + "\n" + "c" * 500
+    assert split_document(text, 1000) == ["a" * 100, "b" * 800, "c" * 500]
+    words = "word " * 500
+    assert split_document(words, 1000) == [words[:999], words[:999], words[:499]]
+    assert split_document("x" * 2500, 1000) == ["x" * 1000, "x" * 1000, "x" * 500]
+
+
+def test_long_docs_error_rejects_and_a_bad_value_is_named(tmp_path):
+    path = jsonl(tmp_path / "book.jsonl", [{"text": BOOK}])
+    message = r"book\.jsonl:1: document of 2,500 characters, over max_doc_chars=1,000; data\."
+    with pytest.raises(BadRecordError, match=rf"{message}on_bad_record=skip skips such records"):
+        list(iter_documents([path], max_chars=1000))
+    with pytest.raises(UserError) as e:
+        list(iter_documents([path], long_docs="x"))
+    assert str(e.value) == "data.long_docs='x'; expected one of ('error', 'split')"
+
+
+def test_interleaving_takes_a_document_of_each_file_in_turn(tmp_path):
+    a = jsonl(tmp_path / "a.jsonl.gz", [{"text": f"a{i}"} for i in (1, 2, 3)], gz=True)
+    b = tmp_path / "b.txt"
+    b.write_text("b1\n")
+    assert list(interleave_documents([a, str(b)])) == ["a1", "b1", "a2", "a3"]
+    assert list(interleave_documents([a])) == list(iter_documents([a]))

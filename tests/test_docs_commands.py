@@ -7,6 +7,7 @@ remembering to."""
 
 from __future__ import annotations
 
+import gzip
 import os
 import re
 import shlex
@@ -103,6 +104,10 @@ def workspace(tmp_path_factory):
     rows = pd.DataFrame(regression_rows(48)).rename(columns={"text": "title", "target": "bid"})
     rows.to_parquet(ws / "bids.parquet")
     (ws / "texts.txt").write_text("the cat sat\non the mat\n")
+    (ws / "wiki").mkdir()
+    for source in ("wikipedia", "books"):  # data=corpus's validation files (docs/data.md)
+        shard = ws / "wiki" / f"{source}-validation-00000.jsonl.gz"
+        shard.write_bytes(gzip.compress(corpus.read_bytes()))
     ckpt = pre / "checkpoints" / "last.ckpt"
     fine = ws / "outputs/finetune/runs/RUN"
     finetune(

@@ -1,6 +1,7 @@
 """Reading documents: C4-style JSON lines (`.json`, `.jsonl`) or plain text (`.txt`: one document
 per blank-line-separated block, or per line), optionally `.gz`; bad input is either named
-precisely in an error or skipped and counted."""
+precisely in an error or skipped and counted. A document over the length limit is bad input, or
+is split into pieces (`long_docs`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import gzip
 import json
 import logging
 import zlib
+from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +23,8 @@ TEXT_SUFFIXES = (".txt", ".txt.gz")
 SUFFIXES = (".json", ".jsonl", ".json.gz", ".jsonl.gz", *TEXT_SUFFIXES)
 ON_BAD_RECORD = ("error", "skip")
 TEXT_UNITS = ("block", "line")  # plain text: a document per blank-line-separated block or line
+LONG_DOCS = ("error", "split")  # a document over max_chars: a bad record | cut into pieces
+BREAKS = ("\n\n", "\n", " ")  # where `split_document` cuts, the first found before the limit
 
 
 class BadRecordError(UserError):
@@ -93,15 +97,38 @@ def _decode(raw: bytes) -> str:
         raise _Bad(f"invalid UTF-8 ({e.reason} at byte {byte})", line=line) from None
 
 
-def _check(text: str, max_chars: int | None) -> str:
+def _check(text: str) -> str:
     if not text.strip():
         raise ValueError("empty document")
-    if max_chars is not None and len(text) > max_chars:
-        raise ValueError(f"document of {len(text):,} characters, over max_doc_chars={max_chars:,}")
     return text
 
 
-def _parse(raw: bytes, max_chars: int | None = None) -> str:
+def split_document(text: str, max_chars: int) -> list[str]:
+    """`text` cut into pieces of at most `max_chars` characters, each at the last paragraph
+    break before the limit, else the last newline, else the last space, else hard at the limit
+    (a book stays readable text, cut where its own structure allows); pieces are stripped and
+    empty ones dropped."""
+    pieces, start = [], 0
+    while len(text) - start > max_chars:
+        end = start + max_chars
+        found = (text.rfind(sep, start + 1, end + len(sep)) for sep in BREAKS)
+        cut = next((i for i in found if i > start), end)
+        pieces.append(text[start:cut])
+        start = cut
+    pieces.append(text[start:])
+    return [p for p in map(str.strip, pieces) if p]
+
+
+def _fit(text: str, max_chars: int | None, long_docs: str) -> list[str]:
+    """A document within `max_chars`, as one or (`long_docs=split`) several documents."""
+    if max_chars is None or len(text) <= max_chars:
+        return [text]
+    if long_docs == "split":
+        return split_document(text, max_chars)
+    raise ValueError(f"document of {len(text):,} characters, over max_doc_chars={max_chars:,}")
+
+
+def _parse(raw: bytes) -> str:
     """One JSON line -> its non-empty `text`, or a ValueError saying what is wrong."""
     line = _decode(raw)
     try:
@@ -122,11 +149,11 @@ def _parse(raw: bytes, max_chars: int | None = None) -> str:
         raise ValueError(
             f"'text' holds a lone surrogate {text[e.start]!r} at character {e.start + 1}"
         ) from None
-    return _check(text, max_chars)
+    return _check(text)
 
 
-def _parse_text(raw: bytes, max_chars: int | None = None) -> str:
-    return _check(_decode(raw).strip(), max_chars)
+def _parse_text(raw: bytes) -> str:
+    return _check(_decode(raw).strip())
 
 
 def _records(f, path: str, text_unit: str) -> Iterator[tuple[int, bytes]]:
@@ -155,15 +182,19 @@ def iter_documents(
     bad: BadRecords | None = None,
     max_chars: int | None = None,
     text_unit: str = "block",
+    long_docs: str = "error",
 ) -> Iterator[str]:
     """Yield the `text` of every good record; other fields are ignored. Blank lines are not
     records. A corrupt or truncated `.gz` ends that file (skip) or raises (error). A document
-    over `max_chars` is a bad record (a stray multi-MB page would stall the sentence splitter
-    and hold a worker's memory; C4 documents are rarely over 100,000 characters)."""
+    over `max_chars` is a bad record (`long_docs=error`: a stray multi-MB page would stall the
+    sentence splitter and hold a worker's memory; C4 documents are rarely over 100,000
+    characters), or (`split`: books) is cut by `split_document`, each piece a document."""
     if on_bad_record not in ON_BAD_RECORD:
         raise UserError(f"data.on_bad_record={on_bad_record!r}; expected one of {ON_BAD_RECORD}")
     if text_unit not in TEXT_UNITS:
         raise UserError(f"data.text_unit={text_unit!r}; expected one of {TEXT_UNITS}")
+    if long_docs not in LONG_DOCS:
+        raise UserError(f"data.long_docs={long_docs!r}; expected one of {LONG_DOCS}")
     bad = bad if bad is not None else BadRecords()
 
     def reject(where: str) -> None:
@@ -179,15 +210,29 @@ def iter_documents(
             with _open(path) as f:
                 for lineno, raw in _records(f, path, text_unit):  # noqa: B007 (read in except)
                     try:
-                        text = parse(raw, max_chars)
+                        texts = _fit(parse(raw), max_chars, long_docs)
                     except ValueError as e:
                         col = f"{e.column}:" if isinstance(e, _Bad) and e.column else ""
                         line = lineno + e.line if isinstance(e, _Bad) else lineno
                         reject(f"{path}:{line}:{col} {e}")
                         continue
-                    read += 1
-                    yield text
+                    read += len(texts)
+                    yield from texts
         except (OSError, EOFError, zlib.error) as e:
             reject(f"{path}: unreadable after line {lineno}: {e}")
     if bad.count:
         log.warning(bad.summary(read))
+
+
+def interleave_documents(files: Sequence[str], **read) -> Iterator[str]:
+    """The documents of `files` round-robin: the first of each file, then the second of each,
+    ...; a file that ends drops out. What a tokenizer trains on is the first documents of a
+    stream, and read file after file they would all come from the first source listed.
+    `read`: the options of `iter_documents`."""
+    streams = deque(iter_documents([f], **read) for f in files)
+    while streams:
+        stream = streams.popleft()
+        text = next(stream, None)
+        if text is not None:
+            yield text
+            streams.append(stream)

@@ -21,7 +21,7 @@ import torch
 from tokenizers import Tokenizer
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from bert_lightning.data.corpus import iter_documents, resolve_files
+from bert_lightning.data.corpus import interleave_documents, resolve_files
 from bert_lightning.data.masking import MaskingConfig, MLMCollator
 from bert_lightning.data.pipeline import (
     PACKINGS,
@@ -86,6 +86,7 @@ class BertDataModule(L.LightningDataModule):
         tokenizer: dict | None = None,
         on_bad_record: str = "error",
         max_doc_chars: int | None = 1_000_000,
+        long_docs: str = "error",
         text_unit: str = "block",
         num_proc: int | None = None,
         cache_dir: str | None = None,
@@ -102,7 +103,8 @@ class BertDataModule(L.LightningDataModule):
         self.masking = from_dict(MaskingConfig, masking, "data.masking")
         self.tokenizer_cfg = from_dict(TokenizerConfig, tokenizer, "data.tokenizer")
         self.on_bad_record, self.num_proc = on_bad_record, num_proc
-        self.max_doc_chars, self.text_unit = max_doc_chars, text_unit
+        self.max_doc_chars, self.long_docs = max_doc_chars, long_docs
+        self.text_unit = text_unit
         self.cache_dir, self.seed = cache_dir, seed
         self.tokenizer: Tokenizer | None = None
         self.train_set = self.val_set = None
@@ -142,6 +144,7 @@ class BertDataModule(L.LightningDataModule):
         return {
             "on_bad_record": self.on_bad_record,
             "max_chars": self.max_doc_chars,
+            "long_docs": self.long_docs,
             "text_unit": self.text_unit,
         }
 
@@ -221,8 +224,9 @@ class PretrainDataModule(BertDataModule):
         return self.train_files
 
     def tokenizer_documents(self):
-        """The stream a tokenizer is trained on (its first `tokenizer.max_docs` documents)."""
-        return iter_documents(self.train_files, **self.read_options())
+        """The stream a tokenizer is trained on (its first `tokenizer.max_docs` documents): the
+        files interleaved, so that every source is in the vocabulary, not only the first."""
+        return interleave_documents(self.train_files, **self.read_options())
 
     def read(self, files: list[str]) -> datasets.Dataset:
         return read_documents(files, self.read_options(), self.cache_dir)
