@@ -12,8 +12,9 @@ out): `OUT/ours_<m>min/`, `OUT/rtd_<m>min/`, `OUT/transformers_<m>min/`; then on
 `bert-lightning downstream` suite over all of them in `OUT/downstream/` (its random row is the
 0-minute point of every curve).
 Writes `OUT/curve.md`, `OUT/curve.json` and `OUT/curve.png`. Rerun with the same OUT to
-continue: a finished pretraining run (its last checkpoint, or the exported folder) and a
-finished cell are not redone. Run nothing else on the machine meanwhile: a budget is wall time.
+continue: a finished pretraining run and a finished cell are not redone, and a run of ours
+that was stopped continues from its `last.ckpt` with what is left of its budget. Run nothing
+else on the machine meanwhile: a budget is wall time.
 """
 
 from __future__ import annotations
@@ -44,19 +45,28 @@ def max_time(minutes: float) -> str:
 
 
 def pretrain(trainer: str, folder: Path, minutes: float, overrides: list[str]) -> Path:
-    """One budgeted run (skipped when finished); the model the suite reads."""
+    """One budgeted run, skipped when finished; the model the suite reads. A run of ours that
+    was stopped (its `last.ckpt` there, no `<folder>.done` beside it) continues from its
+    checkpoint and spends what is left of its budget: a long budget can be run in pieces."""
     budget = [*overrides, "trainer.max_steps=-1", f"trainer.max_time={max_time(minutes)}"]
+    done = folder.parent / f"{folder.name}.done"
     if TRAINERS[trainer] is not None:
         model = folder / "checkpoints" / "last.ckpt"
         cmd = [str(ROOT / "train.py"), *budget, *TRAINERS[trainer], f"paths.output_dir={folder}"]
+        finished = done.exists()
+        if not finished and model.exists():
+            cmd.append(f"ckpt_path={model}")
+            print(f"continuing {folder.name} from {model}", flush=True)
     else:
         model = folder / "hf_model"
         cmd = [str(ROOT / "bench" / "hf_pretrain.py"), str(folder), *budget]
-    if not model.exists():
+        finished = model.exists()
+    if not finished:
         print(f"pretraining {folder.name} ({minutes:g} min)", flush=True)
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "bench")]))
-        with open(folder.parent / f"{folder.name}.log", "w") as log:
+        with open(folder.parent / f"{folder.name}.log", "a") as log:
             subprocess.run([sys.executable, *cmd], env=env, stdout=log, stderr=log, check=True)
+        done.touch()
     return model
 
 

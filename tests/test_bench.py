@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from bert_lightning.checkpoint import read_checkpoint
 
@@ -108,6 +109,12 @@ def test_budget_curve_pretrains_each_budget_then_one_suite(tmp_path):
     again = bench(*args, cwd=tmp_path)  # finished runs and cells stay
     assert "pretraining ours" not in again and "pretraining rtd" not in again
     assert "pretraining transformers" not in again
+    # a run stopped before its end (no .done) continues from its checkpoint, its budget spent
+    ckpt = curve / "rtd_0.05min/checkpoints/last.ckpt"
+    step = torch.load(ckpt, weights_only=True)["global_step"]
+    (curve / "rtd_0.05min.done").unlink()
+    assert f"continuing rtd_0.05min from {ckpt}" in bench(*args, cwd=tmp_path)
+    assert step <= torch.load(ckpt, weights_only=True)["global_step"] <= step + 1
     assert "seed" not in again
 
 
