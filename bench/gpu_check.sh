@@ -7,7 +7,8 @@
 # $OUT, else gpu_check_out): JSON per check, logs, and summary.md, the table printed at the end.
 # Order: the step bench first (the headline figures), then padded batches (unpadded encoder
 # vs padded path vs transformers), then the loop overhead, then a short real
-# run of train.py on the GPU preset. Each part has its own time limit; a part that fails or
+# run of train.py on the GPU preset, then (with bench/gpu_carry.sh's data) whether
+# pretraining pays: MLM and RTD, the suite on both. Each part has its own time limit; a part that fails or
 # runs out of time leaves a blank row, the others still run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -45,3 +46,12 @@ step train_gpu 150 $py train.py trainer=gpu model=bert_base data.batch_size=256 
   data.num_workers=4 trainer.max_time=00:00:02:00 trainer.max_steps=100000 \
   trainer.val_check_interval=200 "paths.output_dir=$out/train_gpu"
 $py bench/gpu_summary.py "$out" | tee "$out/summary.md"
+# Then, where bench/gpu_carry.sh's data came along: MLM and RTD pretraining and the suite on
+# both (bench/gpu_pretraining_pays.sh, ~20 min of pretraining before the suite). Its folder
+# outlives OUT, so a later call on a warm machine continues it.
+pays_data=${PAYS_DATA:-.gpu_carry/data}
+if [ -d "$pays_data/wiki_books" ]; then
+  step pretraining_pays "${PAYS_LIMIT:-3000}" bash bench/gpu_pretraining_pays.sh "$pays_data" \
+    "${PAYS_OUT:-gpu_check_out/pays}"
+  cat "${PAYS_OUT:-gpu_check_out/pays}/curve.md" 2>/dev/null | tee -a "$out/summary.md"
+fi

@@ -57,7 +57,6 @@ def test_transformers_spends_the_same_budget_and_exports_a_folder_the_suite_read
     the config's shape and the tokenizer train.py would have trained."""
     from tokenizers import Tokenizer
 
-    from bert_lightning.checkpoint import read_checkpoint
     from conftest import tiny_overrides, write_corpus
 
     write_corpus(tmp_path / "corpus.jsonl", 40)
@@ -141,3 +140,60 @@ def test_padded_step_bench_times_every_workload(tmp_path):
     assert all(0 < padding[w] < 1 for w in workloads[:3])
     assert all(r["vs_padded"] > 0 for r in rows) and rows[1]["vs_transformers"] is None
     assert out.count("| home_depot_cross | fp32 |") == 1
+
+
+@pytest.mark.slow
+def test_gpu_pretraining_pays_gathers_its_files_then_pretrains_both_and_runs_the_suite(tmp_path):
+    """bench/gpu_carry.sh gathers the subset, the tokenizer, the suite's data and the wheels;
+    bench/gpu_pretraining_pays.sh on them (CPU, tiny shape, 3-second budgets, one task): an MLM
+    and an RTD run of experiment=gpu_10min, then the suite over both and random weights."""
+    import gzip
+
+    from conftest import write_corpus
+    from finetune_fixtures import tiny_budget, write_dataset, write_tokenizer
+
+    wb, suite, wheels = tmp_path / "wiki_books", tmp_path / "suite", tmp_path / "wheels"
+    wb.mkdir()
+    write_corpus(tmp_path / "corpus.jsonl", 40)
+    lines = (tmp_path / "corpus.jsonl").read_text().splitlines(keepends=True)
+    names = ["wikipedia-train-00000", "wikipedia-train-00006", "books-train-00002"]
+    names += ["wikipedia-validation-00000", "books-validation-00000"]
+    for i, name in enumerate(names):
+        with gzip.open(wb / f"{name}.jsonl.gz", "wt") as f:
+            f.writelines(lines[i * 8 : (i + 1) * 8])
+    for task in ("glue_sst2", "glue_cola", "wnut17", "home_depot"):
+        write_dataset(suite / task, task.removeprefix("glue_"))
+    write_tokenizer(tmp_path / "tokenizer.json")
+    wheels.mkdir()
+    (wheels / "a-1.0-py3-none-any.whl").write_bytes(b"wheel")
+    carry = tmp_path / "carry"
+    args = [str(wb), str(suite), str(tmp_path / "tokenizer.json"), str(wheels), str(carry)]
+    subprocess.run(["bash", str(ROOT / "bench/gpu_carry.sh"), *args], check=True)
+    assert sorted(p.name for p in (carry / "data/wiki_books").iterdir()) == sorted(
+        f"{n}.jsonl.gz" for n in names
+    )
+    assert (carry / "wheels/a-1.0-py3-none-any.whl").is_file()
+
+    env = dict(
+        os.environ,
+        PYTHON=sys.executable,
+        MINUTES="0.05",
+        SEEDS="1",
+        TASKS="sst2",
+        SUITE_BUDGET=str(tiny_budget(tmp_path / "tiny.yaml")),
+    )
+    script = str(ROOT / "bench/gpu_pretraining_pays.sh")
+    out = tmp_path / "pays"
+    r = subprocess.run(
+        ["bash", script, str(carry / "data"), str(out), "debug=tiny"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert read_checkpoint(out / "rtd_0.05min/checkpoints/last.ckpt").rtd
+    assert not read_checkpoint(out / "ours_0.05min/checkpoints/last.ckpt").rtd
+    models = json.loads((out / "downstream/downstream.json").read_text())["models"]
+    assert list(models) == ["ours_0.05min", "rtd_0.05min", "random"]
+    assert (out / "curve.md").read_text().splitlines()[0].startswith("| pretraining minutes")
