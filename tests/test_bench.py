@@ -197,3 +197,13 @@ def test_gpu_pretraining_pays_gathers_its_files_then_pretrains_both_and_runs_the
     models = json.loads((out / "downstream/downstream.json").read_text())["models"]
     assert list(models) == ["ours_0.05min", "rtd_0.05min", "random"]
     assert (out / "curve.md").read_text().splitlines()[0].startswith("| pretraining minutes")
+
+
+def test_rtd_step_bench_times_both_objectives(tmp_path):
+    """bench/rtd_step.py on a tiny batch: both step times, their ratio and the sampling share."""
+    args = ["--size", "bert_tiny", "--vocab-size", "500", "--batch-size", "4", "--seq-len", "16"]
+    args += ["--steps", "2", "--warmup", "1"]
+    r = json.loads(bench(str(ROOT / "bench/rtd_step.py"), *args, cwd=tmp_path).splitlines()[-1])
+    assert r["mlm_ms"] > 0 and r["rtd_ms"] > 0
+    assert abs(r["rtd_over_mlm"] - r["rtd_ms"] / r["mlm_ms"]) < 0.01
+    assert 0 < r["sampling_share_of_rtd"] < 1
