@@ -9,6 +9,7 @@ import math
 import pytest
 from hydra.utils import instantiate
 
+from bert_lightning.commands.evaluate import evaluate_mlm
 from bert_lightning.config import compose
 from bert_lightning.data.corpus import BadRecordError, iter_documents
 from bert_lightning.data.mlm import PretrainDataModule
@@ -62,3 +63,9 @@ def test_data_corpus_trains_on_mixed_files_and_a_split_book(tmp_path):
         losses = [float(r["train/loss"]) for r in csv.DictReader(f) if r["train/loss"]]
     assert len(losses) == cfg.trainer.max_steps and all(map(math.isfinite, losses))
     assert val_loss is not None and math.isfinite(val_loss)
+    # evaluate reads a held-out book as the run read its documents: over the default limit of
+    # 1,000,000 characters, split, not refused
+    long_book = tmp_path / "books-validation-00000.jsonl"
+    long_book.write_text(json.dumps({"text": "\n\n".join([book] * (1 + 10**6 // len(book)))}))
+    held_out = evaluate_mlm(tmp_path / "checkpoints/last.ckpt", [str(long_book)], batch_size=256)
+    assert held_out["examples"] > 0 and math.isfinite(held_out["loss"])

@@ -103,6 +103,8 @@ def evaluate_mlm(
         packing=settings["packing"],
         batch_size=settings["batch_size"],
         masking=masking,
+        max_doc_chars=settings["max_doc_chars"],
+        long_docs=settings["long_docs"],
         cache_dir=cache_dir,
         seed=settings["seed"],
     )
