@@ -14,6 +14,7 @@ a resume, where worker random states start afresh.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
 import torch
@@ -27,7 +28,12 @@ class EpochSampler(DistributedSampler):
 
     The permutation is two-level, so that memory does not grow with the corpus (a full
     `randperm` of C4's 1.2 billion 128-token blocks would hold 10 GB per rank): the order of
-    `chunk`-sized runs of indices is shuffled, then the indices within each run."""
+    `chunk`-sized runs of positions is shuffled, then the positions within each run, and a
+    position p is example `(a * p + b) mod n` (a bijection, `a` coprime to n, both drawn from
+    the seed). Consecutive positions land `a` apart, so each run draws from the whole corpus:
+    read as runs of neighbouring examples, a corpus stored source by source (Wikipedia shards,
+    then books) would be trained one source at a time for the first million examples. One run
+    (n <= chunk) is a whole permutation already and is served as it is."""
 
     def __init__(self, dataset, num_replicas=1, rank=0, seed: int = 0, chunk: int = 1 << 20):
         super().__init__(
@@ -38,15 +44,26 @@ class EpochSampler(DistributedSampler):
     def __iter__(self) -> Iterator[tuple[int, int]]:
         epoch, n, N, chunk = self.epoch, len(self.dataset), self.num_replicas, self.chunk
         g = torch.Generator().manual_seed(self.seed + epoch)
+        a, b = spread(n, g) if n > chunk else (1, 0)
         pos = 0  # position in the epoch's global order
         for c in torch.randperm(-(-n // chunk), generator=g).tolist():
             lo = c * chunk
-            run = torch.randperm(min(chunk, n - lo), generator=g) + lo
+            run = (torch.randperm(min(chunk, n - lo), generator=g) + lo) * a % n
+            run = (run + b) % n
             first = (self.rank - pos) % N  # this rank's positions: rank, rank + N, ...
             mine = run[first::N][: max(0, -(-(self.total_size - pos - first) // N))]
             pos += len(run)
             for i in mine.tolist():
                 yield i, epoch
+
+
+def spread(n: int, g: torch.Generator) -> tuple[int, int]:
+    """(a, b) of the bijection p -> (a * p + b) mod n: `a` coprime to n, drawn from the upper
+    half of [1, n) (a small `a` would keep neighbours near one another)."""
+    while True:
+        a = int(torch.randint(n // 2, n, (), generator=g))
+        if math.gcd(a, n) == 1:
+            return a, int(torch.randint(0, n, (), generator=g))
 
 
 class SeededExamples(Dataset):
