@@ -1,5 +1,8 @@
 import json
 import os
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -41,6 +44,41 @@ def write_corpus(path: Path, n_docs: int = 60) -> Path:
                 break
             f.write(json.dumps({"text": text, "url": f"u{i}"}) + "\n")
     return path
+
+
+def run_in_session(cmd: list[str], env: dict, bound: float) -> subprocess.CompletedProcess:
+    """`cmd` in a session (process group) of its own, as a process manager starts a job:
+    returns once it has exited and every process of its group is gone; fails the test when
+    one is still there `bound` seconds after the start, or 10 s after the output closed."""
+    p = subprocess.Popen(
+        cmd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        stdout, stderr = p.communicate(timeout=bound)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        _, stderr = p.communicate()
+        pytest.fail(f"a process of the run was still there after {bound} s: {stderr[-2000:]}")
+    assert session_ends(p.pid), f"a process of the run outlived its output: {stderr[-2000:]}"
+    return subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr)
+
+
+def session_ends(sid: int, seconds: float = 10.0) -> bool:
+    """Whether every process of the session is gone within `seconds` (one that closed its
+    output may take a moment to exit, and a zombie to be reaped)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(sid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False
 
 
 @pytest.fixture(scope="session")

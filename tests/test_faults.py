@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import lightning as L
@@ -18,7 +17,7 @@ from test_distributed import env
 from test_resume import run
 
 from bert_lightning.errors import UserError
-from conftest import tiny_overrides, write_corpus
+from conftest import run_in_session, tiny_overrides, write_corpus
 
 ROOT = Path(__file__).resolve().parents[1]
 DDP_RUN = [  # 2 CPU processes, 8 steps, last.ckpt every 4
@@ -49,35 +48,7 @@ def train_ddp(out: Path, *extra: str) -> subprocess.CompletedProcess:
     holds its output is gone (Lightning's launcher starts rank 1 as a child of rank 0)."""
     write_corpus(out / "corpus.jsonl", 60)
     cmd = [sys.executable, str(ROOT / "train.py"), *tiny_overrides(out, *DDP_RUN, *extra)]
-    p = subprocess.Popen(
-        [*cmd, f"hydra.run.dir={out}"],
-        env=env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        stdout, stderr = p.communicate(timeout=BOUND)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        p.communicate()
-        pytest.fail(f"a process of the run was still there after {BOUND} s")
-    assert session_ends(p.pid), f"a process of the run outlived its output: {stderr[-2000:]}"
-    return subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr)
-
-
-def session_ends(sid: int, seconds: float = 10.0) -> bool:
-    """Whether every process of the session is gone within `seconds` (one that closed its
-    output may take a moment to exit, and a zombie to be reaped)."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(sid, 0)
-        except ProcessLookupError:
-            return True
-        time.sleep(0.1)
-    return False
+    return run_in_session([*cmd, f"hydra.run.dir={out}"], env(), BOUND)
 
 
 def weights(ckpt: Path) -> dict[str, torch.Tensor]:

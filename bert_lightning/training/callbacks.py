@@ -1,5 +1,5 @@
-"""Callbacks of a run: real-token throughput, progress over steps, the model summary and the
-loss-curve plot."""
+"""Callbacks of a run: last.ckpt at the final step, real-token throughput, progress over steps,
+the model summary and the loss-curve plot."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import lightning as L
+from lightning.pytorch import callbacks as lightning_callbacks
 from lightning.pytorch.callbacks import ModelSummary, ProgressBar
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.utilities import rank_zero_only
@@ -18,6 +19,21 @@ from bert_lightning.atomic import atomic_path
 from bert_lightning.training.optim import budget_timer
 
 log = logging.getLogger(__name__)
+
+
+class ModelCheckpoint(lightning_callbacks.ModelCheckpoint):
+    """Lightning's, with `last.ckpt` written at the step the fit ends on, however it ends
+    (steps, epochs, `trainer.max_time`, early stopping): Lightning's writes it at the end only
+    when it never wrote one, so a run stopped between checkpoints kept an older one. It is
+    written in `on_train_end`, while the loaders' iterators still run: after `fit`, Lightning
+    has shut them down, and a StatefulDataLoader asked for its state then starts a new
+    iterator, with worker processes that nothing ends (the run would never exit). Its name is
+    Lightning's, so the state it keeps in a checkpoint has the same key."""
+
+    def on_train_end(self, trainer, pl_module):
+        if self.save_last and self._last_global_step_saved != trainer.global_step:
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+
 
 # Dense (no sparsity) bf16/fp16 tensor-core peaks from NVIDIA's datasheets, FLOP/s, matched by
 # substring of torch.cuda.get_device_name (most specific first). Lightning's own table lists the

@@ -1,7 +1,7 @@
 """`train(cfg)`: one pretraining run from a composed Hydra config (`train.py`,
 `bert-lightning pretrain` and tests call it), through the run skeleton (training/run.py): what
 pretraining builds (the corpus's data module, the model, the trainer) and what follows its fit
-(the last step of a time budget saved, the validation loss returned)."""
+(the validation loss returned)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from bert_lightning.checkpoint import PRETRAINING, ResumePoint
 from bert_lightning.data.tokenizer import special_ids
 from bert_lightning.errors import UserError
 from bert_lightning.training.instantiate import check_types, instantiate
-from bert_lightning.training.optim import budget_timer
 from bert_lightning.training.resume import (
     check_same_model,
     check_same_objective,
@@ -74,21 +73,8 @@ def build(cfg: DictConfig, start: ResumePoint | None = None):
     return dm, module, build_trainer(cfg)
 
 
-def end_of_budget(trainer) -> None:
-    """A run on a time budget stops between checkpoints (Lightning validates at the stop, but a
-    run that checkpoints every N steps saves only then): `last.ckpt` is written at the final
-    step, so the run's weights are those of its whole budget."""
-    ckpt = trainer.checkpoint_callback
-    if budget_timer(trainer) is None or ckpt is None or not ckpt.save_last:
-        return
-    trainer.save_checkpoint(
-        Path(ckpt.dirpath) / f"{ckpt.CHECKPOINT_NAME_LAST}{ckpt.FILE_EXTENSION}"
-    )
-
-
 def after_fit(cfg: DictConfig, dm, module, trainer) -> float | None:
     """The last validation loss: what a sweep minimises."""
-    end_of_budget(trainer)
     val_loss = trainer.callback_metrics.get("val/loss")
     log.info("outputs in %s", Path(cfg.paths.output_dir))
     return float(val_loss) if val_loss is not None else None
