@@ -87,8 +87,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def tree_rss_mib(pid: int) -> float:
-    """RSS summed over `pid` and its descendants (Linux /proc)."""
+def tree_rss(pid: int) -> dict[int, float]:
+    """RSS in MiB of `pid` and of each of its descendants (Linux /proc)."""
     parent = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -101,24 +101,28 @@ def tree_rss_mib(pid: int) -> float:
         more = {p for p, pp in parent.items() if pp in tree} - tree
         tree |= more
         grew = bool(more)
-    kib = 0
-    for p in tree:
+    rss = {}
+    for p in sorted(tree):
         try:
             status = Path(f"/proc/{p}/status").read_text()
         except OSError:
             continue
-        kib += sum(
-            int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")
-        )
-    return kib / 1024
+        kib = [int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")]
+        rss[p] = sum(kib) / 1024
+    return rss
+
+
+def tree_rss_mib(pid: int) -> float:
+    """RSS summed over `pid` and its descendants (shared pages counted in each)."""
+    return sum(tree_rss(pid).values())
 
 
 @contextmanager
-def server(model: str, log: Path, *options: str, ready_s: float = 600):
+def server(model: str, log: Path, *options: str, ready_s: float = 600, port: int | None = None):
     """`bert-lightning serve MODEL --device cpu OPTIONS` in a session of its own; yields
-    (url, pid) once /health says ok. Ctrl+C (SIGINT) shuts LitServe down; whatever outlives
+    (url, pid) once /health says ok. Ctrl+C (SIGINT) drains and stops it; whatever outlives
     it is killed with its process group."""
-    port = free_port()
+    port = port or free_port()
     cmd = [sys.executable, "-m", "bert_lightning", "serve", model, "--port", str(port)]
     cmd += ["--device", "cpu", *options]
     with open(log, "w") as out:

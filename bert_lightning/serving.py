@@ -2,6 +2,11 @@
 `/fill-mask`), each in a worker process of its own with the model loaded once, and requests of
 concurrent clients batched into one forward pass (`max_batch_size`, `batch_timeout`).
 
+SIGTERM or SIGINT to the server's process drains it: new requests and `/health` answer 503,
+requests in flight get their answers (for at most `grace` seconds), then every process of the
+server ends and the command exits 0. The HTTP process and the workers leave a signal sent to
+the whole group (Ctrl-C in a terminal, systemd) to the server's process, which orchestrates.
+
 A request is checked in the HTTP process against its pydantic model, before it can join a
 batch: LitServe fails every request of a batch when one raises, so what only the model can
 check (a `[MASK]` that the tokenizer finds, a pooling the model has layers for) is answered per
@@ -9,6 +14,12 @@ request as a 4xx `Reply`, never raised. Every error is one line, `{"error": "...
 
 # no `from __future__ import annotations`: LitServe hands decode_request's annotation to
 # FastAPI as the endpoint's body model, and a string annotation would not resolve there
+import _thread
+import multiprocessing as mp
+import os
+import signal
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Literal
@@ -17,7 +28,7 @@ import litserve as ls
 import torch
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 from starlette.exceptions import HTTPException
 
@@ -44,7 +55,7 @@ MAX_BODY = 32 * 2**20  # bytes: MAX_ITEMS pairs of MAX_CHARS, JSON-escaped, fit
 
 def _not_blank(text: str) -> str:
     if not text.strip():
-        raise ValueError("empty text (one vector per text)")
+        raise ValueError("a blank text")
     return text
 
 
@@ -58,8 +69,8 @@ class Body(BaseModel):
 
 
 class Pair(Body):
-    query: Text
-    ad: Text
+    query: NonBlank
+    ad: NonBlank
 
 
 class PairsRequest(Body):
@@ -67,7 +78,7 @@ class PairsRequest(Body):
 
 
 class TextsRequest(Body):
-    texts: Annotated[list[Text], Field(min_length=1, max_length=MAX_ITEMS)]
+    texts: Annotated[list[NonBlank], Field(min_length=1, max_length=MAX_ITEMS)]
 
 
 class EmbedRequest(Body):
@@ -96,15 +107,27 @@ class Endpoint(ls.LitAPI):
 
     route = ""
 
-    def __init__(self, model: str, max_batch_size: int, batch_timeout: float, threads: int):
+    def __init__(
+        self, model: str, max_batch_size: int, batch_timeout: float, threads: int, state=None
+    ):
         super().__init__(
             max_batch_size=max_batch_size, batch_timeout=batch_timeout, api_path=self.route
         )
         self.model_path, self.threads = model, threads
+        self.state = state if state is not None else mp.RawValue("i", SERVING)
 
     def setup(self, device):
+        """In the worker's process: the stop signals are the server process's to act on; a
+        SIGTERM ends the worker only once the server has drained (LitServe's shutdown sends
+        it then), so one sent to the whole group leaves the requests in flight answered."""
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, self._on_sigterm)
         torch.set_num_threads(self.threads)
         self.load(device)
+
+    def _on_sigterm(self, signum, frame) -> None:
+        if self.state.value == STOPPED:
+            os._exit(0)
 
     def load(self, device) -> None:
         raise NotImplementedError
@@ -215,6 +238,68 @@ class FillMask(Endpoint):
         ]
 
 
+SERVING, DRAINING, STOPPED = 0, 1, 2  # the server's state, shared by its processes
+QUIET = 1.0  # seconds with nothing in flight that end a drain
+
+
+class Drain:
+    """The server's state in shared memory (its HTTP process and workers are forked or spawned
+    from the server's process and see the same value) and the requests in flight. `gate` is
+    the HTTP process's middleware: while draining it refuses new requests and `/health` with
+    503; `stop` is the server process's handler of SIGTERM and SIGINT: a first signal drains
+    (then `shutdown()`), a second shuts down at once."""
+
+    def __init__(self, grace: float):
+        self.grace = grace
+        self.state = mp.RawValue("i", SERVING)
+        self.in_flight = mp.RawValue("i", 0)  # counted by the one HTTP process's event loop
+        self.pid = os.getpid()
+        self.shutdown: Callable[[], None] = lambda: None
+
+    async def gate(self, request: Request, call_next):
+        if self.state.value != SERVING:
+            if request.url.path == "/health":
+                return PlainTextResponse("not ready: stopping", 503)
+            message = {"error": "the server is stopping: send the request to another one"}
+            return JSONResponse(message, 503, {"Connection": "close"})
+        self.in_flight.value += 1
+        try:
+            return await call_next(request)
+        finally:
+            self.in_flight.value -= 1
+
+    def stop(self, signum, frame) -> None:
+        if os.getpid() != self.pid:  # a forked process before it set its own handlers
+            return
+        if self.state.value == SERVING:
+            self.state.value = DRAINING
+            said = f"{signal.Signals(signum).name}: draining (up to {self.grace:g} s for the "
+            os.write(1, f"{said}requests in flight), then stopping\n".encode())  # no print here
+            threading.Thread(target=self._drain, daemon=True).start()
+        else:
+            self._stopped()
+
+    def _drain(self) -> None:
+        """Until nothing has been in flight for `QUIET` seconds (clients that were just
+        answered get a 503 for their next request, rather than a port that closes under it),
+        or the grace period is over."""
+        deadline, quiet_since = time.monotonic() + self.grace, None
+        while (now := time.monotonic()) < deadline:
+            if self.in_flight.value:
+                quiet_since = None
+            elif quiet_since is None:
+                quiet_since = now
+            elif now - quiet_since >= QUIET:
+                break
+            time.sleep(0.05)
+        self._stopped()
+
+    def _stopped(self) -> None:
+        if self.state.value != STOPPED:
+            self.state.value = STOPPED
+            self.shutdown()
+
+
 def endpoints(model: str) -> dict[str, type[Endpoint] | str]:
     """For each route, what serves it for this checkpoint, or why none can (a 404's message).
     Read here once, so that a bad path is a one-line error before any worker starts."""
@@ -275,25 +360,29 @@ def serve(
     batch_timeout: float = 0.01,
     device: str = "auto",
     threads: int | None = None,
+    grace: float = 20.0,
 ) -> None:
-    """Blocks until Ctrl+C. `device` auto: CUDA when there is one. `threads`: torch's
-    intra-op threads in each worker; by default one core fewer than torch would take, left to
-    the HTTP process: a forward pass whose threads wait on a busy core runs many times slower
-    (docs/serving.md)."""
+    """Blocks until SIGTERM or SIGINT (Ctrl+C), then drains for at most `grace` seconds.
+    `device` auto: CUDA when there is one. `threads`: torch's intra-op threads in each worker;
+    by default one core fewer than torch would take, left to the HTTP process: a forward pass
+    whose threads wait on a busy core runs many times slower (docs/serving.md)."""
     if not 1024 <= port <= 65535:
         raise UserError(f"--port {port}: expected 1024 to 65535")
     if max_batch_size < 1 or batch_timeout < 0 or (threads is not None and threads < 1):
         raise UserError(
             "--max-batch-size and --threads must be at least 1, --batch-timeout at least 0"
         )
+    if grace < 0:
+        raise UserError(f"--grace {grace:g}: expected at least 0 seconds")
     threads = threads or max(1, torch.get_num_threads() - 1)
     if device == "cuda" and not torch.cuda.is_available():
         raise UserError("--device cuda: torch sees no CUDA device")
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     routes = endpoints(model)
+    drain = Drain(grace)
     apis = [
-        e(model, max_batch_size, batch_timeout, threads)
+        e(model, max_batch_size, batch_timeout, threads, drain.state)
         for e in routes.values()
         if not isinstance(e, str)
     ]
@@ -309,11 +398,24 @@ def serve(
             server.app.add_api_route(route, refusal(why), methods=["POST"])
     server.app.add_exception_handler(HTTPException, http_error)
     server.app.add_exception_handler(RequestValidationError, invalid_request)
+    server.app.middleware("http")(drain.gate)
+
+    def shutdown() -> None:
+        """What LitServe's own /shutdown route does: its run() then ends every process it
+        started and returns. Before run() has started any, Ctrl+C's KeyboardInterrupt."""
+        if server._shutdown_event is None:
+            _thread.interrupt_main()
+        else:
+            server._shutdown_event.set()
+
+    drain.shutdown = shutdown
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, drain.stop)
     served = ", ".join(a.api_path for a in apis)
     print(
         f"serving {served} of {model} on http://{host}:{port} ({device}, torch threads per "
         f"worker: {threads}; batches of up to {max_batch_size} requests, {batch_timeout} s to "
-        "fill); GET /health says when ready",
+        f"fill); GET /health says when ready; SIGTERM or Ctrl+C drains it (up to {grace:g} s)",
         flush=True,
     )
     server.run(host, port, num_api_servers=1, log_level="warning", generate_client_file=False)

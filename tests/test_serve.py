@@ -6,9 +6,11 @@ on serving; a bad command line is one line, exit 2."""
 import importlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
@@ -36,6 +38,7 @@ from bert_lightning.serving import (
     endpoints,
 )
 from bert_lightning.training.finetune_module import FinetuneModule
+from conftest import session_ends
 from finetune_fixtures import (
     ad_rows,
     regression_rows,
@@ -204,7 +207,10 @@ BAD = [  # (method, route, request keywords, status, what the error says)
     ("post", "/score", {"content": b"{not json", "headers": {"content-type": "application/json"}},
      422, "not JSON"),
     ("post", "/score", {"data": {"pairs": "x"}}, 422, "Content-Type: application/json"),
-    ("post", "/embed", {"json": {"texts": ["the film", " "]}}, 422, "texts.1: Value error, empty"),
+    ("post", "/embed", {"json": {"texts": ["the film", " "]}}, 422,
+     "texts.1: Value error, a blank text"),
+    ("post", "/score", {"json": {"pairs": [{"query": "", "ad": ""}]}}, 422,
+     "pairs.0.query: Value error, a blank text; pairs.0.ad: Value error, a blank text"),
     ("post", "/embed", {"json": {"texts": ["a"], "pooling": "sum"}}, 422, "pooling"),
     ("post", "/fill-mask", {"json": {"texts": ["a [MASK]"]}}, 404, "no MLM head"),
     ("get", "/score", {}, 405, "Method Not Allowed"),
@@ -273,3 +279,86 @@ def test_the_load_test_runs_both_setups_without_errors(tmp_path, tok):
     rows = json.loads((tmp_path / "b.json").read_text())["rows"]
     assert [(row["errors"], row["requests"] > 0) for row in rows] == [(0, True), (0, True)]
     assert rows[1]["mean_batch"] == 1 and rows[0]["rss_after_mib"] > 0
+
+
+@pytest.mark.slow
+def test_sigterm_drains_the_server_and_ends_every_process_of_it(tmp_path, tok, bench):
+    """Under load, one SIGTERM: requests in flight are answered, later ones refused cleanly
+    (503, or a closed port), /health says not ready while draining; every process of the
+    server is gone within the grace period plus a few seconds, it exits 0, and a new server
+    binds the same port."""
+    ckpt, _ = relevance_ckpt(tmp_path, tok)
+    pair = {"query": "the film", "ad": "a lovely story"}
+    # a batch waits 1.5 s to fill: a request sent just before the signal is still in flight
+    options = ["--max-batch-size", "64", "--batch-timeout", "1.5", "--grace", "10"]
+    with bench.server(str(ckpt), tmp_path / "server.log", *options) as (url, pid):
+        port = int(url.rsplit(":", 1)[1])
+        stop, answers = threading.Event(), []
+
+        def client() -> None:
+            """Posts until refused, as a client behind a load balancer goes elsewhere then."""
+            while not stop.is_set():
+                try:
+                    r = httpx.post(f"{url}/score", json={"pairs": [pair]}, timeout=30)
+                    answers.append((r.status_code, r.json()))
+                    if r.status_code != 200:
+                        return
+                except httpx.ConnectError:  # the port is closed: refused before any work
+                    answers.append(("refused", None))
+                    return
+                except httpx.HTTPError as e:  # cut off in flight: what must not happen
+                    answers.append((repr(e), None))
+                    return
+
+        pool = ThreadPoolExecutor(8)
+        try:
+            for _ in range(8):
+                pool.submit(client)
+            time.sleep(0.5)  # every client has a request waiting in the batch
+            os.kill(pid, signal.SIGTERM)
+            time.sleep(0.3)
+            health = httpx.get(f"{url}/health", timeout=5)
+            t, done = time.monotonic(), 0
+            while not done and time.monotonic() < t + 10 + 15:
+                done, status = os.waitpid(pid, os.WNOHANG)
+                time.sleep(0.1)
+        finally:
+            stop.set()
+            pool.shutdown()
+        assert (health.status_code, health.text) == (503, "not ready: stopping")
+        assert done, "the server did not exit within the grace period and 15 s"
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert session_ends(pid, seconds=5), "a process of the server outlived it"
+    served = [body for status, body in answers if status == 200]
+    assert len(served) >= 8 and all(len(b["scores"]) == 1 for b in served)  # those in flight
+    refused = [(s, b) for s, b in answers if s != 200]
+    assert all(s == "refused" or (s == 503 and "stopping" in b["error"]) for s, b in refused), (
+        refused
+    )
+    log = (tmp_path / "server.log").read_text()
+    assert "SIGTERM: draining (up to 10 s for the requests in flight), then stopping" in log
+    assert "Traceback" not in log
+    with bench.server(str(ckpt), tmp_path / "again.log", port=port) as (again, _):
+        assert httpx.get(f"{again}/health", timeout=5).text == "ok"
+
+
+@pytest.mark.slow
+def test_the_soak_test_counts_bad_requests_as_refusals_not_errors(tmp_path, tok):
+    """bench/serve_soak.py for two short 'minutes' on a tiny checkpoint: every bad body is a
+    4xx, every good one a score, and each minute has every server process's RSS."""
+    ckpt, _ = relevance_ckpt(tmp_path, tok)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "bench")]))
+    args = ["--model", str(ckpt), "--minutes", "2", "--seconds-per-minute", "1.5"]
+    args += ["--clients", "4", "--bad-share", "0.5", "--json", str(tmp_path / "soak.json")]
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "bench/serve_soak.py"), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    soak = json.loads((tmp_path / "soak.json").read_text())
+    assert soak["errors"] == 0 and [row["minute"] for row in soak["rows"]] == [1, 2]
+    assert all(row["good"] > 0 and row["bad"] > 0 for row in soak["rows"])
+    assert len(soak["rows"][0]["rss_mib"]) >= 3  # the server, its HTTP process, a worker

@@ -26,6 +26,12 @@ def register(sub) -> None:
     p.add_argument(
         "--threads", type=int, help="torch threads per worker (default: one core fewer than all)"
     )
+    p.add_argument(
+        "--grace",
+        type=float,
+        default=20.0,
+        help="after SIGTERM or Ctrl+C, seconds the requests in flight get to finish",
+    )
     p.set_defaults(func=_main)
 
 
@@ -43,4 +49,5 @@ def _main(args) -> None:
         args.batch_timeout,
         args.device,
         args.threads,
+        args.grace,
     )
