@@ -92,3 +92,20 @@ def test_warmup_as_a_share_of_the_budget():
         spent.p = p
         got.append(factor(0))
     assert got == pytest.approx([0.0, 0.5, 1.0, 0.5, 0.0, 0.0])
+
+
+@pytest.mark.parametrize("max_steps", [20, 6])
+def test_steps_and_a_time_limit_train_at_the_lower_of_their_rates(tmp_path, fake_clock, max_steps):
+    """A step schedule and 10 s at 1 s a step: the rate is the lower of the two schedules', so
+    it reaches 0 at whichever end comes first: the clock's (20 steps: the run stops at step 10
+    with the rate at a tenth of the peak, not the step schedule's half) or the steps' (6)."""
+    run(tmp_path, f"trainer.max_steps={max_steps}")
+
+    def lr(s: int) -> float:
+        warm = (s + 1) / 2
+        by_steps = warm if s < 2 else (max_steps - s) / (max_steps - 2)
+        return LR * min(warm, 1 - s / 10, by_steps)
+
+    steps = min(max_steps, 10)
+    assert rates(tmp_path) == pytest.approx([lr(s) for s in range(steps)])
+    assert torch.load(tmp_path / "checkpoints/last.ckpt", weights_only=True)["global_step"] == steps

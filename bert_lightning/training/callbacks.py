@@ -187,9 +187,13 @@ class StepProgressBar(ProgressBar):
         self.last_line = now
         return [f"{done}/{total}" if total else str(done)]
 
-    def _eta(self, done: int, total: int | None) -> list[str]:
+    def _eta(self, done: int, total: int | None, timer=None) -> list[str]:
+        """The time left at the step rate so far, or on a time budget's clock (`timer`) if
+        that ends sooner."""
         rate = (done - self.step0) / max(time.perf_counter() - self.t0, 1e-9)
-        return [f"eta {eta_text((total - done) / rate)}"] if total and rate > 0 else []
+        left = [(total - done) / rate] if total and rate > 0 else []
+        left += [max(0.0, timer.time_remaining())] if timer is not None else []
+        return [f"eta {eta_text(min(left))}"] if left else []
 
     def on_train_start(self, trainer, pl_module):
         if self.enabled:
@@ -212,12 +216,7 @@ class StepProgressBar(ProgressBar):
             return
         shown = self._shown(self.get_metrics(trainer, pl_module), "train/")
         line = ["step", *line, *(f"{k} {v}" for k, v in shown.items())]
-        timer = budget_timer(trainer)
-        if timer is not None:  # a run on a time budget ends when its time does
-            line.append(f"eta {eta_text(max(0.0, timer.time_remaining()))}")
-        else:
-            line += self._eta(step, total)
-        self.print(" ".join(line))
+        self.print(" ".join([*line, *self._eta(step, total, budget_timer(trainer))]))
 
     def on_validation_end(self, trainer, pl_module):
         if not self.enabled or trainer.sanity_checking:

@@ -1,7 +1,7 @@
 """The one optimizer of pretraining and fine-tuning: AdamW over BERT's two parameter groups, a
 linear warmup, then a linear decay to 0 at `total_steps` or, on a time budget
-(`trainer.max_time`, `trainer.max_steps=-1`, no `max_epochs`), as that time runs out; and the
-gradient clipping that goes with it under every precision.
+(`trainer.max_time`), as that time runs out: with both, whichever ends first (the lower rate);
+and the gradient clipping that goes with it under every precision.
 
 `conf/optim/adamw.yaml` names `adamw` with `_partial_: true`; a LightningModule keeps that
 config as a plain dict (checkpoints stay loadable with `weights_only=True`) and builds it in
@@ -107,11 +107,13 @@ def adamw(
     head_lr: float | None = None,
     progress: Callable[[], float] | None = None,
 ) -> dict:
-    """What `configure_optimizers` returns. `run_steps`: the optimizer steps of this fit;
-    `total_steps` (default `run_steps`) is where the decay reaches 0, a value of its own so that
-    a run continued past its end keeps a schedule one can predict. `progress`: the share of a
-    time budget spent; given, the schedule follows it instead of steps. `fused`: one kernel for
-    all parameters where the device has it (else the multi-tensor implementation)."""
+    """What `configure_optimizers` returns. `run_steps`: the optimizer steps of this fit (0: not
+    bounded); `total_steps` (default `run_steps`) is where the decay reaches 0, a value of its own
+    so that a run continued past its end keeps a schedule one can predict. `progress`: the share
+    of a time budget spent; given, the schedule follows it too, and a run bounded by both steps
+    and time trains at the lower of the two rates: its rate reaches 0 at whichever end comes
+    first. `fused`: one kernel for all parameters where the device has it (else the
+    multi-tensor implementation)."""
     device = next(model.parameters()).device.type
     fused = fused and device in FUSED_DEVICES
     opt = torch.optim.AdamW(
@@ -122,11 +124,15 @@ def adamw(
         fused=fused or None,
         foreach=None if fused else True,
     )
+    schedules = []
     if progress is not None:
-        factor = budget_linear_decay(progress, warmup_steps, warmup_ratio)
-    else:
+        schedules.append(budget_linear_decay(progress, warmup_steps, warmup_ratio))
+    if progress is None or run_steps:  # steps bound the run
         total = total_steps or run_steps
-        factor = warmup_linear_decay(warmup_length(total, warmup_steps, warmup_ratio), total)
+        schedules.append(
+            warmup_linear_decay(warmup_length(total, warmup_steps, warmup_ratio), total)
+        )
+    factor = schedules[0] if len(schedules) == 1 else lambda step: min(f(step) for f in schedules)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
     schedule = {"scheduler": sched, "interval": "step", "name": "lr"}  # metrics' lr/<group>
     return {"optimizer": opt, "lr_scheduler": schedule}
@@ -139,29 +145,25 @@ def configure_optimizers(module) -> dict:
     trainer = module.trainer
     scaler = getattr(trainer.precision_plugin, "scaler", None)
     progress = budget_progress(trainer)
-    run_steps = 0  # on a time budget the step count is not known ahead
-    if progress is None:
-        run_steps = int(trainer.estimated_stepping_batches)
-        if module.hparams.optim.get("total_steps") is None:
-            # recorded in every checkpoint: a continued run keeps this schedule (resume.py)
-            module.hparams.optim = {**module.hparams.optim, "total_steps": run_steps}
+    steps = trainer.estimated_stepping_batches  # inf: bounded by time alone, or by nothing
+    run_steps = 0 if math.isinf(steps) else int(steps)
+    if (run_steps or progress is None) and module.hparams.optim.get("total_steps") is None:
+        # recorded in every checkpoint: a continued run keeps this schedule (resume.py)
+        module.hparams.optim = {**module.hparams.optim, "total_steps": run_steps}
     build = instantiate(module.hparams.optim, "optim")
     return build(module.model, run_steps=run_steps, fused=scaler is None, progress=progress)
 
 
 def budget_timer(trainer) -> Timer | None:
-    """The Timer of a run bound by time alone (`trainer.max_time`; no `max_steps`, no
-    `max_epochs`): Lightning's own, whose clock a checkpoint saves, so a resumed run spends
-    what is left."""
-    if not math.isinf(trainer.estimated_stepping_batches):
-        return None
+    """The Timer of a run with a time budget (`trainer.max_time`): Lightning's own, whose clock
+    a checkpoint saves, so a resumed run spends what is left."""
     timer = next((c for c in trainer.callbacks if isinstance(c, Timer)), None)
     return timer if timer is not None and timer.time_remaining() is not None else None
 
 
 def budget_progress(trainer) -> Callable[[], float] | None:
     """The share of the run's time budget spent, the same on every rank (rank 0's clock;
-    the scheduler steps at the same point on all of them); None: a run bound by steps."""
+    the scheduler steps at the same point on all of them); None: a run without one."""
     timer = budget_timer(trainer)
     if timer is None:
         return None
