@@ -4,6 +4,7 @@ the entry points' `hydra.main`, which reports a user's mistake as one line."""
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -12,7 +13,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from bert_lightning.errors import MissingFileError, UserError, reported
+from bert_lightning.errors import MissingFileError, UserError, first_line, reported
 
 PACKAGE = Path(__file__).resolve().parent
 # the YAML tree: bert_lightning/conf/ inside an installed wheel, else conf/ at the top of the
@@ -74,7 +75,14 @@ def run_dir(ckpt_path: str | None, kind: str, overrides: list[str], default: str
     return resumed_run(ckpt_path, kind) or default
 
 
+def workers_up_to(n: int) -> int:
+    """`${workers_up_to:N}`: N loader workers, or as many as the cores this process may run
+    on where those are fewer (more only wait for a core; PyTorch warns about each loader)."""
+    return min(int(n), len(os.sched_getaffinity(0)))
+
+
 OmegaConf.register_new_resolver("bundled", bundled, replace=True)
+OmegaConf.register_new_resolver("workers_up_to", workers_up_to, replace=True)
 OmegaConf.register_new_resolver("package_dir", package_dir, replace=True)
 
 
@@ -119,9 +127,14 @@ def command_line_error(e: Exception) -> UserError | None:
     to blame: a config group option that does not exist (options starting with `_` are parts
     the others share, not choices), or a key the config does not have (a typo, or a new key
     without `+`). None for the rest, whose message Hydra prints."""
-    from hydra.errors import MissingConfigException
+    from hydra.errors import MissingConfigException, OverrideParseException
     from omegaconf.errors import ConfigAttributeError, ConfigKeyError
 
+    if isinstance(e, OverrideParseException):
+        return UserError(
+            f"{e.override}: not an override Hydra can parse ({first_line(e)}); expected "
+            "key=value, see https://hydra.cc/docs/advanced/override_grammar/basic/"
+        )
     if isinstance(e, MissingConfigException) and e.options:  # a config group's option
         group, _, name = e.missing_cfg_file.rpartition("/")
         options = ", ".join(o for o in e.options if not o.startswith("_"))
@@ -138,7 +151,7 @@ def composition_reported() -> Iterator[None]:
     and prints a failure there as several lines with exit code 1: for the duration, a mistake
     of the command line is reported before it gets there (`command_line_error`)."""
     from hydra._internal import utils
-    from hydra.errors import ConfigCompositionException
+    from hydra.errors import ConfigCompositionException, OverrideParseException
 
     hydra_report = utils.run_and_report
 
@@ -146,7 +159,7 @@ def composition_reported() -> Iterator[None]:
         def composed() -> Any:
             try:
                 return func()
-            except ConfigCompositionException as e:
+            except (ConfigCompositionException, OverrideParseException) as e:
                 err = command_line_error(e)
                 if err is None:
                     raise
@@ -162,6 +175,15 @@ def composition_reported() -> Iterator[None]:
         utils.run_and_report = hydra_report
 
 
+def log_through_hydra() -> None:
+    """Lightning's package logger has a console handler of its own and also hands its records
+    to the root logger, where Hydra's console and file handlers are: each of its lines would
+    print twice, once to stderr. Under Hydra they take Hydra's handlers alone."""
+    import lightning  # noqa: F401  (its import adds the handler)
+
+    logging.getLogger("lightning").handlers.clear()
+
+
 def hydra_main(config_name: str) -> Callable[[Callable[[DictConfig], Any]], Callable[..., None]]:
     """`hydra.main` on the package's configs: the one entry of `bert-lightning pretrain|finetune`,
     which train.py and finetune.py call too. A user's mistake is one line, in the task
@@ -173,6 +195,7 @@ def hydra_main(config_name: str) -> Callable[[Callable[[DictConfig], Any]], Call
     def decorator(task: Callable[[DictConfig], Any]) -> Callable[..., None]:
         def run(job: str | None = None) -> None:
             def reported_task(cfg: DictConfig) -> Any:
+                log_through_hydra()
                 with hydra_reported():
                     return task(cfg)
 

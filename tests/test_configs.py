@@ -117,3 +117,12 @@ def test_fine_tuning_shows_the_training_values_it_runs_with():
         assert key in own["optim"] and own["optim"][key] == cfg.optim[key], key
     for key in ("precision", "gradient_clip_val", "accumulate_grad_batches", "max_epochs"):
         assert key in own["trainer"] and own["trainer"][key] == cfg.trainer[key], key
+
+
+@pytest.mark.parametrize("option", ["c4_local", "c4_hub"])
+def test_loader_workers_are_no_more_than_the_cores(option, tmp_path, monkeypatch):
+    """4 workers by default, fewer where the process may run on fewer cores."""
+    for cores, workers in ((range(2), 2), (range(16), 4)):
+        monkeypatch.setattr("os.sched_getaffinity", lambda pid, cores=cores: set(cores))
+        cfg = compose("train", [f"data={option}", f"paths.output_dir={tmp_path}"])
+        assert cfg.data.num_workers == workers

@@ -68,10 +68,10 @@ def test_a_bad_json_line_names_file_line_and_column_from_train_py(tmp_path):
         text=True,
         env={**os.environ, "HYDRA_FULL_ERROR": "0"},
     )
-    assert r.returncode == 2 and "Traceback" not in r.stderr
-    assert r.stderr.strip().splitlines()[-1] == (
+    assert r.returncode == 2
+    assert r.stderr == (  # that line alone: Lightning's lines (seeding) go to the log's stdout
         f"error: {corpus}:3:12: invalid JSON (Invalid control character at column 12); "
-        "data.on_bad_record=skip skips such records"
+        "data.on_bad_record=skip skips such records\n"
     )
 
 
@@ -248,7 +248,7 @@ def test_a_required_value_left_out_is_named_and_leaves_no_folder(tmp_path, capsy
     logs = tmp_path / "logs"
     err = cli_error(capsys, *argv, f"paths.log_dir={logs}")
     assert err == f"error: {key}: required and not given; add {key}=... to the command"
-    assert not any(p.is_dir() for p in logs.glob("*/runs/*"))
+    assert not logs.exists()  # nor the empty <task>/runs/ folders above the run's
 
 
 def snapshot(folder: Path) -> dict:

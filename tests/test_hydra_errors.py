@@ -22,6 +22,11 @@ MISTAKES = [
         "(add it with +trainer.max_stepz=... if you mean a new one)",
     ),
     ("model=bert_huge", f"error: model=bert_huge: no such option; expected one of {MODELS}"),
+    (
+        "trainer.max_steps=[",
+        "error: trainer.max_steps=[: not an override Hydra can parse (no viable alternative at "
+        "input '['); expected key=value, see https://hydra.cc/docs/advanced/override_grammar/basic/",
+    ),
 ]
 ENTRY_POINTS = {  # in process: a script reads its overrides from sys.argv
     "train.py": lambda overrides: runpy.run_path(str(ROOT / "train.py"), run_name="__main__"),

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sys
 from functools import partial
 from pathlib import Path
 
@@ -161,6 +162,8 @@ class BertDataModule(L.LightningDataModule):
         if self.val_set is None:
             if self.tokenizer is None:
                 raise RuntimeError("call build_tokenizer(out_dir) before preparing the data")
+            if not sys.stderr.isatty():  # its bars' carriage returns would fill a log file
+                datasets.disable_progress_bars()
             self.train_set, self.val_set = self.build()
 
     def _loader(self, ds, sampler=None) -> StatefulDataLoader:

@@ -336,8 +336,14 @@ def failure_marked(out_dir: Path, resuming: bool) -> Iterator[RunState]:
 
 def remove_hydra_only_folder(folder: Path) -> None:
     """Removes a run folder that holds only what Hydra wrote before the run started (`.hydra/`
-    and the job's log): a run that did nothing leaves no folder behind."""
+    and the job's log): a run that did nothing leaves no folder behind, nor the folders of
+    the default run path (`<paths.log_dir>/<task_name>/runs/`) that it alone made."""
     if folder.is_dir() and all(
         p.name == ".hydra" or (p.suffix == ".log" and p.is_file()) for p in folder.iterdir()
     ):
         shutil.rmtree(folder)
+        if folder.parent.name == "runs":
+            for parent in folder.parents[:3]:
+                if any(parent.iterdir()):
+                    break
+                parent.rmdir()
