@@ -184,7 +184,7 @@ async def load(url: str, pairs: list, clients: int, seconds: float) -> dict:
         "seconds": round(elapsed, 2),
         "requests_per_s": round(len(ms) / elapsed, 1),
         "p50_ms": round(statistics.median(ms), 1) if ms else None,
-        "p99_ms": round(ms[min(len(ms) - 1, int(0.99 * len(ms)))], 1) if ms else None,
+        "p99_ms": p99(ms),
         "mean_batch": round(statistics.mean(batches), 2) if batches else None,
     }
 
@@ -232,16 +232,27 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+def p99(ms: list[float]) -> float | None:
+    """The 99th percentile of sorted latencies, rounded to 0.1 ms; None for none."""
+    return round(ms[min(len(ms) - 1, int(0.99 * len(ms)))], 1) if ms else None
+
+
+def load_parser(doc: str, json_default: str) -> argparse.ArgumentParser:
+    """The options of both load benches: the model, the clients, the JSON they write."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--model", help="default: all-MiniLM-L6-v2 under an untrained relevance head")
     p.add_argument("--clients", type=int, default=16)
+    p.add_argument("--json", default=json_default)
+    return p
+
+
+def main() -> None:
+    p = load_parser(__doc__, "serve_bench.json")
     p.add_argument("--seconds", type=float, default=60)
     p.add_argument("--warmup", type=float, default=3, help="seconds of load before measuring")
     p.add_argument("--max-batch-size", type=int, default=32)
     p.add_argument("--batch-timeout", type=float, default=0.01)
     p.add_argument("--threads", type=int, help="the server's --threads (default: its own)")
-    p.add_argument("--json", default="serve_bench.json")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         model = args.model or str(relevance_ckpt(minilm_folder(), Path(tmp) / "minilm.ckpt"))

@@ -14,7 +14,6 @@ share the machine with the server. Prints a Markdown table and writes every figu
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import random
@@ -24,7 +23,15 @@ import time
 from pathlib import Path
 
 import httpx
-from serve import home_depot_pairs, minilm_folder, relevance_ckpt, server, tree_rss
+from serve import (
+    home_depot_pairs,
+    load_parser,
+    minilm_folder,
+    p99,
+    relevance_ckpt,
+    server,
+    tree_rss,
+)
 
 from bert_lightning.checkpoint import read_checkpoint
 
@@ -78,18 +85,15 @@ async def minute(url: str, pairs: list, clients: int, seconds: float, bad_share:
         "bad": bad_sent,
         "errors": errors,
         "requests_per_s": round((len(ms) + bad_sent) / seconds, 1),
-        "p99_ms": round(ms[min(len(ms) - 1, int(0.99 * len(ms)))], 1) if ms else None,
+        "p99_ms": p99(ms),
     }
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--model", help="default: all-MiniLM-L6-v2 under an untrained relevance head")
-    p.add_argument("--clients", type=int, default=16)
+    p = load_parser(__doc__, "serve_soak.json")
     p.add_argument("--minutes", type=int, default=10)
     p.add_argument("--seconds-per-minute", type=float, default=60, help="(tests shorten it)")
     p.add_argument("--bad-share", type=float, default=0.2)
-    p.add_argument("--json", default="serve_soak.json")
     args = p.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
