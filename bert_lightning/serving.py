@@ -276,8 +276,8 @@ class Drain:
             said = f"{signal.Signals(signum).name}: draining (up to {self.grace:g} s for the "
             os.write(1, f"{said}requests in flight), then stopping\n".encode())  # no print here
             threading.Thread(target=self._drain, daemon=True).start()
-        else:
-            self._stopped()
+        else:  # in a thread too: the main thread may be inside a call to LitServe's manager
+            threading.Thread(target=self._stopped, daemon=True).start()
 
     def _drain(self) -> None:
         """Until nothing has been in flight for `QUIET` seconds (clients that were just
