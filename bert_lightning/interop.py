@@ -153,7 +153,8 @@ def hf_config(
         )
     if architecture not in HF_ARCHITECTURES:
         raise UserError(f"architecture={architecture!r}; expected one of {HF_ARCHITECTURES}")
-    out = {k: v for k, v in asdict(config).items() if k != "pre_layer_norm"}
+    ours = ("pre_layer_norm", "position_embedding_init")  # not transformers' fields
+    out = {k: v for k, v in asdict(config).items() if k not in ours}
     out.update(
         architectures=[architecture],
         model_type="bert",

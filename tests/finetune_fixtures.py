@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import random
 import zipfile
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
@@ -47,9 +47,10 @@ def write_tokenizer(path: Path):
     return tok
 
 
-def write_our_ckpt(path: Path, tok) -> dict:
-    """A `.ckpt` as train.py writes it (hyper_parameters, `model.`-prefixed state, tokenizer)."""
-    config = tiny_config(tok.get_vocab_size())
+def write_our_ckpt(path: Path, tok, **changes) -> dict:
+    """A `.ckpt` as train.py writes it (hyper_parameters, `model.`-prefixed state, tokenizer);
+    `changes`: BertConfig fields other than the tiny config's."""
+    config = replace(tiny_config(tok.get_vocab_size()), **changes)
     model = BertForPreTraining(config)
     state = {f"model.{k}": v for k, v in model.state_dict().items()}
     ckpt = {

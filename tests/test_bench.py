@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from bert_lightning.checkpoint import read_checkpoint
 
@@ -115,6 +116,35 @@ def test_budget_curve_pretrains_each_budget_then_one_suite(tmp_path):
     assert f"continuing rtd_0.05min from {ckpt}" in bench(*args, cwd=tmp_path)
     assert step <= torch.load(ckpt, weights_only=True)["global_step"] <= step + 1
     assert "seed" not in again
+
+
+@pytest.mark.slow
+def test_ablation_runs_each_arm_on_the_same_budget(tmp_path):
+    """bench/ablate.py on 3-second budgets: one run per arm with the common overrides and its
+    own, a table of steps, tokens/s and held-out figures; a rerun redoes nothing."""
+    from conftest import tiny_overrides, write_corpus
+
+    write_corpus(tmp_path / "corpus.jsonl", 40)
+    overrides = [o for o in tiny_overrides(tmp_path) if not o.startswith("paths.")]
+    sin = "model.position_embedding_init=sinusoidal optim.lr=3e-3"
+    args = [str(ROOT / "bench/ablate.py"), str(tmp_path / "abl"), "--minutes", "0.05"]
+    args += ["--arm", "base=", "--arm", f"sin={sin}", *overrides]
+    out = bench(*args, cwd=tmp_path)
+    assert "pretraining base (0.05 min)" in out and "pretraining sin (0.05 min)" in out
+    arms = json.loads((tmp_path / "abl/ablation.json").read_text())["arms"]
+    assert list(arms) == ["base", "sin"] and arms["sin"]["overrides"] == sin
+    for name, init, lr in (("base", "normal", 1e-3), ("sin", "sinusoidal", 3e-3)):
+        cfg = OmegaConf.load(tmp_path / "abl" / name / "config_resolved.yaml")
+        assert (cfg.model.position_embedding_init, cfg.optim.lr) == (init, lr)
+        assert cfg.trainer.max_time == "00:00:00:03"
+        assert arms[name]["steps"] > 0 and arms[name]["val/loss"] > 0
+    table = (tmp_path / "abl/ablation.md").read_text().splitlines()
+    assert (
+        table[0]
+        == "| arm | overrides | steps | tokens/s (median) | val/loss | val/mlm_acc | val/ppl |"
+    )
+    assert table[2].startswith("| base | - | ") and table[3].startswith(f"| sin | `{sin}` | ")
+    assert "pretraining" not in bench(*args, cwd=tmp_path)
 
 
 @pytest.mark.slow

@@ -39,7 +39,7 @@ def test_a_misspelt_task_key_fails_naming_it(tmp_path):
 
 def test_groups_experiments_and_overrides_beat_the_root_config(tmp_path):
     ft = compose("finetune", [f"paths.output_dir={tmp_path}"])
-    assert ft.trainer.max_epochs == 3 and ft.trainer.max_steps == -1  # trainer=finetune
+    assert ft.trainer.max_epochs == 3 and ft.trainer.max_steps == -1  # schedule=finetune
     assert "early_stopping" in ft.callbacks and ft.ckpt_path is None
     ft = compose("finetune", [f"paths.log_dir={tmp_path}", "experiment=brackets_grammar"])
     assert ft.trainer.max_steps == 300 and ft.max_seq_length == 18 and ft.optim.lr == 2e-3

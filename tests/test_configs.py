@@ -107,16 +107,28 @@ def test_precision_and_seed_come_from_the_config(tmp_path):
     assert trainer.precision == "bf16-mixed" and cfg.data.seed == 7
 
 
-def test_fine_tuning_shows_the_training_values_it_runs_with():
-    """Every optimizer value and the trainer's training values of a fine-tuning run are in its
-    own files (optim/finetune.yaml, trainer/finetune.yaml), not inherited unseen from
-    pretraining's (gradient clipping at 1.0, Adam's eps 1e-6)."""
-    own = {g: OmegaConf.load(CONFIG_DIR / g / "finetune.yaml") for g in ("optim", "trainer")}
+def test_fine_tuning_shows_the_optimizer_values_it_runs_with():
+    """Every optimizer value of a fine-tuning run is in its own file (optim/finetune.yaml), not
+    inherited unseen from pretraining's (Adam's eps 1e-6)."""
+    own = OmegaConf.load(CONFIG_DIR / "optim" / "finetune.yaml")
     cfg = compose("finetune", ["task.train_file=x", "paths.output_dir=."])
     for key in set(cfg.optim) - {"_target_", "_partial_"}:
-        assert key in own["optim"] and own["optim"][key] == cfg.optim[key], key
-    for key in ("precision", "gradient_clip_val", "accumulate_grad_batches", "max_epochs"):
-        assert key in own["trainer"] and own["trainer"][key] == cfg.trainer[key], key
+        assert key in own and own[key] == cfg.optim[key], key
+
+
+SCHEDULE_KEYS = ("max_steps", "max_epochs", "val_check_interval", "check_val_every_n_epoch")
+
+
+@pytest.mark.parametrize("preset", sorted(p.stem for p in (CONFIG_DIR / "trainer").glob("*.yaml")))
+def test_a_hardware_preset_keeps_each_run_kinds_schedule(preset, tmp_path):
+    """trainer/ presets are hardware and strategy only: fine-tuning keeps its 3 epochs with a
+    validation each, pretraining its steps, whichever preset runs them."""
+    ft = compose(
+        "finetune", [f"trainer={preset}", "task.train_file=x", f"paths.output_dir={tmp_path}"]
+    )
+    pt = compose("train", [f"trainer={preset}", f"paths.output_dir={tmp_path}"])
+    assert [ft.trainer[k] for k in SCHEDULE_KEYS] == [-1, 3, 1.0, 1]
+    assert [pt.trainer[k] for k in SCHEDULE_KEYS] == [600, -1, 100, None]
 
 
 @pytest.mark.parametrize("option", ["c4_local", "c4_hub"])

@@ -1,3 +1,4 @@
+import csv
 import os
 import subprocess
 import sys
@@ -109,3 +110,24 @@ def test_ddp_ranking_batches_hold_whole_groups_split_between_ranks(tmp_path):
             assert n == train[g]  # a query's rows all in one batch
     seen = {g for batches in ranks for batch in batches for g in batch}
     assert seen == set(train)
+
+
+@pytest.mark.slow
+def test_a_fine_tune_under_ddp_trains_its_epochs_validating_each(tmp_path):
+    """`trainer=ddp_sim` says hardware only: fine-tuning keeps its schedule (its epochs, one
+    validation each), not pretraining's steps and step-counted validation."""
+    from test_finetune import overrides, task_files
+
+    from finetune_fixtures import write_tokenizer
+
+    write_tokenizer(tmp_path / "tokenizer.json")
+    extra = [
+        *task_files(tmp_path, "seq_classification"),
+        "trainer=ddp_sim",
+        f"hydra.run.dir={tmp_path}",
+    ]
+    run_script("finetune.py", overrides(tmp_path, "seq_classification", *extra), tmp_path)
+    with open(tmp_path / "run" / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["epoch"]) for r in rows if r.get("val/loss")] == [0, 1]  # trainer.max_epochs=2
+    assert max(int(r["epoch"]) for r in rows) == 1

@@ -140,3 +140,10 @@ def test_the_random_row_has_the_shape_of_the_model(suite):
     assert "model.num_hidden_layers=2" in models[2].overrides
     saved = [p for p in models[2].overrides if p.startswith("tokenizer=")][0].split("=", 1)[1]
     assert Tokenizer.from_file(saved).get_vocab() == tok.get_vocab()
+    # an init is not a shape: a run started from sinusoidal positions shares BERT's random row
+    write_our_ckpt(suite / "sin.ckpt", tok, position_embedding_init="sinusoidal")
+    models = pretrained_models(
+        [f"ours={suite / 'ours.ckpt'}", str(suite / "sin.ckpt")], suite, True
+    )
+    assert [m.name for m in models] == ["ours", "sin", "random"]
+    assert not any("position_embedding_init" in o for o in models[2].overrides)

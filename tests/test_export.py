@@ -154,6 +154,23 @@ def test_export_classifier_head(tmp_path, tiny_tokenizer, kind):
     assert (ours[real] - theirs[real]).abs().max() <= 1e-5
 
 
+def test_sinusoidal_position_init_exports_as_any_model(tmp_path, tiny_tokenizer):
+    """An init option only: the folder's config.json leaves it out, and transformers computes
+    what we do."""
+    pad = special_ids(tiny_tokenizer)["[PAD]"]
+    vocab = tiny_tokenizer.get_vocab_size()
+    config = BertConfig(vocab, pad_token_id=pad, position_embedding_init="sinusoidal", **TINY)
+    model = BertForPreTraining(config).eval()
+    out = export_hf_folder(model.state_dict(), config, tiny_tokenizer, tmp_path / "hf")
+    assert "position_embedding_init" not in json.loads((out / "config.json").read_text())
+    hf = transformers.BertModel.from_pretrained(out).eval()
+    ids, types, mask = batch(vocab, pad)
+    with torch.no_grad():
+        ours = model.bert(ids, types, mask).last_hidden_state  # (B, T, H)
+        theirs = hf(ids, token_type_ids=types, attention_mask=mask).last_hidden_state
+    assert (ours - theirs)[mask.bool()].abs().max() <= 1e-5
+
+
 def test_pre_ln_and_existing_folder_are_refused(tmp_path, tiny_tokenizer, pretrained):
     pre_ln = BertForPreTraining(
         BertConfig(vocab_size=tiny_tokenizer.get_vocab_size(), pre_layer_norm=True, **TINY)

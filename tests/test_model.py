@@ -1,3 +1,5 @@
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -180,3 +182,17 @@ def test_bf16_autocast_keeps_the_residual_stream_in_bf16():
         torch.testing.assert_close(a.float(), b, atol=0.06, rtol=0.02)
     exact = F.layer_norm(x.double(), (32,), eps=1e-12).bfloat16()  # weight 1, bias 0
     torch.testing.assert_close(ln, exact, atol=0, rtol=2**-8)
+
+
+def test_sinusoidal_position_init_is_the_transformer_encoding_at_bert_scale():
+    table = BertModel(BertConfig(**TINY, position_embedding_init="sinusoidal")).embeddings
+    table = table.position_embeddings.weight.detach()  # (P, H)
+    H, scale = table.shape[1], 0.02 * math.sqrt(2)
+    assert table[5, 2].item() == pytest.approx(math.sin(5 / 10000 ** (2 / H)) * scale, abs=1e-6)
+    assert table[5, 3].item() == pytest.approx(math.cos(5 / 10000 ** (2 / H)) * scale, abs=1e-6)
+    assert table.pow(2).mean().sqrt().item() == pytest.approx(0.02)  # BERT's init's scale
+    # neighbours alike, distant positions less so: the structure random vectors lack
+    near = F.cosine_similarity(table[10], table[11], dim=0)
+    assert near > F.cosine_similarity(table[10], table[40], dim=0) + 0.2
+    with pytest.raises(ValueError, match="position_embedding_init='rope'; expected normal or"):
+        BertConfig(**TINY, position_embedding_init="rope")

@@ -7,6 +7,7 @@ import torch
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 
+from bert_lightning.checkpoint import read_checkpoint
 from bert_lightning.config import compose
 from bert_lightning.data.corpus import BadRecordError
 from bert_lightning.errors import UserError
@@ -64,6 +65,17 @@ def test_smoke_run_writes_outputs_and_resumes(tmp_path):
     assert mfu and all(m == pytest.approx(f / 1e9) for m, f in mfu)
     tok_a = (out / "tokenizer.json").read_text()
     assert (resumed / "tokenizer.json").read_text() == tok_a
+
+
+def test_sinusoidal_position_init_trains(tmp_path):
+    """`model.position_embedding_init=sinusoidal` takes steps end to end and the loss falls;
+    the run's checkpoint records the option."""
+    steps = ("trainer.max_steps=20", "trainer.val_check_interval=10", "optim.warmup_steps=0")
+    run(tmp_path, "model.position_embedding_init=sinusoidal", "optim.lr=1e-2", *steps)
+    losses = [float(r["train/loss"]) for r in metric_rows(tmp_path) if r["train/loss"]]
+    assert len(losses) == 20 and sum(losses[-5:]) / 5 < sum(losses[:5]) / 5 - 0.2
+    ckpt = read_checkpoint(tmp_path / "checkpoints" / "last.ckpt")
+    assert ckpt.config.position_embedding_init == "sinusoidal"
 
 
 @pytest.mark.parametrize("packing", ["document", "packed_isolated"])

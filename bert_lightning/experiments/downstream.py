@@ -31,8 +31,9 @@ from bert_lightning.fields import from_dict
 from bert_lightning.training.callbacks import eta_text, save_figure
 from bert_lightning.training.finetune import finetune
 
-# BertConfig fields that do not shape a model (the random row keeps the rest)
-NOT_SHAPE = ("vocab_size", "pad_token_id")
+# BertConfig fields that do not shape a model (the random row keeps the rest): the random row
+# starts from BERT's init, whatever init a pretraining run started from
+NOT_SHAPE = ("vocab_size", "pad_token_id", "position_embedding_init")
 QUIET = ("lightning.pytorch", "lightning.fabric")  # their console lines, kept in each cell's log
 
 

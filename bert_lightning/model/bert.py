@@ -33,6 +33,10 @@ class BertConfig:
     # Not in transformers.BertConfig: pre-LN blocks (LayerNorm before each sublayer plus a final
     # one) train more stably at depth but cannot be expressed by HF BERT.
     pre_layer_norm: bool = False
+    # Not in transformers.BertConfig, an init only: "sinusoidal" starts the learned position
+    # embeddings at the Transformer's sines and cosines (at initializer_range's scale), which
+    # relate every offset by one linear map, instead of unrelated random vectors
+    position_embedding_init: str = "normal"  # normal | sinusoidal
     # transformers' name for a left-to-right model; here it only adds a causal attention mask,
     # an ablation that shows what MLM gains from seeing the right context
     is_decoder: bool = False
@@ -45,6 +49,11 @@ class BertConfig:
             )
         if self.hidden_act not in ACT2FN:
             raise UserError(f"hidden_act={self.hidden_act!r}; expected one of {sorted(ACT2FN)}")
+        if self.position_embedding_init not in ("normal", "sinusoidal"):
+            raise UserError(
+                f"position_embedding_init={self.position_embedding_init!r}; "
+                "expected normal or sinusoidal"
+            )
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -322,6 +331,17 @@ def init_weights(module: nn.Module, std: float) -> None:
             nn.init.zeros_(m.bias)
 
 
+def sinusoids(positions: int, width: int) -> torch.Tensor:
+    """(positions, width) the Transformer's position encoding: sin and cos of position x
+    10000^(-2i/width), interleaved."""
+    pos = torch.arange(positions, dtype=torch.float32)[:, None]  # (P, 1)
+    freq = torch.exp(torch.arange(0, width, 2) * (-torch.log(torch.tensor(1e4)) / width))  # (W/2,)
+    out = torch.zeros(positions, width)
+    out[:, 0::2] = torch.sin(pos * freq)  # (P, W/2)
+    out[:, 1::2] = torch.cos(pos * freq)[:, : width // 2]
+    return out
+
+
 def extended_attention_mask(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
     """(B, T) 1/0 padding mask -> (B, 1, 1, T) boolean, True where a key may be attended.
     None (no padding) keeps SDPA on its fastest kernels."""
@@ -352,6 +372,12 @@ class BertModel(nn.Module):
         # runtime choice, not a property of the weights, so not in BertConfig
         self.unpad = True
         init_weights(self, config.initializer_range)
+        if config.position_embedding_init == "sinusoidal":
+            table = self.embeddings.position_embeddings.weight  # (P, H)
+            with (
+                torch.no_grad()
+            ):  # root mean square 1/sqrt(2) (sin^2 + cos^2 = 1) -> initializer_range
+                table.copy_(sinusoids(*table.shape) * config.initializer_range * 2**0.5)
 
     def forward(
         self,
