@@ -1,6 +1,7 @@
 from pathlib import Path
 
 import pytest
+import yaml
 from hydra.utils import instantiate
 from lightning.pytorch.strategies import DDPStrategy
 from omegaconf import OmegaConf
@@ -107,13 +108,34 @@ def test_precision_and_seed_come_from_the_config(tmp_path):
     assert trainer.precision == "bf16-mixed" and cfg.data.seed == 7
 
 
-def test_fine_tuning_shows_the_optimizer_values_it_runs_with():
-    """Every optimizer value of a fine-tuning run is in its own file (optim/finetune.yaml), not
-    inherited unseen from pretraining's (Adam's eps 1e-6)."""
-    own = OmegaConf.load(CONFIG_DIR / "optim" / "finetune.yaml")
-    cfg = compose("finetune", ["task.train_file=x", "paths.output_dir=."])
-    for key in set(cfg.optim) - {"_target_", "_partial_"}:
-        assert key in own and own[key] == cfg.optim[key], key
+def leaves(node: dict, prefix: str = "") -> dict:
+    """A YAML mapping's values by dotted key, its defaults list left out."""
+    out = {}
+    for k, v in node.items():
+        if isinstance(v, dict):
+            out.update(leaves(v, f"{prefix}{k}."))
+        elif k != "defaults":
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def test_no_option_restates_a_value_of_the_option_it_builds_on():
+    """An option built on another of its group (optim/finetune on adamw, data/corpus on
+    _corpus, trainer/gpu on default) states only what differs: one home for each value. A
+    required `???` may be restated (an option that requires it derives from the base)."""
+    restated = []
+    for path in sorted(CONFIG_DIR.glob("*/*.yaml")):
+        own = leaves(yaml.safe_load(path.read_text()) or {})
+        for base in (yaml.safe_load(path.read_text()) or {}).get("defaults", []):
+            base_file = path.parent / f"{base}.yaml"
+            if isinstance(base, str) and base_file.is_file():
+                theirs = leaves(yaml.safe_load(base_file.read_text()) or {})
+                restated += [
+                    f"{path.relative_to(CONFIG_DIR)}: {k}"
+                    for k, v in own.items()
+                    if k in theirs and theirs[k] == v and v != "???"
+                ]
+    assert not restated
 
 
 SCHEDULE_KEYS = ("max_steps", "max_epochs", "val_check_interval", "check_val_every_n_epoch")
