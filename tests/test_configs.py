@@ -125,8 +125,9 @@ def test_no_option_restates_a_value_of_the_option_it_builds_on():
     required `???` may be restated (an option that requires it derives from the base)."""
     restated = []
     for path in sorted(CONFIG_DIR.glob("*/*.yaml")):
-        own = leaves(yaml.safe_load(path.read_text()) or {})
-        for base in (yaml.safe_load(path.read_text()) or {}).get("defaults", []):
+        raw = yaml.safe_load(path.read_text()) or {}
+        own = leaves(raw)
+        for base in raw.get("defaults", []):
             base_file = path.parent / f"{base}.yaml"
             if isinstance(base, str) and base_file.is_file():
                 theirs = leaves(yaml.safe_load(base_file.read_text()) or {})
