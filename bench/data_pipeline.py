@@ -29,8 +29,8 @@ from hydra.utils import instantiate
 from bert_lightning.config import bundled, compose
 from bert_lightning.data.corpus import iter_documents
 from bert_lightning.data.masking import MLMCollator
-from bert_lightning.data.mlm import PretrainDataModule
 from bert_lightning.data.prepare import TokenBlocks, cache_folder, prepare, shard_paths
+from bert_lightning.data.pretraining import PretrainDataModule
 from bert_lightning.data.sampling import EpochSampler, SeededExamples
 from bert_lightning.data.tokenizer import load_tokenizer, save_tokenizer, train_wordpiece
 from bert_lightning.model import BertForPreTraining

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader
 from train_step import hf_model, model_config
 
-from bert_lightning.data.mlm import PretrainDataModule
+from bert_lightning.data.pretraining import PretrainDataModule
 from bert_lightning.data.tokenizer import special_ids
 from bert_lightning.model import BertForPreTraining
 from bert_lightning.training.optim import adamw, warmup_linear_decay

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import re
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -81,8 +82,34 @@ def workers_up_to(n: int) -> int:
     return min(int(n), len(os.sched_getaffinity(0)))
 
 
+def on_gpu(accelerator: str) -> bool:
+    """Whether `trainer.accelerator` runs on CUDA GPUs (`auto`: where there are any; asked
+    without starting CUDA, so that a forked process can still use it)."""
+    if accelerator == "auto":
+        from lightning.fabric.accelerators.cuda import num_cuda_devices
+
+        return num_cuda_devices() > 0
+    return accelerator in ("gpu", "cuda")
+
+
+def device_precision(accelerator: str) -> str:
+    """`${device_precision:${trainer.accelerator}}`: bf16 autocast on GPUs, which run it on
+    their tensor cores (GPUs before Ampere have none for bf16: trainer.precision=16-mixed),
+    fp32 on CPUs, where bf16 is emulated unless the CPU has avx512_bf16 or AMX."""
+    return "bf16-mixed" if on_gpu(accelerator) else "32-true"
+
+
+def gpu_workers(accelerator: str, n: int) -> int:
+    """`${gpu_workers:${trainer.accelerator},N}`: loader workers on GPUs (`workers_up_to`),
+    which then get the next batch while the step runs; none on CPUs, whose cores the step
+    already uses."""
+    return workers_up_to(n) if on_gpu(accelerator) else 0
+
+
 OmegaConf.register_new_resolver("bundled", bundled, replace=True)
 OmegaConf.register_new_resolver("workers_up_to", workers_up_to, replace=True)
+OmegaConf.register_new_resolver("device_precision", device_precision, replace=True)
+OmegaConf.register_new_resolver("gpu_workers", gpu_workers, replace=True)
 OmegaConf.register_new_resolver("package_dir", package_dir, replace=True)
 
 
@@ -139,6 +166,13 @@ def command_line_error(e: Exception) -> UserError | None:
         group, _, name = e.missing_cfg_file.rpartition("/")
         options = ", ".join(o for o in e.options if not o.startswith("_"))
         return UserError(f"{group}={name}: no such option; expected one of {options}")
+    wrong_entry = re.match(r"In 'experiment/(\w+)': Could not override '(\w+)'", str(e))
+    if wrong_entry:
+        name, group = wrong_entry.groups()
+        return UserError(
+            f"experiment={name}: sets `{group}`, not a group of this entry point (an experiment "
+            "of the other one? its file's first lines give its command)"
+        )
     key = getattr(e.__cause__, "full_key", None)
     if isinstance(e.__cause__, ConfigAttributeError | ConfigKeyError) and key:
         return UserError(f"{key}: no such key (add it with +{key}=... if you mean a new one)")

@@ -35,8 +35,7 @@ _QKV = ("query", "key", "value")  # HF's three projections: the row blocks of ou
 
 
 def hf_to_ours(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """HF state dict (BertModel or BertFor*, legacy `gamma`/`beta` too) -> our key space.
-    Also reads our checkpoints written before `qkv` was one projection."""
+    """HF state dict (BertModel or BertFor*, legacy `gamma`/`beta` too) -> our key space."""
     out = {}
     for key, value in state.items():
         if key.startswith(_ENCODER_PREFIXES):  # saved from BertModel: no `bert.` prefix
@@ -50,7 +49,7 @@ def hf_to_ours(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 def join_qkv(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """`query`, `key`, `value` (HF, and our checkpoints before `qkv`) -> one `qkv`."""
+    """`query`, `key`, `value` (HF's layout) -> one `qkv`."""
     out = {}
     for key, value in state.items():
         head, sep, tail = key.rpartition(".attention.self.")

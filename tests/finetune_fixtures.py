@@ -191,7 +191,7 @@ TINY_TASK = {
 
 
 def tiny_budget(path, base="cpu"):
-    """A budget of conf/downstream/ with every task cut to a few steps, on the CPU."""
+    """A budget of experiments/budgets/ with every task cut to a few steps, on the CPU."""
     common, tasks = load_budget(base)
     common = [o.replace("accelerator=gpu", "accelerator=cpu") for o in common]
     raw = {"overrides": common, "tasks": {}}

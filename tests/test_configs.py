@@ -10,15 +10,17 @@ from bert_lightning.config import CONFIG_DIR, bundled, compose
 from bert_lightning.data.brackets import write_grammar_data
 from bert_lightning.model import BertConfig
 
-FINETUNE_EXPERIMENTS = {"brackets_grammar", "home_depot_minilm"}  # of finetune.py, not train.py
+# each experiment's first lines give its command, and so its entry point
+FINETUNE_EXPERIMENTS = {
+    p.stem
+    for p in (CONFIG_DIR / "experiment").glob("*.yaml")
+    if "python finetune.py" in p.read_text()
+}
 FINETUNE_GROUPS = ("task", "dataset")  # groups of finetune.py only
-NOT_GROUPS = ("downstream",)  # `bert-lightning downstream --budget` files (test_downstream.py)
 GROUP_OPTIONS = [
     (group.name, option.stem)
     for group in sorted(
-        p
-        for p in CONFIG_DIR.iterdir()
-        if p.is_dir() and p.name not in (*FINETUNE_GROUPS, *NOT_GROUPS)
+        p for p in CONFIG_DIR.iterdir() if p.is_dir() and p.name not in FINETUNE_GROUPS
     )
     for option in sorted(group.glob("*.yaml"))
     if option.stem not in FINETUNE_EXPERIMENTS and not option.stem.startswith("_")
@@ -34,6 +36,16 @@ PUBLISHED = {
     "bert_large": (24, 1024),
 }
 TOY_MODELS = {"brackets"}  # conf/model/ shapes of our own
+
+
+def test_every_experiment_names_its_one_entry_point():
+    for path in (CONFIG_DIR / "experiment").glob("*.yaml"):
+        text = path.read_text()
+        commands = {
+            e for e in ("train.py", "finetune.py") if f"python {e} experiment={path.stem}" in text
+        }
+        assert len(commands) == 1, (path.name, commands)
+    assert {"brackets_grammar", "home_depot_minilm"} == FINETUNE_EXPERIMENTS
 
 
 def test_home_depot_experiment_composes(tmp_path):
@@ -98,6 +110,26 @@ def test_eight_devices_mean_ddp(tmp_path):
     assert isinstance(trainer.strategy, DDPStrategy)
     assert trainer.num_devices == 8
     assert cfg.model.num_hidden_layers == 12
+
+
+@pytest.mark.parametrize("gpus", [0, 8])
+def test_the_cards_command_is_a_gpu_run_on_gpus_and_fp32_on_a_cpu(gpus, tmp_path, monkeypatch):
+    """`python train.py model=bert_base trainer.devices=8` brings what a GPU run needs where
+    there are GPUs (bf16 autocast, loader workers) and keeps a CPU run fp32 in one process;
+    so do the GPU presets, and fine-tuning."""
+    monkeypatch.setattr("lightning.fabric.accelerators.cuda.num_cuda_devices", lambda: gpus)
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(16)))
+    cfg = compose("train", ["model=bert_base", "trainer.devices=8", f"paths.output_dir={tmp_path}"])
+    ft = compose("finetune", ["task.train_file=x", f"paths.output_dir={tmp_path}"])
+    expected = ("bf16-mixed", 4) if gpus else ("32-true", 0)
+    assert (cfg.trainer.precision, cfg.data.num_workers) == expected
+    assert ft.trainer.precision == expected[0]
+    for preset in ("gpu", "ddp", "fsdp", "deepspeed"):
+        gpu = compose("train", [f"trainer={preset}", f"paths.output_dir={tmp_path}"])
+        assert (gpu.trainer.precision, gpu.data.num_workers) == ("bf16-mixed", 4), preset
+    for preset in ("cpu", "ddp_sim"):
+        cpu = compose("train", [f"trainer={preset}", f"paths.output_dir={tmp_path}"])
+        assert (cpu.trainer.precision, cpu.data.num_workers) == ("32-true", 0), preset
 
 
 def test_precision_and_seed_come_from_the_config(tmp_path):

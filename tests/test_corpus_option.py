@@ -12,7 +12,7 @@ from hydra.utils import instantiate
 from bert_lightning.commands.evaluate import evaluate_mlm
 from bert_lightning.config import compose
 from bert_lightning.data.corpus import BadRecordError, iter_documents
-from bert_lightning.data.mlm import PretrainDataModule
+from bert_lightning.data.pretraining import PretrainDataModule
 from bert_lightning.data.tokenizer import train_wordpiece
 from bert_lightning.training.pretrain import train
 from conftest import SAMPLE, tiny_overrides

@@ -5,7 +5,7 @@ import torch
 
 from bert_lightning.data import pipeline
 from bert_lightning.data.corpus import BadRecordError, iter_documents
-from bert_lightning.data.mlm import PretrainDataModule
+from bert_lightning.data.pretraining import PretrainDataModule
 from conftest import write_corpus
 
 

@@ -42,7 +42,7 @@ SKIPS = [  # (pattern in the command, why it cannot run on a CPU test machine)
     (r"\.\.\.", "elided arguments: a form, not a command"),
     (r"download-c4", "downloads from the Hugging Face hub (test_download_c4 serves it locally)"),
 ]
-# the folders `bert-lightning downstream --data-dir` reads (conf/downstream/*.yaml)
+# the folders `bert-lightning downstream --data-dir` reads (experiments/budgets/*.yaml)
 DOWNSTREAM_FOLDERS = {
     "sst2": "glue_sst2",
     "cola": "glue_cola",

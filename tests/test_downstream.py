@@ -101,7 +101,7 @@ def test_a_half_done_suite_runs_only_its_unfinished_cells(suite, capsys):
 
 @pytest.mark.slow
 def test_the_gpu_budget_steps_its_cells(suite, capsys):
-    """conf/downstream/gpu.yaml's cells (bf16-mixed) on the CPU, a few steps each."""
+    """experiments/budgets/gpu.yaml's cells (bf16-mixed) on the CPU, a few steps each."""
     run(suite, "--seeds", "1", "--no-random", base="gpu")
     report = json.loads((suite / "suite/downstream.json").read_text())
     assert list(report["tasks"]) == ["sst2", "cola", "wnut17", "home_depot"]

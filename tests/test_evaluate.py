@@ -78,7 +78,7 @@ def test_evaluate_gives_the_mlm_loss_the_run_validated_with(tmp_path, caplog, ca
     docs = list(iter_documents([bundled("c4_sample.jsonl")]))[100:120]
     val.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
     ran = ["data.packing=document", "seed=7", "data.masking.mlm_probability=0.3"]
-    with caplog.at_level("INFO", logger="bert_lightning.data.mlm"):
+    with caplog.at_level("INFO", logger="bert_lightning.data.pretraining"):
         val_loss = train(compose(overrides=tiny_overrides(out, f"data.val_files={val}", *ran)))
     assert "every document of data.train_files trains" in caplog.text  # the switch is said
 

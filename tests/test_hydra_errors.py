@@ -74,3 +74,35 @@ def test_hydra_full_error_keeps_the_traceback(monkeypatch):
     with pytest.raises(UserError, match="^model=bert_huge: no such option") as e:
         main(["pretrain", "model=bert_huge"])
     assert isinstance(e.value.__cause__, MissingConfigException)
+
+
+OTHERS = "its file's first lines give its command"
+GROUP = "not a group of this entry point (an experiment of the other one? " + OTHERS + ")"
+WRONG_ENTRY = [
+    ("train.py", "home_depot_minilm", f"experiment=home_depot_minilm: sets `dataset`, {GROUP}"),
+    ("finetune.py", "brackets", f"experiment=brackets: sets `data`, {GROUP}"),
+    (
+        "train.py",
+        "brackets_grammar",
+        f"task: a key of finetune.py's configs (an experiment of finetune.py? {OTHERS}: "
+        "python finetune.py experiment=...)",
+    ),
+    (
+        "finetune.py",
+        "cpu_30min",
+        f"data: a key of train.py's configs (an experiment of train.py? {OTHERS}: "
+        "python train.py experiment=...)",
+    ),
+]
+
+
+@pytest.mark.parametrize(("entry", "experiment", "message"), WRONG_ENTRY)
+def test_an_experiment_of_the_other_entry_point_is_one_line(
+    entry, experiment, message, tmp_path, monkeypatch, capsys
+):
+    """Whether it fails to compose (a group the entry point lacks) or composes (its keys would
+    be half-applied), an experiment given to the wrong entry point stops before any step."""
+    overrides = (f"experiment={experiment}", f"paths.output_dir={tmp_path}")
+    assert run(entry, monkeypatch, *overrides) == 2
+    assert capsys.readouterr().err == f"error: {message}\n"
+    assert not (tmp_path / "checkpoints").exists()

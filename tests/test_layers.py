@@ -28,6 +28,7 @@ PACKAGE = Path(bert_lightning.__file__).parent
 LAYERS = {  # module path -> layer, lowest first; the longest matching prefix wins
     "atomic": 0,  # standard-library helpers every layer uses
     "errors": 0,
+    "signals": 0,
     "fields": 0,
     "model": 1,
     "data": 2,
@@ -156,7 +157,9 @@ def test_no_module_imports_from_a_layer_above_it():
 
 def test_the_bottom_layer_needs_only_the_standard_library():
     bottom = {module_name(p): outside(p.read_text()) for p in MODULES if not layer(module_name(p))}
-    assert sorted(bottom) == ["atomic", "errors", "fields"] and not any(bottom.values()), bottom
+    assert sorted(bottom) == ["atomic", "errors", "fields", "signals"] and not any(
+        bottom.values()
+    ), bottom
     assert outside("import json\nfrom hydra.utils import get_object") == ["hydra"]
 
 
@@ -169,14 +172,14 @@ def test_no_config_targets_a_layer_above_its_group():
     "name, source",
     [
         ("inference", "from bert_lightning.training.finetune_module import FinetuneModule"),
-        ("data.mlm", "from ..tasks import kinds"),
-        ("data.mlm", "from .. import inference"),
+        ("data.pretraining", "from ..tasks import kinds"),
+        ("data.pretraining", "from .. import inference"),
         ("model.__init__", "from .. import cli"),
         ("fields", "import bert_lightning.training.optim"),
         ("fields", "from bert_lightning import __version__"),
         ("tasks.base", "import importlib\nimportlib.import_module('bert_lightning.training')"),
         ("data.corpus", "def f(x):\n    return import_module(f'bert_lightning.commands.{x}')"),
-        ("model.bert", "CFG = {'_target_': 'bert_lightning.data.mlm.PretrainDataModule'}"),
+        ("model.bert", "CFG = {'_target_': 'bert_lightning.data.pretraining.PretrainDataModule'}"),
     ],
 )
 def test_an_upward_import_is_caught(name, source):
@@ -193,7 +196,7 @@ def test_a_downward_or_level_import_passes():
     "rel, text",
     [
         ("data/x.yaml", "_target_: bert_lightning.experiments.brackets.report.main"),
-        ("model/x.yaml", "_target_: bert_lightning.data.mlm.PretrainDataModule"),
+        ("model/x.yaml", "_target_: bert_lightning.data.pretraining.PretrainDataModule"),
         ("task/x.yaml", "head:\n  _target_: bert_lightning.training.optim.adamw"),
         ("trainer/x.yaml", "plugins:\n  - _target_: bert_lightning.commands.score.score"),
         ("x.yaml", "hydra:\n  callbacks:\n    s:\n      _target_: bert_lightning.cli.main"),

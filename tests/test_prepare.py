@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from bert_lightning.data.corpus import iter_documents
-from bert_lightning.data.mlm import PretrainDataModule
 from bert_lightning.data.prepare import TokenBlocks, cache_folder, prepare, shard_paths
+from bert_lightning.data.pretraining import PretrainDataModule
 from conftest import write_corpus
 
 

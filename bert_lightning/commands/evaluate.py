@@ -18,8 +18,8 @@ from torch.utils.data import DataLoader
 from bert_lightning.atomic import write_json
 from bert_lightning.checkpoint import FINETUNING, read_checkpoint
 from bert_lightning.config import compose
-from bert_lightning.data.mlm import PretrainDataModule
 from bert_lightning.data.pipeline import PACKINGS
+from bert_lightning.data.pretraining import PretrainDataModule
 from bert_lightning.data.tables import collate
 from bert_lightning.data.tokenizer import special_ids
 from bert_lightning.errors import UserError

@@ -16,10 +16,11 @@ from functools import lru_cache, partial
 import datasets
 from tokenizers import Tokenizer
 
-from bert_lightning.data.mlm import OBJECTIVES, PretrainDataModule
 from bert_lightning.data.pipeline import fingerprint, map_procs
+from bert_lightning.data.pretraining import PretrainDataModule
 from bert_lightning.data.tokenizer import batch_encode, special_ids
 from bert_lightning.errors import UserError
+from bert_lightning.model.bert import OBJECTIVES
 
 Document = Sequence[Sequence[int]]  # token ids of each sentence
 
@@ -59,10 +60,10 @@ def document_pairs(
     are drawn from; it needs `len` and indexing only (an Arrow column serves).
 
     One change to the reference: it forces NotNext whenever A's chunk is a single sentence,
-    which pulls the IsNext share far below one half on short targets (15% at max_seq_length 32,
-    44% at 128 on the bundled sample). Here the coin is always fair: an IsNext chunk of one
-    sentence takes the next sentence as B, and a lone last sentence, which has no
-    continuation, makes no pair (for either label, so the coin stays fair)."""
+    which pulls the IsNext share far below one half on short targets. Here the coin is always
+    fair: an IsNext chunk of one sentence takes the next sentence as B, and a lone last
+    sentence, which has no continuation, makes no pair (for either label, so the coin stays
+    fair)."""
     document = documents[doc_index]
     max_tokens = max_seq_length - 3  # [CLS], [SEP], [SEP]
     # a share of shorter sequences, so that the model also sees the short inputs of fine-tuning

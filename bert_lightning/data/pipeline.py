@@ -1,6 +1,6 @@
 """The pretraining data as plain functions, one per stage: read -> tokenize -> frame, and for
 validation hold out -> mask once. Each takes and returns a `datasets.Dataset`; the DataModules
-(data/mlm.py, data/nsp.py) compose them, and data/streaming.py maps the same batch functions
+(data/pretraining.py, data/nsp.py) compose them, and data/streaming.py maps the same batch functions
 over a stream.
 
 Documents are read once into an Arrow dataset (`datasets`, memory-mapped and cached on disk),

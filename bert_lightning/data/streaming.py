@@ -16,7 +16,6 @@ from datasets.distributed import split_dataset_by_node
 from tokenizers import Tokenizer
 
 from bert_lightning.data.corpus import resolve_files
-from bert_lightning.data.mlm import BertDataModule, world_and_rank
 from bert_lightning.data.pipeline import (
     encode,
     frame_batch,
@@ -25,6 +24,7 @@ from bert_lightning.data.pipeline import (
     mlm_examples,
     text_rows,
 )
+from bert_lightning.data.pretraining import BertDataModule, world_and_rank
 from bert_lightning.errors import UserError
 
 

@@ -1,5 +1,5 @@
 """The downstream suite: every model fine-tuned on every task, over several seeds, on one fixed
-budget per task (`conf/downstream/<budget>.yaml`), beside the same shapes from random weights;
+budget per task (`experiments/budgets/<budget>.yaml`), beside the same shapes from random weights;
 `downstream.md`, `downstream.json` and `downstream.png` say what pretraining bought.
 
 Each cell (model, task, seed) is an ordinary fine-tuning run folder,
@@ -24,7 +24,7 @@ from omegaconf import OmegaConf
 
 from bert_lightning.atomic import write_json, write_text
 from bert_lightning.checkpoint import read_checkpoint
-from bert_lightning.config import CONFIG_DIR, compose
+from bert_lightning.config import compose
 from bert_lightning.data.tokenizer import save_tokenizer
 from bert_lightning.errors import MissingFileError, UserError
 from bert_lightning.fields import from_dict
@@ -33,6 +33,7 @@ from bert_lightning.training.finetune import finetune
 
 # BertConfig fields that do not shape a model (the random row keeps the rest): the random row
 # starts from BERT's init, whatever init a pretraining run started from
+BUDGETS = Path(__file__).parent / "budgets"  # cpu.yaml, gpu.yaml: --budget NAME
 NOT_SHAPE = ("vocab_size", "pad_token_id", "position_embedding_init")
 QUIET = ("lightning.pytorch", "lightning.fabric")  # their console lines, kept in each cell's log
 
@@ -61,12 +62,12 @@ class Model:
 
 
 def load_budget(name_or_path: str) -> tuple[list[str], dict[str, TaskBudget]]:
-    """`cpu`, `gpu` (conf/downstream/) or a YAML file of the same form."""
+    """`cpu`, `gpu` (experiments/budgets/) or a YAML file of the same form."""
     path = Path(name_or_path)
     if not path.suffix:
-        path = CONFIG_DIR / "downstream" / f"{name_or_path}.yaml"
+        path = BUDGETS / f"{name_or_path}.yaml"
     if not path.is_file():
-        known = sorted(p.stem for p in (CONFIG_DIR / "downstream").glob("*.yaml"))
+        known = sorted(p.stem for p in BUDGETS.glob("*.yaml"))
         raise MissingFileError(
             f"--budget {name_or_path}: no such budget (one of {known}, or a YAML)"
         )

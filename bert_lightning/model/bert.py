@@ -470,6 +470,10 @@ def query_rows(picked: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.where(valid, rows, 0), valid
 
 
+# what a pretraining run trains: MLM alone, or MLM + NSP on sentence pairs (data/nsp.py)
+OBJECTIVES = ("mlm", "mlm_nsp")
+
+
 class BertForPreTraining(nn.Module):
     """BERT with the MLM and NSP heads.
 

@@ -1,5 +1,5 @@
 """`TaskDataModule`: a fine-tuning task's train/validation/test splits as loaders, what the
-pretraining DataModules (data/mlm.py) are to a corpus: `trainer.fit` and `trainer.test` take
+pretraining DataModules (data/pretraining.py) are to a corpus: `trainer.fit` and `trainer.test` take
 it as they take those."""
 
 from __future__ import annotations

@@ -51,9 +51,8 @@ class EntityF1(Metric):
 
 
 class MatthewsCorrCoef(MulticlassMatthewsCorrCoef):
-    """torchmetrics 1.9 gives constant predictions a small non-zero MCC (0.036 on CoLA's dev set
-    for all-acceptable); GLUE and scikit-learn give 0, the value the formula's limit and every
-    published CoLA figure use."""
+    """torchmetrics gives constant predictions (all acceptable) a small non-zero MCC; GLUE and
+    scikit-learn give 0, the value the formula's limit and every published CoLA figure use."""
 
     def compute(self) -> torch.Tensor:
         cm = self.confmat.double()  # (C, C) true x predicted

@@ -114,7 +114,7 @@ def after_fit(cfg: DictConfig, dm: TaskDataModule, module: FinetuneModule, train
     return results
 
 
-FINETUNING_RUN = RunKind(FINETUNING, RESUME_USE, build, after_fit)
+FINETUNING_RUN = RunKind(FINETUNING, RESUME_USE, build, after_fit, ("data", "train.py"))
 
 
 def finetune(cfg: DictConfig) -> dict | None:

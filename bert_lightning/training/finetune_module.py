@@ -16,7 +16,7 @@ from bert_lightning.tasks.base import truncating
 from bert_lightning.tasks.kinds import Task, make_task
 from bert_lightning.training.module_base import EncoderModule
 
-# what `score` truncates to for a checkpoint written before max_seq_length was stored
+# what `score` truncates to for a checkpoint that stores no max_seq_length
 DEFAULT_MAX_SEQ_LENGTH = 128
 
 

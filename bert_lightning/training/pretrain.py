@@ -80,7 +80,13 @@ def after_fit(cfg: DictConfig, dm, module, trainer) -> float | None:
     return float(val_loss) if val_loss is not None else None
 
 
-PRETRAINING_RUN = RunKind(PRETRAINING, "ckpt_path (resuming a pretraining run)", build, after_fit)
+PRETRAINING_RUN = RunKind(
+    PRETRAINING,
+    "ckpt_path (resuming a pretraining run)",
+    build,
+    after_fit,
+    ("task", "finetune.py"),
+)
 
 
 def train(cfg: DictConfig) -> float | None:

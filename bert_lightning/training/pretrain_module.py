@@ -7,9 +7,9 @@ import torch
 from torchmetrics.classification import BinaryAccuracy, MulticlassAccuracy
 from torchmetrics.text import Perplexity
 
-from bert_lightning.data.mlm import OBJECTIVES
 from bert_lightning.errors import UserError
 from bert_lightning.model import BertConfig, BertForPreTraining, pretraining_flops
+from bert_lightning.model.bert import OBJECTIVES
 from bert_lightning.training.module_base import EncoderModule
 
 

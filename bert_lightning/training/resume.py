@@ -26,9 +26,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from bert_lightning.atomic import atomic_path, write_text
 from bert_lightning.checkpoint import RTD_KEY, ResumePoint
-from bert_lightning.data.mlm import STOP_SIGNALS
 from bert_lightning.data.sampling import hash_seed
 from bert_lightning.errors import UserError, first_line, user_error
+from bert_lightning.signals import STOP_SIGNALS
 
 log = logging.getLogger(__name__)
 

@@ -15,6 +15,7 @@ from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig
 
 from bert_lightning.checkpoint import ResumePoint, resume_point
+from bert_lightning.errors import UserError
 from bert_lightning.training.instantiate import required
 from bert_lightning.training.resume import (
     already_done,
@@ -31,12 +32,15 @@ class RunKind:
     """`checkpoint`: the kind `ckpt_path=` must be (`checkpoint.PRETRAINING`, ...), `use`: what
     reads it, for the message of another kind; `build(cfg, start)`: data module, module and
     trainer, before any step (`start`: the checkpoint a resumed run continues, else None);
-    `after_fit(cfg, dm, module, trainer)`: what the run returns."""
+    `after_fit(cfg, dm, module, trainer)`: what the run returns; `foreign`: a top-level key
+    that only the other entry point's configs have, and that entry point (an experiment of
+    the other one composes, and would run its settings half-applied)."""
 
     checkpoint: str
     use: str
     build: Callable[[DictConfig, ResumePoint | None], Built]
     after_fit: Callable[[DictConfig, L.LightningDataModule, L.LightningModule, L.Trainer], Any]
+    foreign: tuple[str, str]
 
 
 def run(cfg: DictConfig, kind: RunKind) -> Any:
@@ -44,6 +48,12 @@ def run(cfg: DictConfig, kind: RunKind) -> Any:
     a resumed run had nothing left to do. `validate_before_fit=true` logs the validation loss
     at step 0 (a fresh run's only: the starting point of its loss curve)."""
     out_dir = Path(cfg.paths.output_dir)
+    key, entry = kind.foreign
+    if key in cfg:
+        raise UserError(
+            f"{key}: a key of {entry}'s configs (an experiment of {entry}? its file's first "
+            f"lines give its command: python {entry} experiment=...)"
+        )
     with failure_marked(out_dir, resuming=bool(cfg.ckpt_path)) as state:
         required(cfg)
         start = resume_point(cfg.ckpt_path, kind.checkpoint, kind.use) if cfg.ckpt_path else None

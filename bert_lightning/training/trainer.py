@@ -90,8 +90,7 @@ def build_trainer(cfg: DictConfig) -> L.Trainer:
 
 def warn_emulated_bf16(trainer: L.Trainer) -> None:
     """bf16 on a CPU without bf16 instructions (avx512_bf16 or AMX) is emulated: a step
-    several times slower than fp32 where it is 1.5-2.3x faster with them
-    (docs/performance.md)."""
+    slower than fp32 where it is faster with them (docs/performance.md has the figures)."""
     precision = str(trainer.precision)
     if not isinstance(trainer.accelerator, CPUAccelerator) or not precision.startswith("bf16"):
         return

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import sys
 from functools import partial
 from pathlib import Path
@@ -42,11 +41,10 @@ from bert_lightning.data.tokenizer import (
 )
 from bert_lightning.errors import UserError
 from bert_lightning.fields import from_dict
+from bert_lightning.signals import ignore_stop_signals
 
 log = logging.getLogger(__name__)
 
-# what the examples train: MLM alone, or MLM + NSP on sentence pairs (the module adds the loss)
-OBJECTIVES = ("mlm", "mlm_nsp")
 CACHE_FORMATS = ("arrow", "tokens")  # tokens: flat token arrays (data/prepare.py)
 BUNDLED_SAMPLE = str(Path(__file__).parents[1] / "assets" / "c4_sample.jsonl")
 
@@ -54,19 +52,6 @@ BUNDLED_SAMPLE = str(Path(__file__).parents[1] / "assets" / "c4_sample.jsonl")
 def world_and_rank(trainer) -> tuple[int, int]:
     """This process's share of the training data (all of it outside a trainer)."""
     return (trainer.world_size, trainer.global_rank) if trainer else (1, 0)
-
-
-# the signals that stop a run once its step is saved (training/resume.py: SaveOnInterrupt)
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
-
-
-def ignore_stop_signals(worker_id: int) -> None:
-    """A loader worker leaves the stop signals to the main process, which saves the step and
-    then shuts its workers down: a signal sent to every process of the run (Ctrl-C in a
-    terminal, SLURM's `--signal`) would otherwise end a worker first, and the run with it,
-    unsaved. A worker whose main process is gone still exits (torch's watchdog)."""
-    for sig in STOP_SIGNALS:
-        signal.signal(sig, signal.SIG_IGN)
 
 
 class BertDataModule(L.LightningDataModule):
