@@ -218,6 +218,16 @@ def cosines(
     return torch.cat(out) if out else torch.zeros(0)
 
 
+def zero_shot_cosines(
+    path, pairs: list[tuple[str, str]], max_seq_length: int, batch_size=SCORE_BATCH
+) -> torch.Tensor:
+    """(N,) the cosine of each pair's two texts, mean-pooled and each encoded alone, by the
+    encoder of `path` as it is (how sentence-transformers models are meant to be used):
+    the untrained bi-encoder head, a baseline of what fine-tuning adds."""
+    model, tok = load_bi_encoder(path, max_seq_length)
+    return cosines(model, tok, pairs, batch_size)
+
+
 def split(flat: list, sizes: Iterable[int]) -> list[list]:
     """`flat` cut into consecutive pieces of `sizes` (the rows of each text or request)."""
     out, start = [], 0

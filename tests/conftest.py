@@ -1,3 +1,4 @@
+import gzip
 import json
 import os
 import signal
@@ -7,8 +8,9 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
-from bert_lightning.config import bundled
+from bert_lightning.config import CONFIG_DIR, bundled, compose
 from bert_lightning.data.corpus import iter_documents
 from bert_lightning.data.tokenizer import train_wordpiece
 
@@ -18,9 +20,18 @@ OPTIM = {
     "_partial_": True,
     "lr": 1e-3,
 }  # conf/optim
-# the tests' tiny encoder (debug=tiny's, conf/debug/tiny.yaml), as BertConfig fields: a test adds
+ROOT = Path(__file__).resolve().parents[1]
+# the tests' tiny encoder: debug=tiny's (conf/debug/tiny.yaml), as BertConfig fields; a test adds
 # its vocabulary, positions, or a field of its own
-TINY_BERT = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
+TINY_BERT = yaml.safe_load((CONFIG_DIR / "debug" / "tiny.yaml").read_text())["model"]
+TINY_MODEL = dict(TINY_BERT, vocab_size=97, max_position_embeddings=64)  # no tokenizer needed
+TINY_NO_DROPOUT = dict(TINY_MODEL, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+# a run that checkpoints and validates every 4 of its 8 steps: what the resume tests stop
+RESUMABLE = (
+    "trainer.max_steps=8",
+    "trainer.val_check_interval=4",
+    "callbacks.model_checkpoint.every_n_train_steps=4",
+)
 
 
 def tiny_overrides(out_dir: Path, *extra: str) -> list[str]:
@@ -44,6 +55,31 @@ def write_corpus(path: Path, n_docs: int = 60) -> Path:
                 break
             f.write(json.dumps({"text": text, "url": f"u{i}"}) + "\n")
     return path
+
+
+def pretrain_tiny(out_dir: Path, *extra: str) -> float | None:
+    """A debug=tiny train.py run, in process, on 60 documents it writes into `out_dir`."""
+    from bert_lightning.training.pretrain import train
+
+    write_corpus(out_dir / "corpus.jsonl")
+    return train(compose(overrides=tiny_overrides(out_dir, *extra)))
+
+
+def c4_shard(path: Path, docs) -> str:
+    """A file shaped like a C4 shard: gzipped JSON lines with text, timestamp and url."""
+    lines = [
+        json.dumps({"text": t, "timestamp": "2019", "url": f"u{i}"}) for i, t in enumerate(docs)
+    ]
+    path.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
+    return str(path)
+
+
+def subprocess_env() -> dict:
+    """The environment of a test's subprocess run: the tests' and the project's modules
+    importable, one thread a process, nothing fetched from a hub."""
+    e = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT)]))
+    e.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", WANDB_SILENT="true")
+    return e
 
 
 def run_in_session(cmd: list[str], env: dict, bound: float) -> subprocess.CompletedProcess:

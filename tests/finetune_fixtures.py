@@ -200,3 +200,44 @@ def tiny_budget(path, base="cpu"):
     raw["tasks"]["home_depot"]["test_rows"] = 9
     path.write_text(yaml.safe_dump(raw))
     return path
+
+
+def overrides(tmp_path, task, *extra):
+    """A finetune.py run of `task` small enough for a unit test, writing into tmp_path/run."""
+    return [
+        f"task={task}",
+        f"paths.output_dir={tmp_path / 'run'}",
+        f"tokenizer={tmp_path / 'tokenizer.json'}",
+        *(f"model.{k}={v}" for k, v in TINY_BERT.items()),
+        "model.max_position_embeddings=64",
+        "max_seq_length=32",
+        "batch_size=8",
+        "optim.lr=1e-3",
+        "trainer.accelerator=cpu",
+        "trainer.max_epochs=2",
+        "trainer.log_every_n_steps=1",
+        "trainer.enable_progress_bar=false",
+        "trainer.enable_model_summary=false",
+        *extra,
+    ]
+
+
+def task_files(tmp_path, task):
+    """Tiny train (and dev) files of `task`, as its `task.*_file` overrides."""
+    if task == "seq_classification":
+        train = write_csv(tmp_path / "train.csv", sentiment_rows(48))
+        return [f"task.train_file={train}"]
+    if task == "regression":
+        return [f"task.train_file={write_jsonl(tmp_path / 'train.jsonl', regression_rows(48))}"]
+    if task == "ad_relevance":
+        train = write_csv(tmp_path / "ads.tsv", ad_rows(12), sep="\t")
+        # ranking: the pairwise loss, on batches of whole queries
+        return [
+            f"task.train_file={train}",
+            "task.label_type=graded",
+            "task.monitor=ndcg@10",
+            "task.loss=pairwise",
+        ]
+    train = write_conll(tmp_path / "train.conll")
+    dev = write_conll(tmp_path / "dev.conll", copies=2)
+    return [f"task.train_file={train}", f"task.validation_file={dev}", f"task.test_file={dev}"]

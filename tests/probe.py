@@ -1,8 +1,10 @@
-"""A callback the distributed tests add to train.py runs (`+callbacks.probe._target_=
-probe.LossProbe`, with tests/ on PYTHONPATH): every rank writes its own training losses and
-which modules were FSDP-sharded, since Lightning's CSV log holds rank 0's values only."""
+"""Callbacks the tests add to runs (`+callbacks.NAME._target_=probe.CLASS`, with tests/ on
+PYTHONPATH): `LossProbe` and `GradProbe` make every rank write its own values (Lightning's CSV
+log holds rank 0's only); `CrashAt` and `SignalRank` stop a run as a fault would."""
 
 import json
+import os
+import signal
 from pathlib import Path
 
 import lightning as L
@@ -61,3 +63,27 @@ class GradProbe(L.Callback):
     def on_train_end(self, trainer, pl_module):
         out = Path(trainer.default_root_dir) / f"grads-rank{trainer.global_rank}.json"
         out.write_text(json.dumps({"steps": self.steps, "global_step": trainer.global_step}))
+
+
+class CrashAt(L.Callback):
+    """Raises before the batch of optimizer step `step` + 1, as a killed process stops."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if trainer.global_step == self.step:
+            raise RuntimeError("simulated crash")
+
+
+class SignalRank(L.Callback):
+    """Sends `sig` when rank `rank` starts optimizer step `step` + 1: to this process, or with
+    `group` to every process of the run (both ranks and their loader workers), as SLURM does."""
+
+    def __init__(self, step: int, rank: int, sig: str, group: bool = False):
+        self.step, self.rank, self.sig, self.group = step, rank, sig, group
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if trainer.global_step == self.step and trainer.global_rank == self.rank:
+            sig = getattr(signal, self.sig)
+            os.killpg(os.getpgid(0), sig) if self.group else os.kill(os.getpid(), sig)

@@ -11,13 +11,10 @@ from bert_lightning.checkpoint import load_encoder, read_checkpoint
 from bert_lightning.config import compose
 from bert_lightning.data.tables import collate
 from bert_lightning.data.tokenizer import special_ids
+from bert_lightning.inference import zero_shot_cosines
+from bert_lightning.tasks.ad_relevance import bm25_scores, score_metrics
+from bert_lightning.tasks.base import baselines_table
 from bert_lightning.tasks.kinds import make_task
-from bert_lightning.training.baselines import (
-    bm25_scores,
-    score_metrics,
-    summary,
-    zero_shot_scores,
-)
 from finetune_fixtures import write_hf_folder, write_tokenizer
 
 QUERIES = ["red drill", "red drill", "red drill", "oak chair", "oak chair"]
@@ -59,7 +56,12 @@ def test_score_metrics_of_a_baseline_by_hand():
         -9 / math.sqrt(90)
     )
     results = {"rows": {"test": 5}, "test": {"test/loss": 0.1, **got}, "baselines": {"bm25": got}}
-    assert summary(results).splitlines()[2].split() == ["bm25", "1.0000", "0.9487", "1.0000"]
+    assert baselines_table(results).splitlines()[2].split() == [
+        "bm25",
+        "1.0000",
+        "0.9487",
+        "1.0000",
+    ]
 
 
 def test_zero_shot_is_the_cosine_of_mean_pooled_embeddings(tmp_path):
@@ -67,7 +69,9 @@ def test_zero_shot_is_the_cosine_of_mean_pooled_embeddings(tmp_path):
     tok = write_tokenizer(tmp_path / "tokenizer.json")
     write_hf_folder(tmp_path / "hf", tok)
     queries, ads = ["the good movie", "bob in paris"], ["a nice film", "bob in paris was great"]
-    got = zero_shot_scores(str(tmp_path / "hf"), queries, ads, max_seq_length=32)
+    got = zero_shot_cosines(
+        str(tmp_path / "hf"), list(zip(queries, ads, strict=True)), max_seq_length=32
+    )
     # by hand, with transformers' BertModel: each text alone, mean over its tokens, cosine
     hf = transformers.BertModel.from_pretrained(tmp_path / "hf").eval()
     tok = Tokenizer.from_file(str(tmp_path / "hf" / "tokenizer.json"))
@@ -103,5 +107,7 @@ def test_bi_encoder_starts_from_the_zero_shot_ranking(tmp_path):
     batch = collate(task.encode(table, tok, 32), special_ids(tok)["[PAD]"])
     with torch.no_grad():
         logits = model.eval()(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
-    want = zero_shot_scores(str(tmp_path / "hf"), queries, ads, max_seq_length=32)
+    want = zero_shot_cosines(
+        str(tmp_path / "hf"), list(zip(queries, ads, strict=True)), max_seq_length=32
+    )
     torch.testing.assert_close((logits[:, 0] + 10) / 20, want, atol=1e-5, rtol=0)

@@ -27,8 +27,10 @@ def bench(*args: str, cwd: Path) -> str:
 
 @pytest.mark.slow
 def test_step_and_loop_benches_feed_the_gpu_summary(tmp_path):
-    tiny = ["model.hidden_size=32", "model.num_hidden_layers=2", "model.num_attention_heads=2"]
-    tiny += ["model.intermediate_size=64", "data.max_seq_length=32", "data.batch_size=4"]
+    from conftest import TINY_BERT
+
+    tiny = [f"model.{k}={v}" for k, v in TINY_BERT.items()]
+    tiny += ["data.max_seq_length=32", "data.batch_size=4"]
     bench(
         str(ROOT / "bench/train_step.py"),
         *["--sizes", "bert_tiny", "--batch-size", "2", "--seq-len", "16", "--steps", "1"],

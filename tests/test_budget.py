@@ -71,7 +71,7 @@ def test_a_resumed_run_spends_what_is_left_of_its_budget(tmp_path, fake_clock):
     with pytest.raises(RuntimeError, match="simulated crash"):
         run(
             tmp_path / "killed",
-            "+callbacks.crash._target_=test_resume.CrashAt",
+            "+callbacks.crash._target_=probe.CrashAt",
             "+callbacks.crash.step=4",
         )
     last = tmp_path / "killed/checkpoints/last.ckpt"

@@ -92,9 +92,7 @@ class RecordGroups(L.Callback):
 def test_ddp_ranking_batches_hold_whole_groups_split_between_ranks(tmp_path):
     """The pairwise ranking loss under DDP (2 CPU processes): each rank takes every other batch
     of whole queries, as many as the other, and between them every query of the train split."""
-    from test_finetune import overrides, task_files
-
-    from finetune_fixtures import write_tokenizer
+    from finetune_fixtures import overrides, task_files, write_tokenizer
 
     extra = [*task_files(tmp_path, "ad_relevance"), "trainer=ddp_sim", "trainer.max_epochs=1"]
     extra += ["+callbacks.record._target_=test_ddp.RecordGroups", f"hydra.run.dir={tmp_path}"]
@@ -116,9 +114,7 @@ def test_ddp_ranking_batches_hold_whole_groups_split_between_ranks(tmp_path):
 def test_a_fine_tune_under_ddp_trains_its_epochs_validating_each(tmp_path):
     """`trainer=ddp_sim` says hardware only: fine-tuning keeps its schedule (its epochs, one
     validation each), not pretraining's steps and step-counted validation."""
-    from test_finetune import overrides, task_files
-
-    from finetune_fixtures import write_tokenizer
+    from finetune_fixtures import overrides, task_files, write_tokenizer
 
     write_tokenizer(tmp_path / "tokenizer.json")
     extra = [

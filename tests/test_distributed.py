@@ -10,7 +10,6 @@ the 1-process reference also runs strategy=ddp so that it reads the data through
 DistributedSampler permutation (seed 1234): its step-k batch is the union of the two ranks'.
 """
 
-import os
 import socket
 import subprocess
 import sys
@@ -19,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import tiny_overrides, write_corpus
+from conftest import subprocess_env, tiny_overrides, write_corpus
 from probe import read_probes
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,12 +39,6 @@ COMPARABLE = [
 ]
 
 
-def env() -> dict:
-    e = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT)]))
-    e.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", WANDB_SILENT="true")
-    return e
-
-
 def train_cmd(out: Path, *extra: str, cache: str | None = None) -> list[str]:
     overrides = tiny_overrides(out, *COMPARABLE, *extra)
     if cache:
@@ -57,7 +50,10 @@ def train_cmd(out: Path, *extra: str, cache: str | None = None) -> list[str]:
 def run_train(out: Path, *extra: str) -> list[dict]:
     write_corpus(out / "corpus.jsonl")
     r = subprocess.run(
-        [sys.executable, *train_cmd(out, *extra)], env=env(), capture_output=True, text=True
+        [sys.executable, *train_cmd(out, *extra)],
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
     )
     assert r.returncode == 0, r.stderr[-3000:]
     return read_probes(out)
@@ -146,7 +142,7 @@ def test_torchrun_two_nodes_on_localhost(tmp_path, reference):
     nodes = [  # each node prepares its own data cache, as nodes without a shared disk would
         subprocess.Popen(
             torchrun + train_cmd(out, *extra, cache=str(tmp_path / f"cache{n}")),
-            env=env(),
+            env=subprocess_env(),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,

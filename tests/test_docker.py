@@ -28,10 +28,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
 from packaging.utils import canonicalize_name
-
-from bert_lightning.config import CONFIG_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCKERFILES = {name: ROOT / "docker" / name for name in ("Dockerfile", "Dockerfile.cpu")}
@@ -188,14 +185,10 @@ def test_both_images_smoke_the_same_tiny_runs():
         ["rm", "-rf"],
     ], commands
     train, data, finetune, rm = commands
-    # the sizes the tests' tiny runs use (debug=tiny), two steps, on the CPU
-    tiny = OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "debug" / "tiny.yaml"))
-    sizes = {f"model.{k}": str(v) for k, v in tiny["model"].items()}
-    sizes.update({f"data.{k}": str(v) for k, v in tiny["data"].items() if k != "tokenizer"})
-    sizes.update({f"data.tokenizer.{k}": str(v) for k, v in tiny["data"]["tokenizer"].items()})
-    overrides = dict(o.split("=", 1) for o in train[2:])
-    assert {k: overrides.get(k) for k in sizes} == sizes
-    assert overrides["trainer.accelerator"] == "cpu" and int(overrides["trainer.max_steps"]) <= 2
+    # the tests' tiny run (debug=tiny: its sizes, on the CPU), two steps
+    assert train[2] == "debug=tiny", train
+    overrides = dict(o.split("=", 1) for o in train[3:])
+    assert int(overrides["trainer.max_steps"]) <= 2
     tuned = dict(o.split("=", 1) for o in finetune[2:])
     assert int(tuned["trainer.max_steps"]) <= 2
     assert tuned["pretrained"] == f"{overrides['paths.output_dir']}/checkpoints/last.ckpt"

@@ -203,9 +203,9 @@ def test_non_cls_pooling_is_refused(tmp_path, tiny_tokenizer):
 @pytest.mark.slow
 def test_cli_exports_a_trained_checkpoint(tmp_path):
     """`bert-lightning export-hf` on a real train.py checkpoint; HF gives our MLM logits."""
-    from test_train import run
+    from conftest import pretrain_tiny
 
-    run(tmp_path / "run", "trainer.max_steps=2", "validate_before_fit=false")
+    pretrain_tiny(tmp_path / "run", "trainer.max_steps=2", "validate_before_fit=false")
     ckpt = tmp_path / "run" / "checkpoints" / "last.ckpt"
     out = tmp_path / "hf"
     subprocess.run(

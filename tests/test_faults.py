@@ -13,11 +13,16 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
-from test_distributed import env
-from test_resume import run
 
 from bert_lightning.errors import UserError
-from conftest import run_in_session, tiny_overrides, write_corpus
+from conftest import (
+    RESUMABLE,
+    pretrain_tiny,
+    run_in_session,
+    subprocess_env,
+    tiny_overrides,
+    write_corpus,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 DDP_RUN = [  # 2 CPU processes, 8 steps, last.ckpt every 4
@@ -30,25 +35,12 @@ DDP_RUN = [  # 2 CPU processes, 8 steps, last.ckpt every 4
 BOUND = 120  # seconds within which every process of a failed run must be gone
 
 
-class SignalRank(L.Callback):
-    """Sends `sig` when rank `rank` starts optimizer step `step` + 1: to this process, or with
-    `group` to every process of the run (both ranks and their loader workers), as SLURM does."""
-
-    def __init__(self, step: int, rank: int, sig: str, group: bool = False):
-        self.step, self.rank, self.sig, self.group = step, rank, sig, group
-
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        if trainer.global_step == self.step and trainer.global_rank == self.rank:
-            sig = getattr(signal, self.sig)
-            os.killpg(os.getpgid(0), sig) if self.group else os.kill(os.getpid(), sig)
-
-
 def train_ddp(out: Path, *extra: str) -> subprocess.CompletedProcess:
     """train.py with 2 DDP processes in a session of its own: returns once every process that
     holds its output is gone (Lightning's launcher starts rank 1 as a child of rank 0)."""
     write_corpus(out / "corpus.jsonl", 60)
     cmd = [sys.executable, str(ROOT / "train.py"), *tiny_overrides(out, *DDP_RUN, *extra)]
-    return run_in_session([*cmd, f"hydra.run.dir={out}"], env(), BOUND)
+    return run_in_session([*cmd, f"hydra.run.dir={out}"], subprocess_env(), BOUND)
 
 
 def weights(ckpt: Path) -> dict[str, torch.Tensor]:
@@ -81,7 +73,7 @@ def resumed(out: Path, last: Path, *extra: str) -> dict[str, torch.Tensor]:
 def kill_rank(out: Path, rank: int) -> Path:
     """SIGKILL to `rank` at step 7 (last.ckpt holds step 4): the other rank's next collective
     fails (gloo: connection reset), so every process exits, non-zero, within the bound."""
-    kill = ["+callbacks.kill._target_=test_faults.SignalRank", "+callbacks.kill.step=6"]
+    kill = ["+callbacks.kill._target_=probe.SignalRank", "+callbacks.kill.step=6"]
     r = train_ddp(out, *kill, f"+callbacks.kill.rank={rank}", "+callbacks.kill.sig=SIGKILL")
     assert r.returncode != 0
     last = out / "checkpoints" / "last.ckpt"
@@ -104,7 +96,7 @@ def preempt(out: Path, group: bool, workers: int) -> Path:
     """SLURM's SIGUSR1 during step 3, sent by rank 1 to itself alone or (`group`) to every
     process of the run, loader workers included: both ranks finish the step, agree on it,
     save last.ckpt there together and exit with 128 + SIGUSR1 and one line."""
-    usr1 = ["+callbacks.usr1._target_=test_faults.SignalRank", "+callbacks.usr1.step=2"]
+    usr1 = ["+callbacks.usr1._target_=probe.SignalRank", "+callbacks.usr1.step=2"]
     usr1 += ["+callbacks.usr1.rank=1", "+callbacks.usr1.sig=SIGUSR1"]
     r = train_ddp(out, *usr1, f"+callbacks.usr1.group={group}", f"data.num_workers={workers}")
     last = out / "checkpoints" / "last.ckpt"
@@ -132,7 +124,7 @@ def test_a_signal_to_every_process_is_saved_and_resumes_bitwise(tmp_path, uninte
 def test_a_truncated_last_ckpt_names_the_newest_intact_one(tmp_path):
     """last.ckpt cut short (a copy that did not finish): resuming from it is one line naming
     the newest checkpoint beside it that reads whole, and writes nothing."""
-    run(tmp_path / "run")
+    pretrain_tiny(tmp_path / "run", *RESUMABLE)
     folder = tmp_path / "run" / "checkpoints"
     last = folder / "last.ckpt"
     last.write_bytes(last.read_bytes()[: last.stat().st_size // 2])
@@ -140,7 +132,7 @@ def test_a_truncated_last_ckpt_names_the_newest_intact_one(tmp_path):
     step = torch.load(best, map_location="cpu", weights_only=True)["global_step"]
     before = {p: p.read_bytes() for p in (tmp_path / "run").rglob("*") if p.is_file()}
     with pytest.raises(UserError) as e:
-        run(tmp_path / "run", f"ckpt_path={last}")
+        pretrain_tiny(tmp_path / "run", *RESUMABLE, f"ckpt_path={last}")
     assert str(e.value).startswith(f"{last}: not a checkpoint (torch.load could not read it: ")
     assert str(e.value).endswith(
         f"); the newest intact checkpoint beside it is {best} (step {step}): "
@@ -179,7 +171,12 @@ def test_a_full_disk_while_saving_keeps_the_previous_checkpoint(tmp_path, monkey
     monkeypatch.setattr(torch, "save", torch.save)  # the callback's patch is undone after
     out = tmp_path / "run"
     with pytest.raises(UserError) as e:
-        run(out, "+callbacks.disk._target_=test_faults.DiskFullFrom", "+callbacks.disk.step=5")
+        pretrain_tiny(
+            out,
+            *RESUMABLE,
+            "+callbacks.disk._target_=test_faults.DiskFullFrom",
+            "+callbacks.disk.step=5",
+        )
     folder = out / "checkpoints"
     assert str(e.value).startswith(f"{folder}/")
     assert str(e.value).endswith(".ckpt: cannot write it (No space left on device)")
@@ -188,7 +185,7 @@ def test_a_full_disk_while_saving_keeps_the_previous_checkpoint(tmp_path, monkey
     assert state["global_step"] == 4
     assert not [p for p in folder.iterdir() if p.name.startswith(".")]  # no temporary file
     monkeypatch.undo()
-    run(tmp_path / "resumed", f"ckpt_path={folder / 'last.ckpt'}")
+    pretrain_tiny(tmp_path / "resumed", *RESUMABLE, f"ckpt_path={folder / 'last.ckpt'}")
     weights(tmp_path / "resumed" / "checkpoints" / "last.ckpt")  # at step 8
 
 

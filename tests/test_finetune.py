@@ -11,60 +11,13 @@ from bert_lightning.config import compose
 from bert_lightning.tasks.base import Task
 from bert_lightning.training.finetune import finetune
 from finetune_fixtures import (
-    ad_rows,
-    regression_rows,
-    sentiment_rows,
-    write_conll,
-    write_csv,
+    overrides,
+    task_files,
     write_dataset,
     write_hf_folder,
-    write_jsonl,
     write_our_ckpt,
     write_tokenizer,
 )
-
-
-def overrides(tmp_path, task, *extra):
-    return [
-        f"task={task}",
-        f"paths.output_dir={tmp_path / 'run'}",
-        f"tokenizer={tmp_path / 'tokenizer.json'}",
-        "model.hidden_size=32",
-        "model.num_hidden_layers=2",
-        "model.num_attention_heads=2",
-        "model.intermediate_size=64",
-        "model.max_position_embeddings=64",
-        "max_seq_length=32",
-        "batch_size=8",
-        "optim.lr=1e-3",
-        "trainer.accelerator=cpu",
-        "trainer.max_epochs=2",
-        "trainer.log_every_n_steps=1",
-        "trainer.enable_progress_bar=false",
-        "trainer.enable_model_summary=false",
-        *extra,
-    ]
-
-
-def task_files(tmp_path, task):
-    if task == "seq_classification":
-        train = write_csv(tmp_path / "train.csv", sentiment_rows(48))
-        return [f"task.train_file={train}"]
-    if task == "regression":
-        return [f"task.train_file={write_jsonl(tmp_path / 'train.jsonl', regression_rows(48))}"]
-    if task == "ad_relevance":
-        train = write_csv(tmp_path / "ads.tsv", ad_rows(12), sep="\t")
-        # ranking: the pairwise loss, on batches of whole queries
-        return [
-            f"task.train_file={train}",
-            "task.label_type=graded",
-            "task.monitor=ndcg@10",
-            "task.loss=pairwise",
-        ]
-    train = write_conll(tmp_path / "train.conll")
-    dev = write_conll(tmp_path / "dev.conll", copies=2)
-    return [f"task.train_file={train}", f"task.validation_file={dev}", f"task.test_file={dev}"]
-
 
 MAIN_METRIC = {
     "seq_classification": ["acc", "f1", "mcc"],

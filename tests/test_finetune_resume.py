@@ -3,13 +3,12 @@ it was fine-tuned with (what `bert-lightning score` truncates to by default)."""
 
 import pytest
 import torch
-from test_finetune import overrides, task_files
 
 from bert_lightning.checkpoint import read_checkpoint
 from bert_lightning.config import compose
 from bert_lightning.training.finetune import finetune
 from bert_lightning.training.finetune_module import FinetuneModule
-from finetune_fixtures import write_tokenizer
+from finetune_fixtures import overrides, task_files, write_tokenizer
 
 
 def run(tmp_path, out, *extra):
@@ -40,7 +39,7 @@ def test_killed_and_resumed_finetuning_matches_the_uninterrupted_one(tmp_path):
         run(
             tmp_path,
             tmp_path / "killed",
-            "+callbacks.crash._target_=test_resume.CrashAt",
+            "+callbacks.crash._target_=probe.CrashAt",
             "+callbacks.crash.step=4",
         )
     last = tmp_path / "killed" / "checkpoints" / "last.ckpt"

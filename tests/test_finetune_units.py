@@ -2,10 +2,12 @@
 
 import math
 from dataclasses import asdict
+from pathlib import Path
 
 import pytest
 import torch
 
+import bert_lightning
 from bert_lightning.config import compose
 from bert_lightning.data.tables import (
     DataError,
@@ -371,10 +373,17 @@ def test_fit_returns_what_the_train_file_fixes_and_changes_nothing(tmp_path):
     assert sorted(learnt) == ["target_mean", "target_std"] and reg.cfg.target_mean is None
 
 
-def test_the_orchestrator_asks_the_task_for_baselines():
-    assert make_task(task_cfg("ad_relevance")).runs_baselines
-    assert not make_task(task_cfg("ad_relevance", baselines=False)).runs_baselines
-    assert not any(
-        make_task(task_cfg(k)).runs_baselines
-        for k in ("seq_classification", "regression", "token_classification")
-    )
+def test_the_orchestrator_asks_the_task_for_baselines(tmp_path):
+    """Ad relevance scores its baselines on the test rows (a zero-shot one only given a
+    starting encoder); the other tasks have none, and training/ names no task."""
+    test = {"text": ["a b", "a", "c"], "pair": ["a b", "b", "d"], "target": [1.0, 0.0, 0.0]}
+    test["group"] = ["q", "q", "q"]
+    ad = make_task(task_cfg("ad_relevance"))
+    assert list(ad.baselines(test, None)) == ["bm25"]
+    both = ad.baselines(test, lambda pairs: torch.tensor([0.9, 0.1, 0.5]))
+    assert list(both) == ["bm25", "zero_shot"] and both["zero_shot"]["test/auroc"] == 1.0
+    assert make_task(task_cfg("ad_relevance", baselines=False)).baselines(test, None) is None
+    for k in ("seq_classification", "regression", "token_classification"):
+        assert make_task(task_cfg(k)).baselines(test, None) is None
+    training = Path(bert_lightning.__file__).parent / "training"
+    assert not [p for p in training.glob("*.py") if "ad_relevance" in p.read_text()]

@@ -15,10 +15,9 @@ from bert_lightning.model import (
     pretraining_flops,
     query_rows,
 )
-from conftest import TINY_BERT
+from conftest import TINY_MODEL
 
 SIZES = ["bert_tiny", "bert_mini", "bert_small", "bert_medium", "bert_base", "bert_large"]
-TINY = dict(TINY_BERT, vocab_size=97, max_position_embeddings=64)
 
 
 def size_config(name: str, **kw) -> BertConfig:
@@ -45,7 +44,7 @@ def test_parameter_count_formula(name, pre_ln):
 
 @pytest.mark.parametrize("pre_ln", [False, True])
 def test_padding_does_not_change_real_token_outputs(pre_ln):
-    model = BertModel(BertConfig(**TINY, pre_layer_norm=pre_ln)).eval()
+    model = BertModel(BertConfig(**TINY_MODEL, pre_layer_norm=pre_ln)).eval()
     ids = torch.randint(5, 97, (3, 10))
     plain = model(ids, attention_mask=torch.ones_like(ids)).last_hidden_state
     padded_ids = torch.cat([ids, torch.zeros(3, 7, dtype=torch.long)], dim=1)
@@ -60,7 +59,7 @@ def test_padding_does_not_change_real_token_outputs(pre_ln):
 @pytest.mark.parametrize(("pre_ln", "causal"), [(False, False), (True, False), (False, True)])
 def test_sparse_mlm_head_equals_dense_head(pre_ln, causal):
     # the head and the last layer run on the picked rows (and [CLS]) only
-    config = BertConfig(**TINY, pre_layer_norm=pre_ln, is_decoder=causal)
+    config = BertConfig(**TINY_MODEL, pre_layer_norm=pre_ln, is_decoder=causal)
     model = BertForPreTraining(config).eval()
     ids = torch.randint(5, 97, (4, 16))
     mask = torch.ones_like(ids)
@@ -79,16 +78,16 @@ def test_sparse_mlm_head_equals_dense_head(pre_ln, causal):
 
 
 def test_decoder_is_tied_to_word_embeddings():
-    model = BertForPreTraining(BertConfig(**TINY))
+    model = BertForPreTraining(BertConfig(**TINY_MODEL))
     assert model.cls.predictions.decoder.weight is model.bert.embeddings.word_embeddings.weight
     assert torch.all(model.bert.embeddings.word_embeddings.weight[0] == 0)  # [PAD] row
 
 
 def test_same_outputs_as_transformers_bert():
     transformers = pytest.importorskip("transformers")
-    hf_cfg = transformers.BertConfig(**TINY, attn_implementation="eager")
+    hf_cfg = transformers.BertConfig(**TINY_MODEL, attn_implementation="eager")
     hf = transformers.BertForPreTraining(hf_cfg).eval()
-    ours = BertForPreTraining(BertConfig(**TINY)).eval()
+    ours = BertForPreTraining(BertConfig(**TINY_MODEL)).eval()
     missing, unexpected = ours.load_state_dict(hf_to_ours(hf.state_dict()), strict=False)
     assert not unexpected and missing == ["cls.predictions.decoder.weight"]  # tied to embeddings
     ids = torch.randint(5, 97, (2, 12))
@@ -107,7 +106,7 @@ def test_same_outputs_as_transformers_bert():
 
 
 def test_model_learns_a_fixed_batch():
-    model = BertForPreTraining(BertConfig(**TINY, hidden_dropout_prob=0.0))
+    model = BertForPreTraining(BertConfig(**TINY_MODEL, hidden_dropout_prob=0.0))
     ids = torch.randint(5, 97, (8, 16))
     labels = torch.where(torch.rand(8, 16) < 0.15, ids, -100)
     inputs = torch.where(labels != -100, 4, ids)
@@ -123,7 +122,7 @@ def test_model_learns_a_fixed_batch():
 
 
 def test_nothing_picked_gives_zero_loss():
-    model = BertForPreTraining(BertConfig(**TINY))
+    model = BertForPreTraining(BertConfig(**TINY_MODEL))
     out = model(torch.randint(5, 97, (2, 8)), labels=torch.full((2, 8), -100))
     assert out.loss.item() == 0.0
     out.loss.backward()  # still part of the graph
@@ -137,7 +136,7 @@ def test_bad_config_is_named():
 def test_pretraining_flops_match_torch_flop_counter():
     from torch.utils.flop_counter import FlopCounterMode
 
-    c = BertConfig(**TINY)
+    c = BertConfig(**TINY_MODEL)
     model = BertForPreTraining(c).train()  # attention dropout: SDPA's counted math path
     B, T = 3, 16
     ids = torch.randint(5, c.vocab_size, (B, T))
@@ -169,7 +168,7 @@ def test_bf16_autocast_keeps_the_residual_stream_in_bf16():
     """LayerNorm runs in the autocast dtype (CUDA's autocast would run it in fp32, and every
     block would copy its activations up and down): each layer's output stays bf16, close to
     the fp32 model's, and a LayerNorm gives fp32 statistics rounded once to bf16."""
-    model = BertModel(BertConfig(**TINY)).eval()
+    model = BertModel(BertConfig(**TINY_MODEL)).eval()
     ids = torch.randint(5, 97, (2, 12))
     with torch.no_grad():
         ref = model(ids, output_hidden_states=True).hidden_states
@@ -185,7 +184,7 @@ def test_bf16_autocast_keeps_the_residual_stream_in_bf16():
 
 
 def test_sinusoidal_position_init_is_the_transformer_encoding_at_bert_scale():
-    table = BertModel(BertConfig(**TINY, position_embedding_init="sinusoidal")).embeddings
+    table = BertModel(BertConfig(**TINY_MODEL, position_embedding_init="sinusoidal")).embeddings
     table = table.position_embeddings.weight.detach()  # (P, H)
     H, scale = table.shape[1], 0.02 * math.sqrt(2)
     assert table[5, 2].item() == pytest.approx(math.sin(5 / 10000 ** (2 / H)) * scale, abs=1e-6)
@@ -195,4 +194,4 @@ def test_sinusoidal_position_init_is_the_transformer_encoding_at_bert_scale():
     near = F.cosine_similarity(table[10], table[11], dim=0)
     assert near > F.cosine_similarity(table[10], table[40], dim=0) + 0.2
     with pytest.raises(ValueError, match="position_embedding_init='rope'; expected normal or"):
-        BertConfig(**TINY, position_embedding_init="rope")
+        BertConfig(**TINY_MODEL, position_embedding_init="rope")

@@ -4,10 +4,10 @@ what it would alone."""
 
 import pytest
 import torch
-from test_unpad import TINY
 
 from bert_lightning.data.masking import document_positions
 from bert_lightning.model import BertConfig, BertForPreTraining, BertModel
+from conftest import TINY_NO_DROPOUT
 
 LENGTHS = [7, 5, 9]  # the documents of row 0; row 1 is one document and, padded, 4 pads
 
@@ -31,7 +31,7 @@ def packed_batch(padded: bool):
 
 @pytest.mark.parametrize(("pre_ln", "padded"), [(False, False), (False, True), (True, True)])
 def test_a_packed_document_computes_what_it_computes_alone(pre_ln, padded):
-    model = BertModel(BertConfig(**TINY, pre_layer_norm=pre_ln)).eval()
+    model = BertModel(BertConfig(**TINY_NO_DROPOUT, pre_layer_norm=pre_ln)).eval()
     ids, pos, mask = packed_batch(padded)
     assert pos[0].tolist() == [*range(7), *range(5), *range(9)]
     with torch.no_grad():
@@ -47,7 +47,7 @@ def test_a_packed_document_computes_what_it_computes_alone(pre_ln, padded):
 
 def test_a_tokens_mlm_logits_do_not_change_with_another_document():
     """The pretraining path (sparse MLM head, last layer on the picked rows) keeps it too."""
-    model = BertForPreTraining(BertConfig(**TINY)).eval()
+    model = BertForPreTraining(BertConfig(**TINY_NO_DROPOUT)).eval()
     ids, pos, mask = packed_batch(padded=True)
     labels = torch.full_like(ids, -100)
     labels[:, 1::3] = ids[:, 1::3]

@@ -11,14 +11,11 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
-from test_distributed import env
-from test_finetune import overrides as finetune_overrides
-from test_finetune import task_files
-from test_streaming import c4_shard
 
 from bert_lightning.data.corpus import iter_documents
-from conftest import SAMPLE, run_in_session, tiny_overrides, write_corpus
-from finetune_fixtures import write_tokenizer
+from conftest import SAMPLE, c4_shard, run_in_session, subprocess_env, tiny_overrides, write_corpus
+from finetune_fixtures import overrides as finetune_overrides
+from finetune_fixtures import task_files, write_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 BOUND = 120  # seconds within which a run and every process it started must be gone
@@ -41,7 +38,7 @@ def at_step_2(sig: str, group: bool = True) -> list[str]:
     """`sig` as step 3 starts: to every process of the run (as Ctrl-C in a terminal and SLURM
     send it), or to the main process alone."""
     cb = "+callbacks.stop"
-    return [f"{cb}._target_=test_faults.SignalRank", f"{cb}.step=2", f"{cb}.rank=0"] + [
+    return [f"{cb}._target_=probe.SignalRank", f"{cb}.step=2", f"{cb}.rank=0"] + [
         f"{cb}.sig={sig}",
         f"{cb}.group={group}",
     ]
@@ -50,7 +47,7 @@ def at_step_2(sig: str, group: bool = True) -> list[str]:
 def pretrain(out: Path, *extra: str) -> tuple[int, str]:
     write_corpus(out / "corpus.jsonl", 60)
     cmd = [sys.executable, str(ROOT / "train.py"), *tiny_overrides(out, *extra)]
-    r = run_in_session([*cmd, f"hydra.run.dir={out}"], env(), BOUND)
+    r = run_in_session([*cmd, f"hydra.run.dir={out}"], subprocess_env(), BOUND)
     return r.returncode, r.stderr
 
 
@@ -127,5 +124,5 @@ def test_a_fine_tuning_run_ends_with_all_its_processes(tmp_path, end):
     task = "seq_classification"
     args = finetune_overrides(tmp_path, task, *task_files(tmp_path, task), *extra)
     cmd = [sys.executable, str(ROOT / "finetune.py"), *args, f"hydra.run.dir={tmp_path / 'run'}"]
-    r = run_in_session(cmd, env(), BOUND)
+    r = run_in_session(cmd, subprocess_env(), BOUND)
     assert r.returncode == code, r.stderr[-3000:]

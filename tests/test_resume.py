@@ -6,21 +6,8 @@ import lightning as L
 import pytest
 import torch
 
-from bert_lightning.config import compose
-from bert_lightning.training.pretrain import train
 from bert_lightning.training.resume import AtomicCheckpointIO, Interrupted
-from conftest import tiny_overrides, write_corpus
-
-
-class CrashAt(L.Callback):
-    """Raises before the batch of optimizer step `step` + 1, as a killed process stops."""
-
-    def __init__(self, step: int):
-        self.step = step
-
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        if trainer.global_step == self.step:
-            raise RuntimeError("simulated crash")
+from conftest import RESUMABLE, pretrain_tiny
 
 
 class SignalAt(L.Callback):
@@ -35,18 +22,6 @@ class SignalAt(L.Callback):
             os.kill(os.getpid(), getattr(signal, self.sig))
 
 
-def run(out_dir, *extra):
-    write_corpus(out_dir / "corpus.jsonl", 60)
-    overrides = tiny_overrides(
-        out_dir,
-        "trainer.max_steps=8",
-        "trainer.val_check_interval=4",
-        "callbacks.model_checkpoint.every_n_train_steps=4",
-        *extra,
-    )
-    return train(compose(overrides=overrides))
-
-
 def last_val_loss(out_dir):
     with open(out_dir / "metrics.csv") as f:
         return [float(r["val/loss"]) for r in csv.DictReader(f) if r["val/loss"]][-1]
@@ -59,18 +34,19 @@ def test_killed_and_resumed_run_matches_the_uninterrupted_one(tmp_path, workers,
     bitwise the weights of a run never killed. Dropout, shuffling and masks all continue, and
     under `objective=rtd` the generator's samples too."""
     w = (f"data.num_workers={workers}", f"objective={objective}")
-    run(tmp_path / "whole", *w)
+    pretrain_tiny(tmp_path / "whole", *RESUMABLE, *w)
     with pytest.raises(RuntimeError, match="simulated crash"):
-        run(
+        pretrain_tiny(
             tmp_path / "killed",
+            *RESUMABLE,
             *w,
-            "+callbacks.crash._target_=test_resume.CrashAt",
+            "+callbacks.crash._target_=probe.CrashAt",
             "+callbacks.crash.step=4",
         )
     last = tmp_path / "killed" / "checkpoints" / "last.ckpt"
     state = torch.load(last, map_location="cpu", weights_only=True)
     assert state["global_step"] == 4 and state["epoch"] == 0
-    run(tmp_path / "resumed", *w, f"ckpt_path={last}")
+    pretrain_tiny(tmp_path / "resumed", *RESUMABLE, *w, f"ckpt_path={last}")
 
     whole = torch.load(tmp_path / "whole/checkpoints/last.ckpt", weights_only=True)
     resumed = torch.load(tmp_path / "resumed/checkpoints/last.ckpt", weights_only=True)
@@ -89,12 +65,12 @@ def test_an_interrupted_run_saves_its_step_and_resumes_bitwise(tmp_path, sig):
     """SIGINT, SIGTERM or SIGUSR1 (SLURM's warning) during step 3: the step completes,
     last.ckpt is written at it, the run stops with one line (and FAILED) saying how to resume,
     its exit code 128 + the signal's; resumed, bitwise the run never stopped."""
-    run(tmp_path / "whole")
+    pretrain_tiny(tmp_path / "whole", *RESUMABLE)
     stop_signals = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
     handlers = [signal.getsignal(s) for s in stop_signals]
     signal_at = ["+callbacks.signal._target_=test_resume.SignalAt", "+callbacks.signal.step=2"]
     with pytest.raises(Interrupted) as e:
-        run(tmp_path / "stopped", *signal_at, f"+callbacks.signal.sig={sig}")
+        pretrain_tiny(tmp_path / "stopped", *RESUMABLE, *signal_at, f"+callbacks.signal.sig={sig}")
     last = tmp_path / "stopped" / "checkpoints" / "last.ckpt"
     assert str(e.value) == (
         f"{sig} at step 3: {last} written; the same command with ckpt_path={last} continues the run"
@@ -103,7 +79,7 @@ def test_an_interrupted_run_saves_its_step_and_resumes_bitwise(tmp_path, sig):
     assert e.value.exit_code == 128 + getattr(signal, sig)
     assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == 3
     assert [signal.getsignal(s) for s in stop_signals] == handlers
-    run(tmp_path / "resumed", f"ckpt_path={last}")
+    pretrain_tiny(tmp_path / "resumed", *RESUMABLE, f"ckpt_path={last}")
     whole = torch.load(tmp_path / "whole/checkpoints/last.ckpt", weights_only=True)
     resumed = torch.load(tmp_path / "resumed/checkpoints/last.ckpt", weights_only=True)
     assert resumed["global_step"] == whole["global_step"] == 8

@@ -41,10 +41,10 @@ def test_model_compile_keeps_checkpoint_keys(tmp_path):
 
 @pytest.mark.slow
 def test_bf16_true_run_exports_bf16_weights(tmp_path):
-    from test_train import run
+    from conftest import pretrain_tiny
 
     transformers = pytest.importorskip("transformers")
-    run(tmp_path / "run", "trainer.precision=bf16-true", "trainer.max_steps=2")
+    pretrain_tiny(tmp_path / "run", "trainer.precision=bf16-true", "trainer.max_steps=2")
     ckpt = read_checkpoint(tmp_path / "run" / "checkpoints" / "last.ckpt")
     assert ckpt.state_dict["bert.embeddings.word_embeddings.weight"].dtype == torch.bfloat16
     out = export_hf_folder(ckpt.state_dict, ckpt.config, ckpt.tokenizer, tmp_path / "hf")

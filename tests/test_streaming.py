@@ -1,4 +1,3 @@
-import gzip
 import json
 from collections import Counter
 from types import SimpleNamespace
@@ -9,16 +8,7 @@ import torch
 from bert_lightning.data.corpus import BadRecordError, iter_documents
 from bert_lightning.data.pipeline import frame_batch
 from bert_lightning.data.streaming import StreamingDataModule
-from conftest import SAMPLE
-
-
-def c4_shard(path, docs):
-    """A file shaped like a C4 shard: gzipped JSON lines with text, timestamp and url."""
-    lines = [
-        json.dumps({"text": t, "timestamp": "2019", "url": f"u{i}"}) for i, t in enumerate(docs)
-    ]
-    path.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
-    return str(path)
+from conftest import SAMPLE, c4_shard
 
 
 def test_streamed_shards_split_over_ranks_each_block_once(tmp_path, tiny_tokenizer):

@@ -12,12 +12,7 @@ from bert_lightning.config import compose
 from bert_lightning.data.corpus import BadRecordError
 from bert_lightning.errors import UserError
 from bert_lightning.training.pretrain import train
-from conftest import tiny_overrides, write_corpus
-
-
-def run(out_dir, *extra):
-    write_corpus(out_dir / "corpus.jsonl")
-    return train(compose(overrides=tiny_overrides(out_dir, *extra)))
+from conftest import pretrain_tiny, tiny_overrides, write_corpus
 
 
 def metric_rows(out_dir):
@@ -28,7 +23,7 @@ def metric_rows(out_dir):
 @pytest.mark.slow
 def test_smoke_run_writes_outputs_and_resumes(tmp_path):
     out = tmp_path / "run"
-    val_loss = run(out, "logger=wandb")
+    val_loss = pretrain_tiny(out, "logger=wandb")
     assert val_loss is not None and val_loss > 0
     ckpt = out / "checkpoints" / "last.ckpt"
     for name in [
@@ -71,7 +66,7 @@ def test_sinusoidal_position_init_trains(tmp_path):
     """`model.position_embedding_init=sinusoidal` takes steps end to end and the loss falls;
     the run's checkpoint records the option."""
     steps = ("trainer.max_steps=20", "trainer.val_check_interval=10", "optim.warmup_steps=0")
-    run(tmp_path, "model.position_embedding_init=sinusoidal", "optim.lr=1e-2", *steps)
+    pretrain_tiny(tmp_path, "model.position_embedding_init=sinusoidal", "optim.lr=1e-2", *steps)
     losses = [float(r["train/loss"]) for r in metric_rows(tmp_path) if r["train/loss"]]
     assert len(losses) == 20 and sum(losses[-5:]) / 5 < sum(losses[:5]) / 5 - 0.2
     ckpt = read_checkpoint(tmp_path / "checkpoints" / "last.ckpt")
@@ -83,7 +78,9 @@ def test_each_packing_trains(tmp_path, packing):
     """The other framings take steps end to end (per-document padded batches, unpadded in the
     encoder; packed blocks attending within each document) and the loss falls."""
     steps = ("trainer.max_steps=20", "trainer.val_check_interval=10")
-    run(tmp_path, f"data.packing={packing}", "optim.lr=1e-2", "optim.warmup_steps=0", *steps)
+    pretrain_tiny(
+        tmp_path, f"data.packing={packing}", "optim.lr=1e-2", "optim.warmup_steps=0", *steps
+    )
     losses = [float(r["train/loss"]) for r in metric_rows(tmp_path) if r["train/loss"]]
     assert len(losses) == 20 and sum(losses[-5:]) / 5 < sum(losses[:5]) / 5 - 0.2
     assert all(r["val/loss"] != "nan" for r in metric_rows(tmp_path))
@@ -121,7 +118,7 @@ def test_logger_without_its_package_is_a_one_line_hint(tmp_path, monkeypatch, op
 def test_tensorboard_logger_writes_event_files(tmp_path):
     pytest.importorskip("tensorboard")
     out = tmp_path / "run"
-    run(out, "logger=tensorboard", "trainer.max_steps=2", "validate_before_fit=false")
+    pretrain_tiny(out, "logger=tensorboard", "trainer.max_steps=2", "validate_before_fit=false")
     (events,) = (out / "tensorboard").glob("events.out.tfevents.*")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

@@ -4,7 +4,6 @@ gradients equal the padded path's."""
 
 import pytest
 import torch
-from test_model import TINY as MODEL_TINY
 
 from bert_lightning.model import BertConfig, BertForPreTraining, BertModel
 from bert_lightning.model.bert import Unpadded
@@ -13,8 +12,7 @@ from bert_lightning.model.heads import (
     BertForSequenceClassification,
     BertForTokenClassification,
 )
-
-TINY = dict(MODEL_TINY, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+from conftest import TINY_NO_DROPOUT
 
 
 def ragged_batch(B: int = 5, T: int = 19, seed: int = 0):
@@ -47,7 +45,9 @@ def grads(model) -> dict:
     ("pre_ln", "causal"), [(False, False), (True, False), (False, True), (True, True)]
 )
 def test_encoder_outputs_at_real_tokens_equal_the_padded_path(pre_ln, causal):
-    model = BertModel(BertConfig(**TINY, pre_layer_norm=pre_ln, is_decoder=causal)).eval()
+    model = BertModel(
+        BertConfig(**TINY_NO_DROPOUT, pre_layer_norm=pre_ln, is_decoder=causal)
+    ).eval()
     ids, types, mask = ragged_batch()
     padded, unpadded = both(model, lambda m: m(ids, types, mask, output_hidden_states=True))
     real = mask.bool()
@@ -64,7 +64,7 @@ def test_encoder_outputs_at_real_tokens_equal_the_padded_path(pre_ln, causal):
 def test_pretraining_losses_logits_and_gradients_equal_the_padded_path(pre_ln):
     """MLM (sparse head, last layer on the picked rows) and NSP, forward and backward (dropout
     off: the two paths draw their masks over tensors of different shapes)."""
-    model = BertForPreTraining(BertConfig(**TINY, pre_layer_norm=pre_ln))
+    model = BertForPreTraining(BertConfig(**TINY_NO_DROPOUT, pre_layer_norm=pre_ln))
     ids, types, mask = ragged_batch()
     labels = torch.where((torch.rand(ids.shape) < 0.3) & mask.bool(), ids, -100)
     nsp = torch.tensor([0, 1, 0, 1, 1])
@@ -95,7 +95,7 @@ def test_pretraining_losses_logits_and_gradients_equal_the_padded_path(pre_ln):
     ids=["sequence-cls", "regression-mean", "token", "bi-encoder"],
 )
 def test_fine_tuning_heads_equal_the_padded_path(make):
-    model = make(BertConfig(**TINY))
+    model = make(BertConfig(**TINY_NO_DROPOUT))
     ids, types, mask = ragged_batch()
 
     def step(m):
@@ -115,7 +115,7 @@ def test_fine_tuning_heads_equal_the_padded_path(make):
 
 def test_a_batch_without_padding_takes_the_padded_path(monkeypatch):
     """No pad, nothing to remove: the gather and scatter would be pure cost."""
-    model = BertModel(BertConfig(**TINY)).eval()
+    model = BertModel(BertConfig(**TINY_NO_DROPOUT)).eval()
     ids, types, mask = ragged_batch()
     calls, of = [], Unpadded.of
     monkeypatch.setattr(Unpadded, "of", lambda m: calls.append(m) or of(m))

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import logging
+import re
 from dataclasses import dataclass
 from typing import Literal
 
+import bm25s
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -19,7 +23,7 @@ from torchmetrics.retrieval import RetrievalNormalizedDCG
 from bert_lightning.data import tables as D
 from bert_lightning.errors import UserError
 from bert_lightning.model.heads import HEAD_POOLINGS, BertBiEncoder
-from bert_lightning.tasks.base import TableConfig, Task
+from bert_lightning.tasks.base import TableConfig, Task, ZeroShot
 
 LOSSES = ("pointwise", "pairwise", "pointwise+pairwise")
 
@@ -133,10 +137,17 @@ class AdRelevance(Task):
         """Batches of whole queries: a pairwise term needs pairs of one query."""
         return "pairwise" in self.cfg.loss
 
-    @property
-    def runs_baselines(self) -> bool:
-        """BM25 and the starting encoder's zero-shot cosine, beside the test metrics."""
-        return self.cfg.baselines
+    def baselines(self, test: dict, zero_shot: ZeroShot | None) -> dict | None:
+        """BM25 of each row's query against its ad (`bm25_scores`) and, given the starting
+        encoder, its zero-shot cosine (`zero_shot`; random weights rank nothing), each read
+        by the test metrics that need no threshold (`score_metrics`)."""
+        if not self.cfg.baselines:
+            return None
+        out = {"bm25": score_metrics(self, test, bm25_scores(test["text"], test["pair"]))}
+        if zero_shot is not None:
+            cos = zero_shot(list(zip(test["text"], test["pair"], strict=True)))
+            out["zero_shot"] = score_metrics(self, test, cos)
+        return out
 
     def loss(self, logits, batch):
         """`pointwise`, `pairwise`, or `pointwise+pairwise`: BCE + `pairwise_weight` x the
@@ -195,3 +206,41 @@ def pairwise_loss(s, t, group, kind: str, margin: float) -> torch.Tensor:
     if diff.numel() == 0:
         return s.sum() * 0.0
     return F.softplus(-diff).mean() if kind == "logistic" else F.relu(margin - diff).mean()
+
+
+THRESHOLD_FREE = ("auroc", "spearman", "ndcg@10")  # what a baseline's score is read by
+
+
+def words(text: str) -> list[str]:
+    return re.findall(r"\w+", text.lower())
+
+
+def bm25_scores(queries: list[str], ads: list[str]) -> torch.Tensor:
+    """(N,) BM25 of row i's query against row i's ad."""
+    logging.getLogger("bm25s").setLevel(logging.WARNING)  # its DEBUG lines reached stdout
+    docs = list(dict.fromkeys(ads))
+    doc_id = {d: i for i, d in enumerate(docs)}
+    bm25 = bm25s.BM25(k1=1.5, b=0.75, method="lucene")
+    bm25.index([words(d) for d in docs], show_progress=False)
+    vocab = bm25.vocab_dict
+    rows_of: dict[str, list[int]] = {}
+    for i, q in enumerate(queries):
+        rows_of.setdefault(q, []).append(i)
+    out = np.zeros(len(queries), dtype=np.float32)
+    for q, rows in rows_of.items():
+        known = [w for w in words(q) if w in vocab]  # a word no ad has scores 0
+        if known:
+            out[rows] = bm25.get_scores(known)[[doc_id[ads[i]] for i in rows]]
+    return torch.from_numpy(out)
+
+
+def score_metrics(task: AdRelevance, table: dict, score: torch.Tensor) -> dict[str, float]:
+    """The task's threshold-free metrics of any per-row score (only its order matters): min-max
+    scaled to [0, 1] first, where AUROC reads it as it is (no sigmoid, no saturation)."""
+    lo, hi = score.min(), score.max()
+    score = (score - lo) / (hi - lo) if hi > lo else torch.zeros_like(score)
+    metrics = {k: m for k, m in task.metrics().items() if k in THRESHOLD_FREE}
+    groups = {g: i for i, g in enumerate(dict.fromkeys(table["group"]))}
+    group = torch.tensor([groups[g] for g in table["group"]])
+    task.update_scores(metrics, score, torch.tensor(table["target"]), group)
+    return {f"test/{k}": v for k, v in task.compute(metrics).items()}

@@ -6,6 +6,7 @@ file) is all that is needed to rebuild it from a checkpoint."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Literal
@@ -18,6 +19,9 @@ from bert_lightning.data import tables as D
 from bert_lightning.errors import UserError
 from bert_lightning.fields import from_dict
 from bert_lightning.model.heads import HEAD_POOLINGS, BertForSequenceClassification
+
+# a baseline's scorer: the starting encoder's cosine of each (text, pair) row, (N,)
+ZeroShot = Callable[[list[tuple[str, str]]], torch.Tensor]
 
 
 def truncating(tok: Tokenizer, max_len: int) -> Tokenizer:
@@ -77,10 +81,15 @@ class Task:
     head = BertForSequenceClassification
     problem_type: str | None = None  # what transformers' config.json calls its loss
     grouped_batches = False  # True: each training batch holds whole groups (a ranking loss)
-    runs_baselines = False  # True: results.json holds baselines scored on the same test rows
 
     def __init__(self, cfg: TaskConfig):
         self.cfg = cfg
+
+    def baselines(self, test: dict, zero_shot: ZeroShot | None) -> dict | None:
+        """{baseline: {test/metric: value}} scored on the test table beside the fine-tuned
+        model (`results.json`), or None: a task with none. `zero_shot`: the starting
+        encoder's cosine of each pair's two texts, None from random weights."""
+        return None
 
     @property
     def text_columns(self) -> tuple[str, str | None]:
@@ -203,3 +212,16 @@ def subset(table: dict, idx: list[int]) -> dict:
         else:
             out[k] = v
     return out
+
+
+def baselines_table(results: dict) -> str:
+    """The fine-tuned model's test metrics beside its baselines', those they all have."""
+    rows = {"fine-tuned": results["test"], **results["baselines"]}
+    names = [k for k in results["test"] if all(k in m for m in results["baselines"].values())]
+    lines = [
+        f"{'test (' + str(results['rows']['test']) + ' rows)':<22}"
+        + "".join(f"{n[5:]:>10}" for n in names)
+    ]
+    for who, m in rows.items():
+        lines.append(f"{who:<22}" + "".join(f"{m.get(n, float('nan')):>10.4f}" for n in names))
+    return "\n".join(lines)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict, replace
+from functools import partial
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -15,9 +16,10 @@ from bert_lightning.atomic import write_json
 from bert_lightning.checkpoint import FINETUNING, ResumePoint, read_checkpoint
 from bert_lightning.data.tokenizer import load_tokenizer, special_ids, train_wordpiece
 from bert_lightning.errors import UserError
+from bert_lightning.inference import zero_shot_cosines
+from bert_lightning.tasks.base import baselines_table
 from bert_lightning.tasks.datamodule import TaskDataModule
 from bert_lightning.tasks.kinds import make_task
-from bert_lightning.training.baselines import ad_relevance_baselines, summary
 from bert_lightning.training.finetune_module import FinetuneModule
 from bert_lightning.training.instantiate import check_types, instantiate
 from bert_lightning.training.resume import check_same_model, continued_optim
@@ -86,7 +88,8 @@ def build(cfg: DictConfig, start: ResumePoint | None = None):
 
 def after_fit(cfg: DictConfig, dm: TaskDataModule, module: FinetuneModule, trainer) -> dict:
     """Tests the best checkpoint by the task's main validation metric (the last weights when
-    none was kept) and writes `results.json`; returns what it wrote."""
+    none was kept), adds the task's baselines on the same rows, if it has any, and writes
+    `results.json`; returns what it wrote."""
     out_dir, task = Path(cfg.paths.output_dir), module.task
     ckpt = trainer.checkpoint_callback
     best = ckpt.best_model_path if ckpt is not None and ckpt.best_model_path else None
@@ -103,11 +106,15 @@ def after_fit(cfg: DictConfig, dm: TaskDataModule, module: FinetuneModule, train
         "steps": trainer.global_step,
         "test": {k: float(v) for k, v in test.items()},
     }
-    if task.runs_baselines:
-        results["baselines"] = ad_relevance_baselines(
-            task, dm.tables["test"], cfg.pretrained, cfg.max_seq_length
-        )
-        print(summary(results), flush=True)
+    zero_shot = (
+        partial(zero_shot_cosines, cfg.pretrained, max_seq_length=cfg.max_seq_length)
+        if cfg.pretrained
+        else None
+    )
+    baselines = task.baselines(dm.tables["test"], zero_shot)
+    if baselines is not None:
+        results["baselines"] = baselines
+        print(baselines_table(results), flush=True)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_json(results, out_dir / "results.json")
     log.info("test metrics %s; outputs in %s", results["test"], out_dir)
