@@ -2,32 +2,80 @@
 it here, from a `.ckpt` of ours or a Hugging Face BERT folder, as what they need (an MLM model,
 a bare encoder, a bi-encoder) with its tokenizer; and run it here, in one batched loop per use
 (score, embed, fill-mask, the zero-shot cosine), apart from loading, so a server that loads once
-and a command that loads per call compute the same numbers. A fine-tuned model is loaded by
-`FinetuneModule.from_checkpoint`: this layer sits below training, whose baselines use it."""
+and a command that loads per call compute the same numbers. A fine-tuned model is loaded here
+too (`load_finetuned`), from its task's own `build_model`: using a model needs no Lightning."""
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass
 
 import torch
 from tokenizers import Encoding, Tokenizer
 from tqdm import tqdm
 
-from bert_lightning.checkpoint import Checkpoint, encoder_from, load_encoder, read_checkpoint
+from bert_lightning.checkpoint import (
+    FINETUNING,
+    Checkpoint,
+    encoder_from,
+    load_encoder,
+    read_checkpoint,
+)
 from bert_lightning.data.tables import collate
 from bert_lightning.errors import UserError
 from bert_lightning.interop import load_into
 from bert_lightning.model import BertForPreTraining, BertModel
 from bert_lightning.model.heads import BertBiEncoder, pool
 from bert_lightning.tasks.base import Task, truncating
+from bert_lightning.tasks.kinds import make_task
 
 EMBED_LENGTH = 128  # what `embed` and /embed truncate to by default
 SCORE_BATCH, EMBED_BATCH = 64, 32  # rows per forward pass: `score`'s, the others'
 MLM_HEAD = "cls.predictions.transform.dense.weight"
+# what a fine-tuned checkpoint that stores no max_seq_length is truncated to
+DEFAULT_MAX_SEQ_LENGTH = 128
 
 
 # --- loading ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Finetuned:
+    """A fine-tuned model in eval mode, its task (labels, target scale, columns, how it scores)
+    and what its tokenizer truncates to: the length it was fine-tuned on."""
+
+    model: torch.nn.Module
+    task: Task
+    tokenizer_json: str
+    max_seq_length: int
+
+    def tokenizer(self, max_seq_length: int | None = None) -> Tokenizer:
+        """Truncating to `max_seq_length` (None: as fine-tuned). Build it once per model, not
+        per batch: copying a 30k-token vocabulary takes tens of ms."""
+        return truncating(
+            Tokenizer.from_str(self.tokenizer_json), max_seq_length or self.max_seq_length
+        )
+
+    def with_table_options(self, options: dict) -> Finetuned:
+        """The same model reading tables with `options` (format, encoding, header, names) over
+        its task's own, checked as the task config was."""
+        if not options:
+            return self
+        task = make_task(asdict(self.task.cfg) | options)
+        return Finetuned(self.model, task, self.tokenizer_json, self.max_seq_length)
+
+
+def load_finetuned(path, use: str = "score", pre: Checkpoint | None = None) -> Finetuned:
+    """The model of a `.ckpt` written by finetune.py (`pre`: it, read already), built by its
+    task as fine-tuning built it. `use`: what needs a fine-tuned checkpoint, for the message
+    of another kind."""
+    pre = pre or read_checkpoint(path, FINETUNING, use)
+    task = make_task(pre.hparams["task"])
+    model = task.build_model(pre.config)
+    load_into(model, pre.state_dict)
+    length = pre.hparams.get("max_seq_length") or DEFAULT_MAX_SEQ_LENGTH
+    return Finetuned(model.eval(), task, pre.tokenizer.to_str(), length)
 
 
 def check_mlm_head(path, pre: Checkpoint, use: str = "fill-mask") -> None:
@@ -138,8 +186,7 @@ def score_rows(
 ) -> list[float]:
     """One score per row (a text, or a (query, ad) pair) of a fine-tuned `model` and its
     `task`: the relevance probability (ad_relevance), the predicted value (regression) or the
-    second label's probability (two-class classification). `tok`: the module's
-    `scoring_tokenizer`."""
+    second label's probability (two-class classification). `tok`: `Finetuned.tokenizer`."""
     out: list[float] = []
     desc = "score" if progress else None
     for b in batches(model, tok, tok.encode_batch(rows), batch_size, desc):

@@ -39,6 +39,7 @@ from bert_lightning.inference import (
     embed_texts,
     fill_masks,
     load_embedder,
+    load_finetuned,
     load_mlm,
     score_rows,
     split,
@@ -46,7 +47,6 @@ from bert_lightning.inference import (
 )
 from bert_lightning.model.heads import POOLINGS
 from bert_lightning.tasks.kinds import make_task
-from bert_lightning.training.finetune_module import FinetuneModule
 
 MAX_ITEMS = 256  # texts or pairs per request: a bigger job is a file for `bert-lightning score`
 MAX_CHARS = 10_000  # per text: far past what 512 word pieces read; bounds tokenizing time
@@ -154,13 +154,13 @@ class Score(Endpoint):
     route = "/score"
 
     def load(self, device):
-        self.module = FinetuneModule.from_checkpoint(self.model_path, "bert-lightning serve")
-        self.module.to(device)
-        self.tok = self.module.scoring_tokenizer()
+        self.finetuned = load_finetuned(self.model_path, "bert-lightning serve")
+        self.finetuned.model.to(device)
+        self.tok = self.finetuned.tokenizer()
 
     def answer(self, requests: list[list]) -> list[Reply]:
         rows = [row for r in requests for row in r]  # texts, or (query, ad) pairs
-        scores = score_rows(self.module.model, self.module.task, self.tok, rows)
+        scores = score_rows(self.finetuned.model, self.finetuned.task, self.tok, rows)
         return [Reply({"scores": s}) for s in split(scores, map(len, requests))]
 
 

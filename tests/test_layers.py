@@ -163,6 +163,15 @@ def test_the_bottom_layer_needs_only_the_standard_library():
     assert outside("import json\nfrom hydra.utils import get_object") == ["hydra"]
 
 
+def test_using_a_model_needs_no_training_layer():
+    """Scoring, embedding, filling masks and serving load a model without Lightning: none of
+    them imports the training layer (nor Lightning itself)."""
+    for name in ("inference", "serving", "commands.score", "commands.embed", "commands.fill_mask"):
+        source = (PACKAGE / f"{name.replace('.', '/')}.py").read_text()
+        assert not [t for t in named(name, source) if t.startswith("training")], name
+        assert "lightning" not in outside(source), name
+
+
 def test_no_config_targets_a_layer_above_its_group():
     found = [e for p in CONFIGS for e in config_upward(p.relative_to(CONFIG_DIR), p.read_text())]
     assert not found, found

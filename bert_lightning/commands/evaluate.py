@@ -25,6 +25,7 @@ from bert_lightning.data.tokenizer import special_ids
 from bert_lightning.errors import UserError
 from bert_lightning.inference import add_table_arguments, mlm_state, table_options
 from bert_lightning.interop import load_into
+from bert_lightning.tasks.kinds import make_task
 from bert_lightning.training.callbacks import EvalProgressBar
 from bert_lightning.training.finetune_module import FinetuneModule
 from bert_lightning.training.pretrain import validation_settings
@@ -51,8 +52,7 @@ def evaluate_finetuned(
 ) -> dict:
     """The task's metrics (and loss) of a FinetuneModule on a file; `options`: table keys
     (format, encoding, header, names) over the task's own."""
-    task = module.task
-    task.cfg.update(options or {})
+    task = make_task(asdict(module.task.cfg) | options) if options else module.task
     tok = Tokenizer.from_str(module.tokenizer_json)
     feats = task.encode(
         task.prepare(task.read(path)), tok, max_seq_length or module.hparams.max_seq_length

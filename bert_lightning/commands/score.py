@@ -9,12 +9,18 @@ from pathlib import Path
 import pandas as pd
 
 from bert_lightning.data.tables import column, text_values, write_table
-from bert_lightning.inference import SCORE_BATCH, add_table_arguments, score_rows, table_options
-from bert_lightning.training.finetune_module import FinetuneModule
+from bert_lightning.inference import (
+    SCORE_BATCH,
+    Finetuned,
+    add_table_arguments,
+    load_finetuned,
+    score_rows,
+    table_options,
+)
 
 
 def score(
-    module: FinetuneModule,
+    finetuned: Finetuned,
     rows: pd.DataFrame,
     columns=(None, None),
     batch_size=SCORE_BATCH,
@@ -24,13 +30,13 @@ def score(
 ) -> list[float]:
     """One score per row of the table (`score_rows`), from its `columns` (None: the columns
     the model was fine-tuned on). `max_seq_length`: None truncates as the model was fine-tuned."""
-    task = module.task
+    task = finetuned.task
     a, b = (given or default for given, default in zip(columns, task.text_columns, strict=True))
     texts = text_values(column(rows, a, source), source, a)
     pairs = text_values(column(rows, b, source), source, b) if b else None
     inputs = texts if pairs is None else list(zip(texts, pairs, strict=True))
-    tok = module.scoring_tokenizer(max_seq_length)
-    return score_rows(module.model, task, tok, inputs, batch_size, progress)
+    tok = finetuned.tokenizer(max_seq_length)
+    return score_rows(finetuned.model, task, tok, inputs, batch_size, progress)
 
 
 def register(sub) -> None:
@@ -49,11 +55,10 @@ def register(sub) -> None:
 
 
 def _main(args) -> None:
-    module = FinetuneModule.from_checkpoint(args.model)
-    module.task.cfg.update(table_options(args))
-    rows = module.task.read_rows(args.input)
+    finetuned = load_finetuned(args.model).with_table_options(table_options(args))
+    rows = finetuned.task.read_rows(args.input)
     rows["score"] = score(
-        module,
+        finetuned,
         rows,
         (args.query_column, args.ad_column),
         args.batch_size,

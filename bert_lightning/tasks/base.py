@@ -7,7 +7,7 @@ file) is all that is needed to rebuild it from a checkpoint."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -17,7 +17,6 @@ from torch import nn
 
 from bert_lightning.data import tables as D
 from bert_lightning.errors import UserError
-from bert_lightning.fields import from_dict
 from bert_lightning.model.heads import HEAD_POOLINGS, BertForSequenceClassification
 
 # a baseline's scorer: the starting encoder's cosine of each (text, pair) row, (N,)
@@ -44,13 +43,6 @@ class TaskConfig:
     subsample: dict[str, int | None]
     monitor: str
     mode: Literal["min", "max"]
-
-    def update(self, values: dict) -> None:
-        """Keys given over the stored ones (`score`'s and `evaluate`'s --format, --header, ...),
-        checked as when the config was read."""
-        checked = from_dict(type(self), asdict(self) | values, "task")
-        for key in values:
-            setattr(self, key, getattr(checked, key))
 
 
 @dataclass

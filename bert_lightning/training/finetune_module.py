@@ -6,18 +6,14 @@ from __future__ import annotations
 from dataclasses import asdict
 
 import torch
-from tokenizers import Tokenizer
 from torch import nn
 
 from bert_lightning.checkpoint import FINETUNING, Checkpoint, load_encoder, read_checkpoint
+from bert_lightning.inference import DEFAULT_MAX_SEQ_LENGTH
 from bert_lightning.interop import load_into
 from bert_lightning.model import BertConfig
-from bert_lightning.tasks.base import truncating
 from bert_lightning.tasks.kinds import Task, make_task
 from bert_lightning.training.module_base import EncoderModule
-
-# what `score` truncates to for a checkpoint that stores no max_seq_length
-DEFAULT_MAX_SEQ_LENGTH = 128
 
 
 class FinetuneModule(EncoderModule):
@@ -84,12 +80,6 @@ class FinetuneModule(EncoderModule):
         its source is what `results.json` names."""
         load_encoder(self.model, pre)
         self.pretrained = pre.source
-
-    def scoring_tokenizer(self, max_seq_length: int | None = None) -> Tokenizer:
-        """The tokenizer truncating to `max_seq_length` (None: as the model was fine-tuned).
-        Built once per model, not per batch: copying a 30k-token vocabulary takes tens of ms."""
-        tok = Tokenizer.from_str(self.tokenizer_json)
-        return truncating(tok, max_seq_length or self.hparams.max_seq_length)
 
     def train(self, mode: bool = True):
         super().train(mode)
