@@ -21,7 +21,7 @@ def main(overrides: list[str]) -> dict:
     task = make_task(OmegaConf.to_container(cfg.task, resolve=True))
     if task.cfg.kind != "ad_relevance":
         raise SystemExit("the baselines are for task=ad_relevance")
-    test = load_splits(task, cfg.seed)["test"]
+    test = load_splits(task, cfg.seed)[1]["test"]
     zero_shot = partial(zero_shot_cosines, cfg.pretrained, max_seq_length=cfg.max_seq_length)
     out = task.baselines(test, zero_shot if cfg.pretrained else None)
     return {"rows": len(test["text"]), **out}

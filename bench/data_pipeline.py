@@ -26,11 +26,10 @@ import numpy as np
 import torch
 from hydra.utils import instantiate
 
-from bert_lightning.config import bundled, compose
+from bert_lightning.config import bundled, compose, configured
 from bert_lightning.data.corpus import iter_documents
 from bert_lightning.data.masking import MLMCollator
 from bert_lightning.data.prepare import TokenBlocks, cache_folder, prepare, shard_paths
-from bert_lightning.data.pretraining import PretrainDataModule
 from bert_lightning.data.sampling import EpochSampler, SeededExamples
 from bert_lightning.data.tokenizer import load_tokenizer, save_tokenizer, train_wordpiece
 from bert_lightning.model import BertForPreTraining
@@ -74,12 +73,14 @@ def throughput(tok, work: Path, repeats: int) -> dict:
         res[f"tokens_{procs}proc"] = {"MB_per_s": mb / t, "tokens_per_s": n_tokens / t}
 
     def run_arrow():  # one process: datasets.map uses num_proc from 10,000 documents on
-        dm = PretrainDataModule(
+        dm = configured(
+            "data",
             train_files=files,
             val_files=files[0],
             cache_dir=str(work / f"arrow_{time.perf_counter_ns()}"),
+            out_dir=None,
+            given_tokenizer=tok,
         )
-        dm.tokenizer = tok
         dm.examples(dm.read(files), tok)
 
     t = median_time(run_arrow, repeats)
@@ -88,8 +89,14 @@ def throughput(tok, work: Path, repeats: int) -> dict:
     out = work / "tok1"
     blocks = TokenBlocks(files, out, 126, 2, 3)
     tok_bytes = sum(shard_paths(out, f)[0].stat().st_size for f in files)
-    dm = PretrainDataModule(train_files=files, val_files=files[0], cache_dir=str(work / "ar"))
-    dm.tokenizer = tok
+    dm = configured(
+        "data",
+        train_files=files,
+        val_files=files[0],
+        cache_dir=str(work / "ar"),
+        out_dir=None,
+        given_tokenizer=tok,
+    )
     arrow = dm.examples(dm.read(files), tok)
     arrow_bytes = sum(
         Path(c["filename"]).stat().st_size
@@ -110,10 +117,13 @@ def throughput(tok, work: Path, repeats: int) -> dict:
 def packing_efficiency(tok, work: Path) -> dict:
     res = {}
     for packing in ("packed", "document"):
-        dm = PretrainDataModule(
-            packing=packing, max_seq_length=128, batch_size=32, cache_dir=str(work / "pack")
+        dm = configured(
+            "data",
+            packing=packing,
+            cache_dir=str(work / "pack"),
+            out_dir=None,
+            given_tokenizer=tok,
         )
-        dm.tokenizer = tok
         dm.setup()
         real = total = 0
         for batch in dm.train_dataloader():
@@ -128,7 +138,7 @@ def rss_child(token_dir: str, n_copies: int) -> None:
     """Run in a fresh process: a full epoch of the training loader; prints peak RSS (MB)."""
     files = [f"copy{i}.json" for i in range(n_copies)]
     blocks = TokenBlocks(files, Path(token_dir), 126, 2, 3)
-    collate = MLMCollator(0, 4, [0, 1, 2, 3, 4], 8192)
+    collate = MLMCollator(0, 4, [0, 1, 2, 3, 4], 8192, configured("data").masking)
     loader = torch.utils.data.DataLoader(
         SeededExamples(blocks, 0),
         batch_size=32,
@@ -178,7 +188,7 @@ def headroom(tok, work: Path, repeats: int) -> dict:
 
     out = cache_folder(work / "rss", tok)
     blocks = TokenBlocks([SAMPLE], out, 126, 2, 3)
-    collate = MLMCollator(0, 4, [0, 1, 2, 3, 4], tok.get_vocab_size())
+    collate = MLMCollator(0, 4, [0, 1, 2, 3, 4], tok.get_vocab_size(), configured("data").masking)
     loader = torch.utils.data.DataLoader(
         SeededExamples(blocks, 0),
         batch_size=32,

@@ -73,8 +73,8 @@ def main(out: Path, overrides: list[str]) -> dict:
     cfg = compose("train", [f"paths.output_dir={out}", *overrides])
     budget = seconds(OmegaConf.to_container(cfg.trainer, resolve=True)["max_time"])
     L.seed_everything(cfg.seed)
-    dm = instantiate(cfg.data, "data")
-    tok = dm.build_tokenizer(out)
+    dm = instantiate(cfg.data, "data", out_dir=str(out), given_tokenizer=None)
+    tok = dm.tokenizer
     dm.setup("fit")
     config = instantiate(
         cfg.model, "model", vocab_size=tok.get_vocab_size(), pad_token_id=special_ids(tok)["[PAD]"]
@@ -90,7 +90,6 @@ def main(out: Path, overrides: list[str]) -> dict:
         collate_fn=hf_collator(tok, dm.masking.mlm_probability),
     )
     optim = {k: v for k, v in OmegaConf.to_container(cfg.optim).items() if not k.startswith("_")}
-    optim = {k: v for k, v in optim.items() if k != "total_steps"}
     start = time.perf_counter()
     spent = lambda: (time.perf_counter() - start) / budget  # noqa: E731
     built = adamw(model, 0, progress=spent, **optim)

@@ -28,22 +28,19 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
-from hydra.utils import instantiate
 from train_step import hf_model, make_step, model_config, random_batch, timed
 
-from bert_lightning.config import compose
+from bert_lightning.config import configured
 from bert_lightning.data.tokenizer import special_ids
 from bert_lightning.interop import ours_to_hf
 from bert_lightning.model import BertConfig, BertForPreTraining, BertModel
 from bert_lightning.model.heads import BertBiEncoder, BertForSequenceClassification
-from bert_lightning.training.optim import adamw
 
 MINILM = BertConfig(
     vocab_size=30522, hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
@@ -99,8 +96,8 @@ def sentence_batches(n: int, batch: int, c: BertConfig, g) -> list[dict]:
 def corpus_batches(n: int, batch: int, data: list[str]) -> tuple[BertConfig, list[dict]]:
     """bert_mini and `n` training batches of the bundled sample as `train.py <data>` makes
     them."""
-    dm = instantiate(compose("train", [*data, f"data.batch_size={batch}"]).data)
-    tok = dm.build_tokenizer(tempfile.mkdtemp(prefix="padded_step_"))
+    dm = configured("data", [*data, f"data.batch_size={batch}"], out_dir=None, given_tokenizer=None)
+    tok = dm.tokenizer
     dm.setup("fit")
     c = replace(
         model_config("bert_mini", tok.get_vocab_size()), pad_token_id=special_ids(tok)["[PAD]"]
@@ -201,7 +198,7 @@ def bench(name: str, args, device, dtype) -> dict:
     steps = {}
     for mode, model in models.items():
         model.to(device).train()
-        opt = adamw(model, 1, lr=1e-5, weight_decay=0.01)["optimizer"]
+        opt = configured("optim", ["optim.lr=1e-5"])(model, 1)["optimizer"]
         fns = [make_step(model, opt, b, dtype) for b in batches]
 
         def step(fns=fns, model=model, unpad=mode == "ours"):

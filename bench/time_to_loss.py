@@ -15,7 +15,6 @@ each has spent the budget; both are then scored on the same held-out, once-maske
 from __future__ import annotations
 
 import argparse
-import tempfile
 import time
 from dataclasses import asdict, replace
 
@@ -24,10 +23,10 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader
 from train_step import hf_model, model_config
 
-from bert_lightning.data.pretraining import PretrainDataModule
+from bert_lightning.config import configured
 from bert_lightning.data.tokenizer import special_ids
 from bert_lightning.model import BertForPreTraining
-from bert_lightning.training.optim import adamw, warmup_linear_decay
+from bert_lightning.training.optim import warmup_linear_decay
 
 SCHEDULE_STEPS = 1000  # the schedule's resolution over the budget
 
@@ -49,9 +48,9 @@ def hf_collator(tokenizer, mlm_probability: float):
 class Trainee:
     """One model on its own loader, charged the time of its own steps only."""
 
-    def __init__(self, name, model, loss, loader, optim: dict, budget: float, warmup: float):
+    def __init__(self, name, model, loss, loader, optim, budget: float, warmup: float):
         self.name, self.model, self.loss, self.loader = name, model.train(), loss, loader
-        self.opt, self.lr = adamw(model, 1, **optim)["optimizer"], optim["lr"]
+        self.opt, self.lr = optim(model, 1)["optimizer"], optim.keywords["lr"]
         self.factor = warmup_linear_decay(int(warmup * SCHEDULE_STEPS), SCHEDULE_STEPS)
         self.budget, self.spent, self.steps = budget, 0.0, 0
         self.batches = iter(loader)
@@ -109,8 +108,8 @@ def main():
     p.add_argument("--seed", type=int, default=1234)
     args = p.parse_args()
     torch.manual_seed(args.seed)
-    dm = PretrainDataModule(batch_size=32, seed=args.seed)
-    tok = dm.build_tokenizer(tempfile.mkdtemp(prefix="time_to_loss_"))
+    dm = configured("data", [f"seed={args.seed}"], out_dir=None, given_tokenizer=None)
+    tok = dm.tokenizer
     dm.setup("fit")
     c = replace(
         model_config(args.size, tok.get_vocab_size()), pad_token_id=special_ids(tok)["[PAD]"]
@@ -123,7 +122,7 @@ def main():
         shuffle=True,
         collate_fn=hf_collator(tok, dm.masking.mlm_probability),
     )
-    optim = {"lr": args.lr, "weight_decay": 0.01, "betas": (0.9, 0.999), "eps": 1e-6}
+    optim = configured("optim", [f"optim.lr={args.lr}"])  # AdamW; the rate is set per step
     trainees = [
         Trainee("ours", ours, ours_loss, dm.train_dataloader(), optim, args.budget, args.warmup),
         Trainee("transformers", theirs, hf_loss, hf_loader, optim, args.budget, args.warmup),

@@ -24,11 +24,10 @@ import torch
 from hydra.utils import instantiate
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from bert_lightning.config import compose
+from bert_lightning.config import compose, configured
 from bert_lightning.interop import ours_to_hf
 from bert_lightning.model import BertConfig, BertForPreTraining, pretraining_flops, query_rows
 from bert_lightning.training.callbacks import device_peak_flops
-from bert_lightning.training.optim import adamw
 
 STEPS = {"bert_mini": 12, "bert_small": 8, "bert_base": 4}  # timed steps per model, CPU
 
@@ -113,9 +112,9 @@ def build(size: str, device, compile_: bool, seed: int = 0):
     c = model_config(size)
     ours = BertForPreTraining(c).to(device).train()
     theirs = hf_model(ours).to(device).train()
-    optim = {"lr": 1e-4, "weight_decay": 0.01}
-    opt_ours = adamw(ours, 1, **optim)["optimizer"]
-    opt_theirs = adamw(theirs, 1, **optim)["optimizer"]
+    optim = configured("optim", ["optim.lr=1e-4"])
+    opt_ours = optim(ours, 1)["optimizer"]
+    opt_theirs = optim(theirs, 1)["optimizer"]
     run = torch.compile(ours) if compile_ else ours
     return c, ours, theirs, run, opt_ours, opt_theirs
 

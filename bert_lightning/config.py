@@ -133,6 +133,16 @@ def compose(config_name: str = "train", overrides: list[str] | None = None) -> D
         return hydra_compose(config_name, overrides=overrides or [])
 
 
+def configured(section: str, overrides: list[str] | None = None, **values: Any) -> Any:
+    """The object of `section` (data, optim, callbacks.progress_bar, ...) that `train.py
+    OVERRIDES` would build, with `values` merged over its config: how code outside a run
+    (benchmarks, `evaluate`, tests) gets the shipped defaults, which live in conf/ alone."""
+    from bert_lightning.training.instantiate import instantiate
+
+    cfg = compose("train", ["paths.output_dir=.", *(overrides or [])])
+    return instantiate(OmegaConf.select(cfg, section), section, **values)
+
+
 def full_error() -> bool:
     """HYDRA_FULL_ERROR=1: the user asks for Hydra's tracebacks, also of their own mistakes."""
     return os.environ.get("HYDRA_FULL_ERROR") == "1"

@@ -10,20 +10,24 @@ import pytest
 import torch
 import yaml
 
-from bert_lightning.config import CONFIG_DIR, bundled, compose
+from bert_lightning.config import CONFIG_DIR, bundled, compose, configured
 from bert_lightning.data.corpus import iter_documents
+from bert_lightning.data.masking import MaskingConfig
 from bert_lightning.data.tokenizer import train_wordpiece
 
 SAMPLE = bundled("c4_sample.jsonl")
-OPTIM = {
-    "_target_": "bert_lightning.training.optim.adamw",
-    "_partial_": True,
-    "lr": 1e-3,
-}  # conf/optim
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def shipped(path: str) -> dict:
+    """A config file of conf/ as it ships (`optim/adamw`)."""
+    return yaml.safe_load((CONFIG_DIR / f"{path}.yaml").read_text())
+
+
+OPTIM = shipped("optim/adamw")
 # the tests' tiny encoder: debug=tiny's (conf/debug/tiny.yaml), as BertConfig fields; a test adds
 # its vocabulary, positions, or a field of its own
-TINY_BERT = yaml.safe_load((CONFIG_DIR / "debug" / "tiny.yaml").read_text())["model"]
+TINY_BERT = shipped("debug/tiny")["model"]
 TINY_MODEL = dict(TINY_BERT, vocab_size=97, max_position_embeddings=64)  # no tokenizer needed
 TINY_NO_DROPOUT = dict(TINY_MODEL, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
 # a run that checkpoints and validates every 4 of its 8 steps: what the resume tests stop
@@ -44,6 +48,20 @@ def tiny_overrides(out_dir: Path, *extra: str) -> list[str]:
         f"data.train_files={out_dir / 'corpus.jsonl'}",
         *extra,
     ]
+
+
+def data_module(option: str = "c4_sample", **values):
+    """The pretraining DataModule of `data=OPTION` as it ships, `values` merged over its config
+    (a dict value, such as `masking`, key by key); by default no run folder and a tokenizer
+    trained from its config (`given_tokenizer=` gives one)."""
+    return configured(
+        "data", [f"data={option}"], **{"out_dir": None, "given_tokenizer": None} | values
+    )
+
+
+def masking(**values) -> MaskingConfig:
+    """The shipped `data.masking`, `values` over it."""
+    return MaskingConfig(**shipped("data/_corpus")["masking"] | values)
 
 
 def write_corpus(path: Path, n_docs: int = 60) -> Path:

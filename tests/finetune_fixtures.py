@@ -203,21 +203,13 @@ def tiny_budget(path, base="cpu"):
 
 
 def overrides(tmp_path, task, *extra):
-    """A finetune.py run of `task` small enough for a unit test, writing into tmp_path/run."""
+    """A finetune.py run of `task` small enough for a unit test (debug=tiny), writing into
+    tmp_path/run."""
     return [
+        "debug=tiny",
         f"task={task}",
         f"paths.output_dir={tmp_path / 'run'}",
         f"tokenizer={tmp_path / 'tokenizer.json'}",
-        *(f"model.{k}={v}" for k, v in TINY_BERT.items()),
-        "model.max_position_embeddings=64",
-        "max_seq_length=32",
-        "batch_size=8",
-        "optim.lr=1e-3",
-        "trainer.accelerator=cpu",
-        "trainer.max_epochs=2",
-        "trainer.log_every_n_steps=1",
-        "trainer.enable_progress_bar=false",
-        "trainer.enable_model_summary=false",
         *extra,
     ]
 

@@ -9,8 +9,12 @@ from bert_lightning.data.brackets import (
     to_input_ids,
     ungrammatical,
 )
-from bert_lightning.data.masking import MaskingConfig
-from bert_lightning.experiments.brackets.report import evaluate, masking_stats, run_all
+from bert_lightning.experiments.brackets.report import (
+    brackets_masking,
+    evaluate,
+    masking_stats,
+    run_all,
+)
 from bert_lightning.model import PreTrainingOutput
 
 TOK = brackets_tokenizer()
@@ -54,7 +58,7 @@ class Oracle(torch.nn.Module):
 
 
 def test_evaluate_splits_by_role_and_kind():
-    r = evaluate(Oracle(), TOK, MaskingConfig(), n=2000)
+    r = evaluate(Oracle(), TOK, brackets_masking([]), n=2000)
     assert r["closers"] == 100.0 and r["openers"] == 0.0
     assert 40 < r["overall"] < 60 and 40 < r["[MASK]"] < 60
 

@@ -19,7 +19,7 @@ def test_a_misspelt_masking_or_tokenizer_key_fails_naming_it(tmp_path):
     ]:
         cfg = compose(overrides=tiny_overrides(tmp_path, key))
         with pytest.raises(Exception, match=name):
-            instantiate(cfg.data)
+            instantiate(cfg.data, out_dir=None, given_tokenizer=None)
     cfg = compose(overrides=tiny_overrides(tmp_path, "+model.hiden_size=8"))
     with pytest.raises(Exception, match="hiden_size"):
         instantiate(cfg.model)

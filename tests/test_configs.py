@@ -1,13 +1,17 @@
+import inspect
+from dataclasses import MISSING, fields, is_dataclass
 from pathlib import Path
 
 import pytest
 import yaml
-from hydra.utils import instantiate
+from hydra.utils import get_object, instantiate
 from lightning.pytorch.strategies import DDPStrategy
 from omegaconf import OmegaConf
 
 from bert_lightning.config import CONFIG_DIR, bundled, compose
 from bert_lightning.data.brackets import write_grammar_data
+from bert_lightning.data.masking import MaskingConfig
+from bert_lightning.data.tokenizer import TokenizerConfig
 from bert_lightning.model import BertConfig
 
 # each experiment's first lines give its command, and so its entry point
@@ -77,7 +81,7 @@ def test_every_config_composes(group, option, tmp_path):
         for key in ("train_files", "val_files"):  # options whose files the user must name
             if OmegaConf.is_missing(cfg.data, key):
                 cfg.data[key] = bundled("c4_sample.jsonl")
-        dm = instantiate(cfg.data)
+        dm = instantiate(cfg.data, out_dir=None, given_tokenizer=None)
         files = getattr(dm, "train_files", None)  # None: streamed
         assert files is None or Path(files[0]).is_file()
 
@@ -132,6 +136,31 @@ def test_the_cards_command_is_a_gpu_run_on_gpus_and_fp32_on_a_cpu(gpus, tmp_path
         assert (cpu.trainer.precision, cpu.data.num_workers) == ("32-true", 0), preset
 
 
+def test_debug_tiny_shrinks_either_entry_points_run(tmp_path):
+    """`debug=tiny`: the tests' tiny encoder for both entry points, with each one's own part
+    (train.py's data and steps, finetune.py's lengths and epochs) and nothing of the other's."""
+    out = f"paths.output_dir={tmp_path}"
+    pre = compose("train", ["debug=tiny", out])
+    ft = compose("finetune", ["debug=tiny", "task.train_file=x", out])
+    for cfg in (pre, ft):
+        assert cfg.model.hidden_size == 32 and cfg.trainer.accelerator == "cpu"
+        assert "debug" not in cfg
+    assert (pre.data.max_seq_length, pre.trainer.max_steps, pre.data.tokenizer.vocab_size) == (
+        32,
+        6,
+        600,
+    )
+    assert "max_seq_length" not in pre and "data" not in ft
+    assert (ft.max_seq_length, ft.batch_size, ft.trainer.max_epochs, ft.trainer.max_steps) == (
+        32,
+        8,
+        2,
+        -1,
+    )
+    plain = compose("finetune", ["task.train_file=x", out])
+    assert (plain.max_seq_length, plain.trainer.max_epochs) == (128, 3)
+
+
 def test_precision_and_seed_come_from_the_config(tmp_path):
     cfg = compose(
         overrides=["trainer.precision=bf16-mixed", "seed=7", f"paths.output_dir={tmp_path}"]
@@ -169,6 +198,61 @@ def test_no_option_restates_a_value_of_the_option_it_builds_on():
                     if k in theirs and theirs[k] == v and v != "???"
                 ]
     assert not restated
+
+
+# mirrors transformers.BertConfig, defaults included: a Hugging Face config.json omits what it
+# leaves at them, and our own fields are absent from every folder written by transformers
+HF_MIRROR = "bert_lightning.model.BertConfig"
+
+
+def own_defaults(target: str) -> set[str]:
+    """The parameters of `target` (a function, or a class's `__init__` and those of its bases)
+    that our own code gives a default; a library's base class (Lightning's) keeps its own."""
+    obj = get_object(target)
+    if not isinstance(obj, type):
+        fns = [obj]
+    elif is_dataclass(obj):
+        return {f.name for f in fields(obj) if f.default is not MISSING}
+    else:
+        fns = [c.__dict__["__init__"] for c in obj.__mro__ if "__init__" in c.__dict__]
+    return {
+        name
+        for fn in fns
+        if getattr(fn, "__module__", "").startswith("bert_lightning")
+        for name, param in inspect.signature(fn).parameters.items()
+        if param.default is not param.empty
+    }
+
+
+def targets(node, where: str):
+    """(where, `_target_`, the keys set) of every section of a config that names our code."""
+    if isinstance(node, dict):
+        target = node.get("_target_", "")
+        if target.startswith("bert_lightning.") and target != HF_MIRROR:
+            yield where, target, {k for k in node if not k.startswith("_")}
+        for k, v in node.items():
+            yield from targets(v, f"{where}.{k}")
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from targets(v, f"{where}[{i}]")
+
+
+def test_no_value_is_defined_in_the_config_and_in_the_code():
+    """A value the config sets has no default in the code that takes it (keyword-only, no
+    default, as a task config): one home for each value, the shipped YAML, which the tests
+    build through. The sections a DataModule builds itself (masking, tokenizer) as well."""
+    both = [
+        f"{path.relative_to(CONFIG_DIR)}{where}: {sorted(keys & own_defaults(target))}"
+        for path in sorted(CONFIG_DIR.rglob("*.yaml"))
+        for where, target, keys in targets(yaml.safe_load(path.read_text()) or {}, "")
+        if keys & own_defaults(target)
+    ]
+    both += [
+        f"{cls.__name__}: {sorted(own_defaults(f'{cls.__module__}.{cls.__name__}'))}"
+        for cls in (MaskingConfig, TokenizerConfig)
+        if own_defaults(f"{cls.__module__}.{cls.__name__}")
+    ]
+    assert not both
 
 
 SCHEDULE_KEYS = ("max_steps", "max_epochs", "val_check_interval", "check_val_every_n_epoch")

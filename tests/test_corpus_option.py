@@ -12,10 +12,9 @@ from hydra.utils import instantiate
 from bert_lightning.commands.evaluate import evaluate_mlm
 from bert_lightning.config import compose
 from bert_lightning.data.corpus import BadRecordError, iter_documents
-from bert_lightning.data.pretraining import PretrainDataModule
 from bert_lightning.data.tokenizer import train_wordpiece
 from bert_lightning.training.pretrain import train
-from conftest import SAMPLE, tiny_overrides
+from conftest import SAMPLE, data_module, tiny_overrides
 
 TOKENIZER = {"vocab_size": 200, "min_frequency": 1, "max_docs": 2}
 
@@ -28,8 +27,8 @@ def test_the_tokenizer_trains_on_every_file_not_only_the_first(tmp_path):
     books = tmp_path / "books.txt"
     books.write_text("zyzzyva " * 20 + "\n")
     files = [str(wiki), str(books)]
-    dm = PretrainDataModule(train_files=files, tokenizer=TOKENIZER)
-    assert "zyzzyva" in dm.build_tokenizer(tmp_path / "run").get_vocab()
+    dm = data_module("corpus", train_files=files, tokenizer=TOKENIZER)
+    assert "zyzzyva" in dm.tokenizer.get_vocab()
     sequential = train_wordpiece(lambda: iter_documents(files), **TOKENIZER)  # the files in turn
     assert "zyzzyva" not in sequential.get_vocab()  # max_docs=2: both from wiki.jsonl
 
@@ -55,7 +54,7 @@ def test_data_corpus_trains_on_mixed_files_and_a_split_book(tmp_path):
         train(config(tmp_path / "refused", "data.long_docs=error"))  # _corpus.yaml's default
     cfg = config(tmp_path)
     assert cfg.data.long_docs == "split" and len(book) > 5000
-    read = instantiate(cfg.data).read([str(books)])["text"]
+    read = instantiate(cfg.data, out_dir=None, given_tokenizer=None).read([str(books)])["text"]
     assert len(read) > len(book) // 5000 and max(map(len, read)) <= 5000
     assert " ".join(read).split() == book.split()  # every word of the book, in order
     val_loss = train(cfg)

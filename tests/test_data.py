@@ -6,15 +6,19 @@ import torch
 from bert_lightning.data import pipeline
 from bert_lightning.data.corpus import BadRecordError, iter_documents
 from bert_lightning.data.pretraining import PretrainDataModule
-from conftest import write_corpus
+from conftest import data_module, write_corpus
 
 
 def datamodule(tmp_path, tokenizer, **kw) -> PretrainDataModule:
     kw.setdefault("train_files", str(write_corpus(tmp_path / "corpus.jsonl", 40)))
-    dm = PretrainDataModule(
-        val_docs=5, max_seq_length=32, batch_size=4, cache_dir=str(tmp_path / "cache"), **kw
+    dm = data_module(
+        val_docs=5,
+        max_seq_length=32,
+        batch_size=4,
+        cache_dir=str(tmp_path / "cache"),
+        given_tokenizer=tokenizer,
+        **kw,
     )
-    dm.tokenizer = tokenizer
     dm.setup()
     return dm
 
@@ -67,7 +71,7 @@ def test_isolated_packing_frames_each_document_and_restarts_positions(tmp_path, 
 def test_isolated_packing_needs_the_arrow_cache(tmp_path):
     corpus = str(write_corpus(tmp_path / "c.jsonl", 3))
     with pytest.raises(ValueError, match="^data.packing=packed_isolated needs data.cache_format"):
-        PretrainDataModule(
+        data_module(
             train_files=corpus, val_files=corpus, cache_format="tokens", packing="packed_isolated"
         )
 
@@ -138,9 +142,9 @@ def test_empty_corpus_and_bad_records(tmp_path, tiny_tokenizer):
 
 def test_config_errors_are_named(tmp_path):
     with pytest.raises(ValueError, match="data.packing"):
-        PretrainDataModule(train_files=str(write_corpus(tmp_path / "c.jsonl", 3)), packing="x")
+        data_module(train_files=str(write_corpus(tmp_path / "c.jsonl", 3)), packing="x")
     with pytest.raises(ValueError, match="masking.p_mask"):
-        PretrainDataModule(
+        data_module(
             train_files=str(tmp_path / "c.jsonl"), masking={"p_mask": 0.95, "p_random": 0.1}
         )
 

@@ -15,7 +15,7 @@ from bert_lightning.data.corpus import iter_documents
 from bert_lightning.training import callbacks
 from bert_lightning.training.finetune import finetune
 from bert_lightning.training.pretrain import train
-from conftest import tiny_overrides, write_corpus
+from conftest import shipped, tiny_overrides, write_corpus
 from finetune_fixtures import TINY_FINETUNE, sentiment_rows, write_tokenizer
 
 COLA_NAMES = ["source", "label", "original", "sentence"]  # GLUE CoLA: a TSV without header
@@ -104,7 +104,9 @@ def test_evaluate_prints_a_line_every_n_batches_off_a_terminal(monkeypatch, caps
     box characters): a batch a second, `every=2`, a line at 2, 4 and the last."""
     now = [0.0]
     monkeypatch.setattr(callbacks.time, "perf_counter", lambda: now[0])
-    bar = callbacks.EvalProgressBar(every=2, tty=False)
+    shipped_bar = shipped("callbacks/_progress")["progress_bar"]
+    cadence = {k: v for k, v in shipped_bar.items() if k != "_target_"}
+    bar = callbacks.EvalProgressBar(**cadence | {"every": 2}, tty=False)
     trainer = SimpleNamespace(num_test_batches=[5])
     bar.on_test_start(trainer, None)
     for i in range(5):

@@ -308,7 +308,7 @@ def test_nan_target_names_file_row_column(tmp_path, bad):
 def test_single_file_split_keeps_queries_apart(tmp_path):
     rows = [{"query": f"q{i % 20}", "ad": f"ad {i}", "label": i % 2} for i in range(200)]
     train = write_csv(tmp_path / "ads.csv", rows)
-    tables = load_splits(make_task(cfg_for("ad_relevance", train)), 0)
+    _, tables = load_splits(make_task(cfg_for("ad_relevance", train)), 0)
     queries = {k: set(t["text"]) for k, t in tables.items()}
     assert not (queries["train"] & queries["validation"]) and not (
         queries["train"] & queries["test"]
@@ -359,15 +359,16 @@ def test_a_config_value_outside_its_choices_or_a_missing_key_is_named():
 
 
 def test_fit_returns_what_the_train_file_fixes_and_changes_nothing(tmp_path):
-    """`fit` learns; `load_splits` completes the task's config with it, once."""
+    """`fit` learns; `load_splits` returns the task completed with it, the given one as it was."""
     train = write_csv(tmp_path / "train.csv", sentiment_rows(20))
     task = make_task(cfg_for("seq_classification", train))
     before = asdict(task.cfg)
     assert task.fit(task.read(train)) == {"labels": ["0", "1"]}
     assert asdict(task.cfg) == before and task.cfg.labels is None
-    load_splits(task, 0)
-    assert task.cfg.labels == ["0", "1"] and asdict(task.cfg) == {**before, "labels": ["0", "1"]}
-    assert task.fit(task.read(train)) == {}  # a label set given is kept
+    completed, _ = load_splits(task, 0)
+    assert asdict(task.cfg) == before
+    assert asdict(completed.cfg) == {**before, "labels": ["0", "1"]}
+    assert completed.fit(completed.read(train)) == {}  # a label set given is kept
     reg = make_task(cfg_for("regression", write_jsonl(tmp_path / "r.jsonl", regression_rows(8))))
     learnt = reg.fit(reg.read(tmp_path / "r.jsonl"))
     assert sorted(learnt) == ["target_mean", "target_std"] and reg.cfg.target_mean is None

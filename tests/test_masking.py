@@ -1,14 +1,15 @@
 import pytest
 import torch
 
-from bert_lightning.data.masking import MaskingConfig, MLMCollator
+from bert_lightning.data.masking import MLMCollator
+from conftest import masking
 
 PAD, UNK, CLS, SEP, MASK = range(5)
 V = 1000
 
 
 def collator(**kw) -> MLMCollator:
-    return MLMCollator(PAD, MASK, [PAD, UNK, CLS, SEP, MASK], V, MaskingConfig(**kw))
+    return MLMCollator(PAD, MASK, [PAD, UNK, CLS, SEP, MASK], V, masking(**kw))
 
 
 def random_examples(n: int, g: torch.Generator) -> list[dict]:
@@ -98,7 +99,7 @@ def test_whole_word_masking_picks_words_whole():
     Every word is picked with all its pieces or none, and 15% of the words are picked."""
     g = torch.Generator().manual_seed(2)
     col = MLMCollator(
-        PAD, MASK, [PAD, UNK, CLS, SEP, MASK], V, MaskingConfig(whole_word=True), range(500, V)
+        PAD, MASK, [PAD, UNK, CLS, SEP, MASK], V, masking(whole_word=True), range(500, V)
     )
     words = picked_words = 0
     for _ in range(20):

@@ -3,8 +3,8 @@ import random
 import pytest
 import torch
 
-from bert_lightning.data.nsp import NSPDataModule, document_pairs, frame_pair, split_sentences
-from conftest import OPTIM, TINY_BERT, write_corpus
+from bert_lightning.data.nsp import document_pairs, frame_pair, split_sentences
+from conftest import OPTIM, TINY_BERT, data_module, write_corpus
 
 
 def synthetic_documents(n_docs: int, seed: int = 0, sentences=(1, 12)) -> list[list[list[int]]]:
@@ -77,14 +77,15 @@ def test_split_sentences_keeps_abbreviations():
 
 def nsp_datamodule(tmp_path, tokenizer, n_docs: int, val_docs: int, batch_size: int):
     """An NSPDataModule over the first `n_docs` sample documents, set up with `tokenizer`."""
-    dm = NSPDataModule(
+    dm = data_module(
+        "c4_nsp",
         train_files=str(write_corpus(tmp_path / "corpus.jsonl", n_docs)),
         val_docs=val_docs,
         max_seq_length=48,
         batch_size=batch_size,
         cache_dir=str(tmp_path / "cache"),
+        given_tokenizer=tokenizer,
     )
-    dm.tokenizer = tokenizer
     dm.setup()
     return dm
 

@@ -1,8 +1,9 @@
 import torch
+from hydra.utils import instantiate
 
 from bert_lightning.model import BertConfig, BertForPreTraining
 from bert_lightning.training.callbacks import device_peak_flops
-from bert_lightning.training.optim import adamw
+from conftest import OPTIM
 
 SMALL = BertConfig(
     vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32
@@ -11,7 +12,7 @@ SMALL = BertConfig(
 
 def test_adamw_is_fused_and_decays_matrices_only():
     model = BertForPreTraining(SMALL)
-    opt = adamw(model, run_steps=10, lr=1e-3, weight_decay=0.1)["optimizer"]
+    opt = instantiate(OPTIM, weight_decay=0.1)(model, run_steps=10)["optimizer"]
     assert opt.defaults["fused"]  # the CPU has a fused AdamW since torch 2.4
     decay, no_decay = opt.param_groups
     assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
@@ -32,7 +33,7 @@ def test_head_lr_is_the_rate_of_what_is_outside_the_encoder():
     from bert_lightning.model.heads import BertBiEncoder
 
     model = BertBiEncoder(SMALL)
-    built = adamw(model, run_steps=10, lr=1e-3, head_lr=0.1, warmup_steps=2)
+    built = instantiate(OPTIM, lr=1e-3, head_lr=0.1, warmup_steps=2)(model, run_steps=10)
     groups = built["optimizer"].param_groups
     assert [(g["lr"], g["weight_decay"]) for g in groups] == [
         (1e-3 / 2, 0.01),
@@ -56,7 +57,6 @@ def test_no_peak_flops_where_unknown():
 def test_flops_per_batch_stays_on_the_device_and_equals_the_formula():
     from bert_lightning.model import pretraining_flops, query_rows
     from bert_lightning.training.pretrain_module import BertPretrainModule
-    from conftest import OPTIM
 
     config = dict(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2)
     module = BertPretrainModule(config, OPTIM)

@@ -5,8 +5,7 @@ import pytest
 
 from bert_lightning.data.corpus import iter_documents
 from bert_lightning.data.prepare import TokenBlocks, cache_folder, prepare, shard_paths
-from bert_lightning.data.pretraining import PretrainDataModule
-from conftest import write_corpus
+from conftest import data_module, write_corpus
 
 
 def shards(tmp_path, n=3, docs=20):
@@ -65,10 +64,10 @@ def test_datamodule_trains_from_the_token_arrays(tmp_path, tiny_tokenizer):
     files = shards(tmp_path)
     val = str(write_corpus(tmp_path / "val.jsonl", 5))
     kw = dict(val_files=val, max_seq_length=32, batch_size=4, cache_dir=str(tmp_path / "c"))
-    arrow = PretrainDataModule(train_files=files, **kw)
-    tokens = PretrainDataModule(train_files=files, cache_format="tokens", **kw)
+    kw["given_tokenizer"] = tiny_tokenizer
+    arrow = data_module(train_files=files, **kw)
+    tokens = data_module(train_files=files, cache_format="tokens", **kw)
     for dm in (arrow, tokens):
-        dm.tokenizer = tiny_tokenizer
         dm.setup()
     assert isinstance(tokens.train_set, TokenBlocks)
     # the same token stream: per shard here, per map batch of 1,000 documents there
@@ -78,4 +77,4 @@ def test_datamodule_trains_from_the_token_arrays(tmp_path, tiny_tokenizer):
     batch = next(iter(tokens.train_dataloader()))
     assert batch["input_ids"].shape == (4, 32) and (batch["labels"] != -100).any()
     with pytest.raises(ValueError, match="cache_format=tokens needs data.val_files"):
-        PretrainDataModule(train_files=files, cache_format="tokens")
+        data_module(train_files=files, cache_format="tokens")

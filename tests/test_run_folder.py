@@ -13,11 +13,12 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from hydra.utils import instantiate
 
 from bert_lightning.config import compose, resumed_run
 from bert_lightning.training.callbacks import StepProgressBar
 from bert_lightning.training.pretrain import train
-from conftest import tiny_overrides, write_corpus
+from conftest import shipped, tiny_overrides, write_corpus
 
 ROOT = Path(__file__).resolve().parents[1]
 LR, WARMUP = 1e-3, 4
@@ -170,7 +171,9 @@ def test_off_a_terminal_a_slow_run_prints_a_line_every_n_seconds(monkeypatch, ca
 
     now = [0.0]
     monkeypatch.setattr(callbacks.time, "perf_counter", lambda: now[0])
-    bar = StepProgressBar(every=1000, seconds=25, tty=False)
+    bar = instantiate(
+        shipped("callbacks/_progress")["progress_bar"], every=1000, seconds=25, tty=False
+    )
     monkeypatch.setattr(bar, "get_metrics", lambda trainer, module: {"train/loss": 2.5})
     trainer = SimpleNamespace(global_step=0, estimated_stepping_batches=100, callbacks=[])
     bar.on_train_start(trainer, None)

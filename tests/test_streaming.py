@@ -7,8 +7,7 @@ import torch
 
 from bert_lightning.data.corpus import BadRecordError, iter_documents
 from bert_lightning.data.pipeline import frame_batch
-from bert_lightning.data.streaming import StreamingDataModule
-from conftest import SAMPLE, c4_shard
+from conftest import SAMPLE, c4_shard, data_module
 
 
 def test_streamed_shards_split_over_ranks_each_block_once(tmp_path, tiny_tokenizer):
@@ -20,7 +19,8 @@ def test_streamed_shards_split_over_ranks_each_block_once(tmp_path, tiny_tokeniz
         for i in range(2)
     ]
     val = c4_shard(tmp_path / "c4-validation.00000-of-00001.json.gz", docs[100:110])
-    dm = StreamingDataModule(
+    dm = data_module(
+        "c4_hub",
         path="json",
         name=None,
         data_files={"train": train, "validation": val},
@@ -29,8 +29,8 @@ def test_streamed_shards_split_over_ranks_each_block_once(tmp_path, tiny_tokeniz
         batch_size=4,
         num_workers=2,
         shuffle_buffer=50,
+        given_tokenizer=tiny_tokenizer,
     )
-    dm.tokenizer = tiny_tokenizer
     dm.setup()
     assert len(dm.val_set) > 0 and "labels" in dm.val_set.column_names
     seen = Counter()
@@ -57,13 +57,15 @@ def test_streamed_shards_split_over_ranks_each_block_once(tmp_path, tiny_tokeniz
 def test_tokenizer_trains_from_a_sample_of_the_stream(tmp_path):
     docs = list(iter_documents([SAMPLE]))[:60]
     shard = c4_shard(tmp_path / "c4-train.00000-of-00001.json.gz", docs)
-    dm = StreamingDataModule(
+    dm = data_module(
+        "c4_hub",
         path="json",
         name=None,
         data_files={"train": shard},
         tokenizer={"vocab_size": 400, "max_docs": 30},
+        out_dir=str(tmp_path / "out"),
     )
-    tok = dm.build_tokenizer(tmp_path / "out")
+    tok = dm.tokenizer
     assert tok.get_vocab_size() <= 400 and (tmp_path / "out" / "tokenizer.json").is_file()
 
 
@@ -100,13 +102,11 @@ def test_streaming_own_reader_applies_bad_record_rules(tmp_path, tiny_tokenizer)
     shard.write_text("".join(json.dumps({"text": t}) + "\n" for t in docs[:30]) + "{broken\n")
     val = c4_shard(tmp_path / "c4-validation.00000.json.gz", docs[100:110])
     kw = dict(path="files", data_files={"train": str(shard), "validation": val}, val_docs=5)
-    kw.update(max_seq_length=32, batch_size=4)
-    dm = StreamingDataModule(**kw)
-    dm.tokenizer = tiny_tokenizer
+    kw.update(max_seq_length=32, batch_size=4, num_workers=0, given_tokenizer=tiny_tokenizer)
+    dm = data_module("c4_hub", **kw)
     dm.setup()
     with pytest.raises(BadRecordError, match=r"c4-train\.00000\.jsonl:31:\d+: invalid JSON"):
         list(dm.train_dataloader())
-    dm = StreamingDataModule(on_bad_record="skip", **kw)
-    dm.tokenizer = tiny_tokenizer
+    dm = data_module("c4_hub", on_bad_record="skip", **kw)
     dm.setup()
     assert len(list(dm.train_dataloader())) > 10

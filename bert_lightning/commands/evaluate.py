@@ -9,28 +9,31 @@ a corpus, framed and masked once with a seed as pretraining's validation data ar
 from __future__ import annotations
 
 from dataclasses import asdict
-from functools import partial
 
 import lightning as L
 from tokenizers import Tokenizer
-from torch.utils.data import DataLoader
 
 from bert_lightning.atomic import write_json
 from bert_lightning.checkpoint import FINETUNING, read_checkpoint
 from bert_lightning.config import compose
 from bert_lightning.data.pipeline import PACKINGS
-from bert_lightning.data.pretraining import PretrainDataModule
-from bert_lightning.data.tables import collate
-from bert_lightning.data.tokenizer import special_ids
 from bert_lightning.errors import UserError
 from bert_lightning.inference import add_table_arguments, mlm_state, table_options
 from bert_lightning.interop import load_into
+from bert_lightning.tasks.datamodule import TaskDataModule
 from bert_lightning.tasks.kinds import make_task
 from bert_lightning.training.callbacks import EvalProgressBar
 from bert_lightning.training.finetune_module import FinetuneModule
+from bert_lightning.training.instantiate import instantiate
 from bert_lightning.training.pretrain import validation_settings
 from bert_lightning.training.pretrain_module import BertPretrainModule
 from bert_lightning.training.trainer import silence_noise
+
+
+def progress_bar() -> EvalProgressBar:
+    """A run's progress bar cadence (conf/callbacks/_progress.yaml), over batches."""
+    bar = compose(overrides=["paths.output_dir=."]).callbacks.progress_bar
+    return EvalProgressBar(every=bar.every, refresh=bar.refresh, seconds=bar.seconds)
 
 
 def _trainer(progress: bool) -> L.Trainer:
@@ -43,7 +46,7 @@ def _trainer(progress: bool) -> L.Trainer:
         enable_checkpointing=False,
         enable_model_summary=False,
         enable_progress_bar=progress,
-        callbacks=[EvalProgressBar()] if progress else None,
+        callbacks=[progress_bar()] if progress else None,
     )
 
 
@@ -53,15 +56,19 @@ def evaluate_finetuned(
     """The task's metrics (and loss) of a FinetuneModule on a file; `options`: table keys
     (format, encoding, header, names) over the task's own."""
     task = make_task(asdict(module.task.cfg) | options) if options else module.task
-    tok = Tokenizer.from_str(module.tokenizer_json)
-    feats = task.encode(
-        task.prepare(task.read(path)), tok, max_seq_length or module.hparams.max_seq_length
+    dm = TaskDataModule(  # the test split alone: its loader is the one a run tests with
+        task=task,
+        tables={"test": task.prepare(task.read(path))},
+        tokenizer=Tokenizer.from_str(module.tokenizer_json),
+        batch_size=batch_size,
+        eval_batch_size=batch_size,
+        max_seq_length=max_seq_length or module.hparams.max_seq_length,
+        seed=0,  # no shuffling in a test loader
     )
-    loader = DataLoader(
-        feats, batch_size, collate_fn=partial(collate, pad_id=special_ids(tok)["[PAD]"])
-    )
-    metrics = _trainer(progress).test(module, loader, verbose=False)[0]
-    return {"rows": len(feats)} | {k.removeprefix("test/"): float(v) for k, v in metrics.items()}
+    metrics = _trainer(progress).test(module, datamodule=dm, verbose=False)[0]
+    return {"rows": dm.rows["test"]} | {
+        k.removeprefix("test/"): float(v) for k, v in metrics.items()
+    }
 
 
 def evaluate_mlm(
@@ -90,26 +97,16 @@ def evaluate_mlm(
         "seed": seed,
         "batch_size": batch_size,
     }
-    defaults = validation_settings(compose(overrides=["paths.output_dir=."]).data)
-    settings = defaults | ran | {k: v for k, v in given.items() if v is not None}
-    masking = dict(settings.get("masking") or {})
+    data = compose(overrides=["paths.output_dir=.", "trainer.accelerator=cpu"]).data
+    settings = validation_settings(data) | ran | {k: v for k, v in given.items() if v is not None}
     if mlm_probability is not None:
-        masking["mlm_probability"] = mlm_probability
+        settings["masking"] = {**settings["masking"], "mlm_probability": mlm_probability}
     max_len = min(settings["max_seq_length"], pre.config.max_position_embeddings)
-    dm = PretrainDataModule(
-        train_files=None,
-        val_files=files,
-        max_seq_length=max_len,
-        packing=settings["packing"],
-        batch_size=settings["batch_size"],
-        masking=masking,
-        max_doc_chars=settings["max_doc_chars"],
-        long_docs=settings["long_docs"],
-        cache_dir=cache_dir,
-        seed=settings["seed"],
+    settings |= {"max_seq_length": max_len, "train_files": None, "val_files": files}
+    dm = instantiate(
+        data, "data", cache_dir=cache_dir, out_dir=None, given_tokenizer=pre.tokenizer, **settings
     )
-    dm.tokenizer = pre.tokenizer
-    dm.val_set = dm.held_out(dm.val_files)
+    dm.setup()
     if len(dm.val_set) == 0:
         raise UserError(
             f"{' '.join(dm.val_files)}: too little text for one {dm.packing} example of "

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+from functools import cached_property
 from pathlib import Path
 
 import lightning as L
@@ -87,20 +88,25 @@ def to_input_ids(symbols: torch.Tensor, tokenizer: Tokenizer) -> torch.Tensor:
 
 
 class BracketsDataModule(L.LightningDataModule):
-    """Fresh random sentences for training; a validation set masked once with a fixed seed."""
+    """Fresh random sentences for training; a validation set masked once with a fixed seed.
+    `out_dir`: where the run's tokenizer is saved (None: not saved); `given_tokenizer`: unused,
+    the toy's tokenizer is fixed."""
 
     objective = "mlm"
 
     def __init__(
         self,
-        n_train: int = 100_000,
-        n_val: int = 2_000,
-        pairs: int = 8,
-        max_seq_length: int = 17,
-        batch_size: int = 64,
-        masking: dict | None = None,
-        num_workers: int = 0,
-        seed: int = 1234,
+        *,
+        n_train: int,
+        n_val: int,
+        pairs: int,
+        max_seq_length: int,
+        batch_size: int,
+        masking: dict,
+        num_workers: int,
+        seed: int,
+        out_dir: str | None,
+        given_tokenizer: Tokenizer | None,
     ):
         super().__init__()
         if max_seq_length != 2 * pairs + 1:
@@ -108,13 +114,15 @@ class BracketsDataModule(L.LightningDataModule):
         self.n_train, self.n_val, self.pairs = n_train, n_val, pairs
         self.batch_size, self.num_workers, self.seed = batch_size, num_workers, seed
         self.masking = from_dict(MaskingConfig, masking, "data.masking")
-        self.tokenizer: Tokenizer | None = None
+        self.out_dir = out_dir
         self.train_set = self.val_set = None
 
-    def build_tokenizer(self, out_dir: str | os.PathLike, tokenizer_json: str | None = None):
-        self.tokenizer = brackets_tokenizer()
-        save_tokenizer(self.tokenizer, os.path.join(out_dir, "tokenizer.json"))
-        return self.tokenizer
+    @cached_property
+    def tokenizer(self) -> Tokenizer:
+        tokenizer = brackets_tokenizer()
+        if self.out_dir:
+            save_tokenizer(tokenizer, os.path.join(self.out_dir, "tokenizer.json"))
+        return tokenizer
 
     def collator(self) -> MLMCollator:
         return MLMCollator.for_tokenizer(self.tokenizer, self.masking)

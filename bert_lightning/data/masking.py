@@ -16,15 +16,17 @@ from bert_lightning.data.tokenizer import special_ids
 from bert_lightning.errors import UserError
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MaskingConfig:
-    mlm_probability: float = 0.15  # share of real tokens picked for prediction
-    p_mask: float = 0.8  # of the picked: replaced by [MASK]
-    p_random: float = 0.1  # of the picked: replaced by a random non-special token (rest kept)
+    """`data.masking`; its values live in the config (conf/data/_corpus.yaml)."""
+
+    mlm_probability: float  # share of real tokens picked for prediction
+    p_mask: float  # of the picked: replaced by [MASK]
+    p_random: float  # of the picked: replaced by a random non-special token (rest kept)
     # pick whole words: each word (a piece and its `##` continuations) is picked with
     # probability mlm_probability, all its pieces together; the rate applies to words, so the
     # share of picked tokens comes out a little higher (long words have more pieces)
-    whole_word: bool = False
+    whole_word: bool
 
     def __post_init__(self):
         for name in ("mlm_probability", "p_mask", "p_random"):
@@ -80,7 +82,7 @@ class MLMCollator:
         mask_id: int,
         special_ids: Sequence[int],
         vocab_size: int,
-        masking: MaskingConfig | None = None,
+        masking: MaskingConfig,
         continuation_ids: Sequence[int] = (),
         cls_id: int | None = None,
     ):
@@ -89,16 +91,14 @@ class MLMCollator:
         keep = torch.ones(vocab_size, dtype=torch.bool)
         keep[self.special_ids] = False
         self.random_ids = keep.nonzero().squeeze(1)  # (V - n_special,)
-        self.masking = masking or MaskingConfig()
+        self.masking = masking
         if self.masking.whole_word and not len(continuation_ids):
             raise UserError("masking.whole_word needs the ids of the `##` continuation pieces")
         self.continuation = torch.zeros(vocab_size, dtype=torch.bool)  # (V,) `##` pieces
         self.continuation[list(continuation_ids)] = True
 
     @classmethod
-    def for_tokenizer(
-        cls, tokenizer: Tokenizer, masking: MaskingConfig | None = None, isolate: bool = False
-    ):
+    def for_tokenizer(cls, tokenizer: Tokenizer, masking: MaskingConfig, isolate: bool = False):
         """`isolate`: documents packed in one example attend within themselves alone."""
         ids = special_ids(tokenizer)
         return cls(

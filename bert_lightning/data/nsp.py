@@ -200,16 +200,8 @@ class NSPDataModule(PretrainDataModule):
     `dupe_factor`: passes over the corpus with different pairings (BERT used 10).
     `objective`: `mlm_nsp` (BERT), or `mlm` (pairs trained without the NSP loss)."""
 
-    def __init__(
-        self,
-        *args,
-        short_seq_prob: float = 0.1,
-        dupe_factor: int = 1,
-        objective: str = "mlm_nsp",
-        **kwargs,
-    ):
-        kwargs.setdefault("packing", "document")
-        super().__init__(*args, **kwargs)
+    def __init__(self, *, short_seq_prob: float, dupe_factor: int, objective: str, **kwargs):
+        super().__init__(**kwargs)
         if not 0.0 <= short_seq_prob <= 1.0:
             raise UserError(f"data.short_seq_prob={short_seq_prob}; expected 0..1")
         if dupe_factor < 1:

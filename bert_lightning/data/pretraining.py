@@ -10,9 +10,8 @@ here, NSP pairs in data/nsp.py); data/streaming.py streams instead.
 from __future__ import annotations
 
 import logging
-import os
 import sys
-from functools import partial
+from functools import cached_property, partial
 from pathlib import Path
 
 import datasets
@@ -46,7 +45,6 @@ from bert_lightning.signals import ignore_stop_signals
 log = logging.getLogger(__name__)
 
 CACHE_FORMATS = ("arrow", "tokens")  # tokens: flat token arrays (data/prepare.py)
-BUNDLED_SAMPLE = str(Path(__file__).parents[1] / "assets" / "c4_sample.jsonl")
 
 
 def world_and_rank(trainer) -> tuple[int, int]:
@@ -55,28 +53,34 @@ def world_and_rank(trainer) -> tuple[int, int]:
 
 
 class BertDataModule(L.LightningDataModule):
-    """Tokenizer, loaders and the once-built sets. A corpus gives `build()`, its (train,
-    validation) sets, `tokenizer_documents()`, the stream a tokenizer is trained on, and
-    `source()`, where that stream comes from (for an error)."""
+    """Tokenizer, loaders and the once-built sets, from what it is given when built: the
+    `data` config, the run folder (`out_dir`, where the tokenizer in use is saved; None: not
+    saved) and a tokenizer to use as it is (`given_tokenizer`: a resumed checkpoint's, the
+    evaluated one's; else None). A corpus gives
+    `build()`, its (train, validation) sets, `tokenizer_documents()`, the stream a tokenizer is
+    trained on, and `source()`, where that stream comes from (for an error)."""
 
     objective = "mlm"  # what the examples train (NSPDataModule: mlm_nsp)
 
     def __init__(
         self,
-        val_docs: int = 50,
-        max_seq_length: int = 128,
-        packing: str = "packed",
-        batch_size: int = 32,
-        num_workers: int = 0,
-        masking: dict | None = None,
-        tokenizer: dict | None = None,
-        on_bad_record: str = "error",
-        max_doc_chars: int | None = 1_000_000,
-        long_docs: str = "error",
-        text_unit: str = "block",
-        num_proc: int | None = None,
-        cache_dir: str | None = None,
-        seed: int = 1234,
+        *,
+        val_docs: int,
+        max_seq_length: int,
+        packing: str,
+        batch_size: int,
+        num_workers: int,
+        masking: dict,
+        tokenizer: dict,
+        on_bad_record: str,
+        max_doc_chars: int | None,
+        long_docs: str,
+        text_unit: str,
+        num_proc: int | None,
+        cache_dir: str | None,
+        seed: int,
+        out_dir: str | None,
+        given_tokenizer: Tokenizer | None,
     ):
         super().__init__()
         if packing not in PACKINGS:
@@ -92,39 +96,38 @@ class BertDataModule(L.LightningDataModule):
         self.max_doc_chars, self.long_docs = max_doc_chars, long_docs
         self.text_unit = text_unit
         self.cache_dir, self.seed = cache_dir, seed
-        self.tokenizer: Tokenizer | None = None
+        self.out_dir, self.given_tokenizer = out_dir, given_tokenizer
         self.train_set = self.val_set = None
 
     # -- tokenizer -------------------------------------------------------------------------
-    def build_tokenizer(
-        self, out_dir: str | os.PathLike, tokenizer_json: str | None = None
-    ) -> Tokenizer:
-        """In order: `tokenizer_json` (a resumed checkpoint's), `tokenizer.path`, the run's own
-        `tokenizer.json` if it exists (DDP ranks reuse rank 0's), else train one on
-        `tokenizer_documents()` (refusing an empty corpus: its tokenizer would hold the special
-        tokens only). The tokenizer in use is always saved as `out_dir/tokenizer.json`."""
-        saved = Path(out_dir) / "tokenizer.json"
-        if tokenizer_json:
-            self.tokenizer = Tokenizer.from_str(tokenizer_json)
+    @cached_property
+    def tokenizer(self) -> Tokenizer:
+        """Built on first use, in order: `given_tokenizer`,
+        `tokenizer.path`, the run's own `tokenizer.json` if it exists (DDP ranks reuse rank
+        0's), else trained on `tokenizer_documents()` (refusing an empty corpus: its tokenizer
+        would hold the special tokens only). Saved as `out_dir/tokenizer.json`."""
+        saved = Path(self.out_dir) / "tokenizer.json" if self.out_dir else None
+        if self.given_tokenizer is not None:
+            tokenizer = self.given_tokenizer
         elif self.tokenizer_cfg.path:
-            self.tokenizer = load_tokenizer(self.tokenizer_cfg.path)
-        elif saved.is_file():
-            self.tokenizer = load_tokenizer(saved)
-            return self.tokenizer
+            tokenizer = load_tokenizer(self.tokenizer_cfg.path)
+        elif saved and saved.is_file():
+            return load_tokenizer(saved)
         else:
             if next(self.tokenizer_documents(), None) is None:
                 raise UserError(
                     f"no documents with text in {self.source()} (empty files, or every "
                     "record skipped by data.on_bad_record=skip)"
                 )
-            self.tokenizer = train_wordpiece(
+            tokenizer = train_wordpiece(
                 self.tokenizer_documents,
                 vocab_size=self.tokenizer_cfg.vocab_size,
                 min_frequency=self.tokenizer_cfg.min_frequency,
                 max_docs=self.tokenizer_cfg.max_docs,
             )
-        save_tokenizer(self.tokenizer, saved)
-        return self.tokenizer
+        if saved:
+            save_tokenizer(tokenizer, saved)
+        return tokenizer
 
     def read_options(self) -> dict:
         return {
@@ -145,8 +148,6 @@ class BertDataModule(L.LightningDataModule):
 
     def setup(self, stage: str | None = None):
         if self.val_set is None:
-            if self.tokenizer is None:
-                raise RuntimeError("call build_tokenizer(out_dir) before preparing the data")
             if not sys.stderr.isatty():  # its bars' carriage returns would fill a log file
                 datasets.disable_progress_bars()
             self.train_set, self.val_set = self.build()
@@ -174,14 +175,15 @@ class BertDataModule(L.LightningDataModule):
 
 
 class PretrainDataModule(BertDataModule):
-    """Examples from files. `train_files=None`: validation only (`held_out`, for
-    `bert-lightning evaluate`). `examples(docs, tokenizer)`: documents -> examples."""
+    """Examples from files. `train_files=None`: validation only, no training set (`bert-lightning
+    evaluate`). `examples(docs, tokenizer)`: documents -> examples."""
 
     def __init__(
         self,
-        train_files: str | list[str] | None = BUNDLED_SAMPLE,
-        val_files: str | list[str] | None = None,
-        cache_format: str = "arrow",
+        *,
+        train_files: str | list[str] | None,
+        val_files: str | list[str] | None,
+        cache_format: str,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -219,7 +221,9 @@ class PretrainDataModule(BertDataModule):
     def read(self, files: list[str]) -> datasets.Dataset:
         return read_documents(files, self.read_options(), self.cache_dir)
 
-    def build(self) -> tuple[datasets.Dataset | TokenBlocks, datasets.Dataset]:
+    def build(self) -> tuple[datasets.Dataset | TokenBlocks | None, datasets.Dataset]:
+        if self.train_files is None:
+            return None, self.held_out(self.val_files)
         if self.cache_format == "tokens":
             train_set, val_set = self.token_blocks(), self.held_out(self.val_files)
         else:

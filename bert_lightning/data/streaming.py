@@ -68,12 +68,13 @@ class StreamingDataModule(BertDataModule):
 
     def __init__(
         self,
-        path: str = "allenai/c4",
-        name: str | None = "en",
-        data_files: dict | None = None,
-        train_split: str = "train",
-        val_split: str = "validation",
-        shuffle_buffer: int = 10_000,
+        *,
+        path: str,
+        name: str | None,
+        data_files: dict | None,
+        train_split: str,
+        val_split: str,
+        shuffle_buffer: int,
         **kwargs,
     ):
         for files_option in ("train_files", "val_files", "cache_format"):

@@ -20,14 +20,15 @@ log = logging.getLogger(__name__)
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TokenizerConfig:
-    """`data.tokenizer`: an existing tokenizer, or how to train a WordPiece one."""
+    """`data.tokenizer`: an existing tokenizer, or how to train a WordPiece one; its values live
+    in the config (conf/data/_corpus.yaml)."""
 
-    path: str | None = None  # tokenizer.json or a BERT vocab.txt; None: train one
-    vocab_size: int = 8192
-    min_frequency: int = 2
-    max_docs: int | None = None  # train on the first documents of the stream (None: all)
+    path: str | None  # tokenizer.json or a BERT vocab.txt; None: train one
+    vocab_size: int
+    min_frequency: int
+    max_docs: int | None  # train on the first documents of the stream (None: all)
 
 
 def _check_specials(vocab: dict[str, int]) -> None:

@@ -168,13 +168,14 @@ class Task:
         return {k: float(m.compute()) for k, m in metrics.items()}
 
 
-def load_splits(task: Task, seed: int) -> dict[str, dict]:
-    """train/validation/test tables. A missing validation or test file is cut from the train
-    file by `split` fractions, whole groups at a time; `subsample` then keeps exactly N rows of a
-    part (whole groups but the last). The train file fixes the label set (what `task.fit`
-    learns completes `task.cfg`) before any checking."""
+def load_splits(task: Task, seed: int) -> tuple[Task, dict[str, dict]]:
+    """The task completed by its train file and the train/validation/test tables. The train
+    file fixes the label set (what `task.fit` learns completes the config) before any
+    checking. A missing validation or test file is cut from the train file by `split`
+    fractions, whole groups at a time; `subsample` then keeps exactly N rows of a part (whole
+    groups but the last)."""
     train = task.read(task.cfg.train_file)
-    task.cfg = replace(task.cfg, **task.fit(train))
+    task = type(task)(replace(task.cfg, **task.fit(train)))
     c = task.cfg
     tables = {"train": task.prepare(train)}
     files = {k: getattr(c, f"{k}_file") for k in ("validation", "test")}
@@ -191,7 +192,14 @@ def load_splits(task: Task, seed: int) -> dict[str, dict]:
     for k, t in tables.items():
         if not t["group"]:
             raise D.DataError(f"{Path(c.train_file)}: the {k} part is empty; adjust task.split")
-    return tables
+    return task, tables
+
+
+def train_texts(table: dict) -> list[str]:
+    """A table's texts, what a WordPiece tokenizer trained for a run reads."""
+    if "words" in table:
+        return [" ".join(w) for w in table["words"]]
+    return table["text"] + (table["pair"] or [])
 
 
 def subset(table: dict, idx: list[int]) -> dict:

@@ -15,37 +15,33 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from bert_lightning.data.sampling import ResumableShuffle
 from bert_lightning.data.tables import GroupBatchSampler, collate
 from bert_lightning.data.tokenizer import special_ids
-from bert_lightning.tasks.base import Task, load_splits
+from bert_lightning.tasks.base import Task
 
 log = logging.getLogger(__name__)
 
 
 class TaskDataModule(L.LightningDataModule):
-    """`read()` reads the splits before the model is built: the train file fixes what the
-    task's head needs (its label set) and holds the texts a tokenizer may be trained on.
-    `tokenizer` is set before `setup`, which encodes every split once (validate, fit and test
+    """A task's tables by split (`load_splits`'s, read before the model is built: the train
+    file fixes the head's label set and holds the texts a tokenizer may be trained on) and the
+    tokenizer they are encoded with; `setup` encodes every split once (validate, fit and test
     reuse them)."""
 
     def __init__(
-        self, task: Task, batch_size: int, eval_batch_size: int, max_seq_length: int, seed: int
+        self,
+        *,
+        task: Task,
+        tables: dict[str, dict],
+        tokenizer: Tokenizer,
+        batch_size: int,
+        eval_batch_size: int,
+        max_seq_length: int,
+        seed: int,
     ):
         super().__init__()
-        self.task, self.seed = task, seed
+        self.task, self.tables, self.tokenizer, self.seed = task, tables, tokenizer, seed
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
         self.max_seq_length = max_seq_length
-        self.tokenizer: Tokenizer | None = None
-        self.tables: dict[str, dict] = {}
         self.features: dict[str, list[dict]] = {}
-
-    def read(self) -> None:
-        self.tables = load_splits(self.task, self.seed)
-
-    def train_texts(self) -> list[str]:
-        """The train split's texts, what a WordPiece tokenizer trained for the run reads."""
-        table = self.tables["train"]
-        if "words" in table:
-            return [" ".join(w) for w in table["words"]]
-        return table["text"] + (table["pair"] or [])
 
     @property
     def rows(self) -> dict[str, int]:
@@ -55,8 +51,6 @@ class TaskDataModule(L.LightningDataModule):
     def setup(self, stage: str | None = None):
         if self.features:
             return
-        if not self.tables or self.tokenizer is None:
-            raise RuntimeError("read() the splits and set the tokenizer before setup")
         self.features = {
             k: self.task.encode(t, self.tokenizer, self.max_seq_length)
             for k, t in self.tables.items()

@@ -71,7 +71,7 @@ class TokenThroughput(L.Callback):
     rate over the steps since the previous read, wall clock between the reads (data loading
     included)."""
 
-    def __init__(self, peak_flops: float | None = None):
+    def __init__(self, *, peak_flops: float | None):
         self.peak_flops = peak_flops
         self.peak: float | None = None
         self.counts = None  # (3,) tokens, samples, FLOPs since the start of the fit, on device
@@ -134,9 +134,7 @@ class StepProgressBar(ProgressBar):
     the run's log file (`to_log_files`). The metrics are read (a host sync) only when shown:
     every `refresh` steps on the bar. `tty`: None decides by stdout."""
 
-    def __init__(
-        self, every: int = 50, refresh: int = 10, seconds: float = 30.0, tty: bool | None = None
-    ):
+    def __init__(self, *, every: int, refresh: int, seconds: float, tty: bool | None = None):
         super().__init__()
         if every < 1 or refresh < 1 or seconds <= 0:
             raise ValueError(
@@ -331,10 +329,10 @@ def _csv_metrics(trainer: L.Trainer) -> Path | None:
 
 
 class LossCurvePlot(L.Callback):
-    """Writes `loss_curve.png` (train and validation loss against step) into the run folder
-    from the CSV logger's `metrics.csv`, at the end of fit."""
+    """Writes `filename` (the logged `keys` against step, e.g. train and validation loss) into
+    the run folder from the CSV logger's `metrics.csv`, at the end of fit."""
 
-    def __init__(self, filename: str = "loss_curve.png", keys=("train/loss", "val/loss")):
+    def __init__(self, *, filename: str, keys: list[str]):
         self.filename, self.keys = filename, tuple(keys)
 
     @rank_zero_only

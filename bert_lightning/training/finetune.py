@@ -17,7 +17,7 @@ from bert_lightning.checkpoint import FINETUNING, ResumePoint, read_checkpoint
 from bert_lightning.data.tokenizer import load_tokenizer, special_ids, train_wordpiece
 from bert_lightning.errors import UserError
 from bert_lightning.inference import zero_shot_cosines
-from bert_lightning.tasks.base import baselines_table
+from bert_lightning.tasks.base import baselines_table, load_splits, train_texts
 from bert_lightning.tasks.datamodule import TaskDataModule
 from bert_lightning.tasks.kinds import make_task
 from bert_lightning.training.finetune_module import FinetuneModule
@@ -31,9 +31,9 @@ log = logging.getLogger(__name__)
 RESUME_USE = "ckpt_path (resuming a fine-tuning run; pretrained= starts one)"
 
 
-def encoder_and_tokenizer(cfg: DictConfig, dm: TaskDataModule):
+def encoder_and_tokenizer(cfg: DictConfig, train: dict):
     """(config, tokenizer, pretrained or None): from `pretrained`, else random weights of
-    `model` with `tokenizer` (or a WordPiece trained on the train split)."""
+    `model` with `tokenizer` (or a WordPiece trained on the `train` table)."""
     if cfg.ckpt_path:  # resuming: the run's own tokenizer, whatever `pretrained` says
         pre = read_checkpoint(cfg.ckpt_path, FINETUNING, RESUME_USE)
         log.info("resuming from %s", pre.source)
@@ -45,7 +45,7 @@ def encoder_and_tokenizer(cfg: DictConfig, dm: TaskDataModule):
     if cfg.tokenizer:
         tok = load_tokenizer(cfg.tokenizer)
     else:
-        texts = dm.train_texts()
+        texts = train_texts(train)
         tok = train_wordpiece(lambda: iter(texts), cfg.tokenizer_vocab_size)
     config = instantiate(
         cfg.model, "model", vocab_size=tok.get_vocab_size(), pad_token_id=special_ids(tok)["[PAD]"]
@@ -58,10 +58,8 @@ def build(cfg: DictConfig, start: ResumePoint | None = None):
     """The task's data module, the module (its head sized by what the train file fixed) and
     the trainer. `start`: the checkpoint a resumed run continues (its model must be this one)."""
     check_types(cfg.optim, "optim")  # before the data are read
-    task = make_task(OmegaConf.to_container(cfg.task, resolve=True))
-    dm = TaskDataModule(task, cfg.batch_size, cfg.eval_batch_size, cfg.max_seq_length, cfg.seed)
-    dm.read()
-    config, dm.tokenizer, pre = encoder_and_tokenizer(cfg, dm)
+    task, tables = load_splits(make_task(OmegaConf.to_container(cfg.task, resolve=True)), cfg.seed)
+    config, tokenizer, pre = encoder_and_tokenizer(cfg, tables["train"])
     if cfg.dropout is not None:  # a checkpoint pretrained without dropout fine-tunes with some
         p = cfg.dropout
         config = replace(config, hidden_dropout_prob=p, attention_probs_dropout_prob=p)
@@ -71,6 +69,15 @@ def build(cfg: DictConfig, start: ResumePoint | None = None):
             f"max_position_embeddings={config.max_position_embeddings}"
         )
     check_same_model(start, cfg.ckpt_path, asdict(config), asdict(task.cfg))
+    dm = TaskDataModule(
+        task=task,
+        tables=tables,
+        tokenizer=tokenizer,
+        batch_size=cfg.batch_size,
+        eval_batch_size=cfg.eval_batch_size,
+        max_seq_length=cfg.max_seq_length,
+        seed=cfg.seed,
+    )
     module = FinetuneModule(
         asdict(config),
         task,
@@ -78,7 +85,7 @@ def build(cfg: DictConfig, start: ResumePoint | None = None):
             OmegaConf.to_container(cfg.optim, resolve=True), start, cfg.trainer.max_steps
         ),
         cfg.freeze_encoder,
-        dm.tokenizer.to_str(),
+        tokenizer.to_str(),
         max_seq_length=cfg.max_seq_length,
     )
     if pre is not None:

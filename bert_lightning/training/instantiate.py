@@ -5,13 +5,15 @@ layers: these need Hydra and OmegaConf."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import get_type_hints
 
+from hydra.errors import InstantiationException
 from hydra.utils import get_object
 from hydra.utils import instantiate as hydra_instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from bert_lightning.errors import UserError
+from bert_lightning.errors import UserError, user_error
 from bert_lightning.fields import check_values
 
 
@@ -19,13 +21,20 @@ def instantiate(node, where: str, **kwargs):
     """Hydra's `instantiate` of the config section `where` (data, model, trainer, ...), after
     checking its values against the annotations of its `_target_`'s parameters: a value of the
     wrong type (`data.batch_size=abc`) is an error naming the key, not a traceback from deep
-    inside the code that first uses it."""
-    check_types(node, where)
-    return hydra_instantiate(node, **kwargs)
+    inside the code that first uses it. A UserError raised by the target is raised as it is,
+    not wrapped in Hydra's InstantiationException. `kwargs` replace the section's values."""
+    check_types(node, where, given=kwargs.keys())
+    try:
+        return hydra_instantiate(node, **kwargs)
+    except InstantiationException as e:
+        if (mistake := user_error(e)) is not None:
+            raise mistake from None
+        raise
 
 
-def check_types(node, where: str) -> None:
-    """`instantiate`'s check alone: the values of a section built later (optim)."""
+def check_types(node, where: str, given: Iterable[str] = ()) -> None:
+    """`instantiate`'s check alone: the values of a section built later (optim). Keys `given`
+    another value, and those still `???` (for `required` to name), are not checked."""
     target = get_object(node["_target_"])
     # a subclass's `**kwargs` reach its bases: their annotations count too
     fns = [c.__init__ for c in reversed(target.__mro__)] if isinstance(target, type) else [target]
@@ -35,7 +44,18 @@ def check_types(node, where: str) -> None:
             hints |= get_type_hints(fn)
         except Exception:  # annotations this Python cannot evaluate: nothing to check
             continue
-    check_values({k: v for k, v in node.items() if not str(k).startswith("_")}, hints, where)
+    skip = set(given)
+    values = {
+        k: node[k]
+        for k in node
+        if not str(k).startswith("_") and k not in skip and not is_missing(node, k)
+    }
+    check_values(values, hints, where)
+
+
+def is_missing(node, key) -> bool:
+    """`???` in a config (a plain dict, such as a module's hparams, has none)."""
+    return OmegaConf.is_config(node) and OmegaConf.is_missing(node, key)
 
 
 def missing_keys(node: DictConfig, prefix: str = "") -> list[str]:

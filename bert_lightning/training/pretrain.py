@@ -49,12 +49,12 @@ def build(cfg: DictConfig, start: ResumePoint | None = None):
     checkpoint a resumed run continues (its tokenizer and schedule)."""
     out_dir = Path(cfg.paths.output_dir)
     check_types(cfg.optim, "optim")  # built by the trainer, once the corpus is read
-    dm = instantiate(cfg.data, "data")
+    resumed = Tokenizer.from_str(start.tokenizer) if start is not None else None
     if start is not None:  # a refused resume writes nothing, not even the tokenizer
-        saved = Tokenizer.from_str(start.tokenizer)
-        check_same_model(start, cfg.ckpt_path, asdict(model_config(cfg, saved)))
+        check_same_model(start, cfg.ckpt_path, asdict(model_config(cfg, resumed)))
         check_same_objective(start, cfg.ckpt_path, cfg.objective.get("generator_hidden_size"))
-    tok = dm.build_tokenizer(out_dir, start.tokenizer if start else None)
+    dm = instantiate(cfg.data, "data", out_dir=str(out_dir), given_tokenizer=resumed)
+    tok = dm.tokenizer
     config = model_config(cfg, tok)
     if config.max_position_embeddings < cfg.data.max_seq_length:
         raise UserError(

@@ -12,7 +12,7 @@ class FSDP2Strategy(ModelParallelStrategy):
     refuses CPUs). By default a checkpoint is one file with the full state dict, portable
     like a DDP one."""
 
-    def __init__(self, save_distributed_checkpoint: bool = False, **kwargs):
+    def __init__(self, *, save_distributed_checkpoint: bool, **kwargs):
         kwargs.update(
             tensor_parallel_size=1, save_distributed_checkpoint=save_distributed_checkpoint
         )

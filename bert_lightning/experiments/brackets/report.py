@@ -17,6 +17,7 @@ import torch
 from tokenizers import Tokenizer
 
 from bert_lightning.atomic import write_json
+from bert_lightning.config import compose
 from bert_lightning.data.brackets import (
     brackets_tokenizer,
     sentences,
@@ -29,16 +30,14 @@ from bert_lightning.model import BertForPreTraining
 from bert_lightning.training.callbacks import save_figure
 from bert_lightning.training.finetune import finetune
 
-# name -> (train.py overrides, masking used for evaluation)
+# name -> (train.py overrides, the overrides of the masking used for evaluation)
 VARIANTS = {
-    "bidirectional": ([], MaskingConfig()),
-    "causal": (["model.is_decoder=true"], MaskingConfig()),
-    "always_mask": (
-        ["data.masking.p_mask=1.0", "data.masking.p_random=0.0"],
-        MaskingConfig(),  # evaluated on 80/10/10 data: kept positions exist only there
-    ),
-    "mlm_0.5": (["data.masking.mlm_probability=0.5"], MaskingConfig(mlm_probability=0.5)),
-    "mlm_0": (["data.masking.mlm_probability=0.0"], MaskingConfig()),
+    "bidirectional": ([], []),
+    "causal": (["model.is_decoder=true"], []),
+    # evaluated on 80/10/10 data: kept positions exist only there
+    "always_mask": (["data.masking.p_mask=1.0", "data.masking.p_random=0.0"], []),
+    "mlm_0.5": (["data.masking.mlm_probability=0.5"], ["data.masking.mlm_probability=0.5"]),
+    "mlm_0": (["data.masking.mlm_probability=0.0"], []),
 }
 
 # name -> finetune.py overrides (`{ckpt}`: the bidirectional run's last checkpoint); the
@@ -67,12 +66,18 @@ REPORTED = {
 }
 
 
+def brackets_masking(overrides: list[str]) -> MaskingConfig:
+    """The masking `experiment=brackets` trains with, under `overrides`."""
+    cfg = compose(overrides=["experiment=brackets", "paths.output_dir=.", *overrides])
+    return MaskingConfig(**cfg.data.masking)
+
+
 def masking_stats(n: int = 10_000, seed: int = 0) -> dict[str, float]:
     """Shares of real tokens over `n` masked sentences, from the training collator itself."""
     tok = brackets_tokenizer()
     g = torch.Generator().manual_seed(seed)
     ids = to_input_ids(sentences(n, 8, g), tok)  # (n, 17)
-    collator = MLMCollator.for_tokenizer(tok, MaskingConfig())
+    collator = MLMCollator.for_tokenizer(tok, brackets_masking([]))
     inputs, labels = collator.mask(ids, g)
     real = collator.maskable(ids)
     picked = labels != -100
@@ -173,7 +178,8 @@ def run_all(out_dir: Path, extra: list[str] | None = None, variants=None, finetu
     results: dict = {"stats": masking_stats()}
     quiet = [o for o in extra or [] if o.startswith("trainer.enable_")]
     for name in variants or VARIANTS:
-        overrides, eval_masking = VARIANTS[name]
+        overrides, eval_overrides = VARIANTS[name]
+        eval_masking = brackets_masking(eval_overrides)
         ckpt = train_variant(out_dir / name, overrides, extra or [])
         results[name] = evaluate(load_mlm(ckpt)[0], tok, eval_masking)
         results[name]["first train loss"] = logged(out_dir / name, "train/loss")[0][1]
