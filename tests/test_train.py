@@ -10,7 +10,7 @@ from hydra.utils import instantiate
 from bert_lightning.checkpoint import read_checkpoint
 from bert_lightning.config import compose
 from bert_lightning.data.corpus import BadRecordError
-from bert_lightning.errors import UserError
+from bert_lightning.errors import MissingFileError, UserError
 from bert_lightning.training.pretrain import train
 from conftest import pretrain_tiny, tiny_overrides, write_corpus
 
@@ -98,8 +98,7 @@ def test_bad_corpus_fails_cleanly(tmp_path):
 
 def test_missing_data_path_is_named(tmp_path):
     cfg = compose(overrides=tiny_overrides(tmp_path, f"data.train_files={tmp_path}/nope/*.json.gz"))
-    # Hydra wraps errors raised while instantiating; the message keeps ours
-    with pytest.raises(InstantiationException, match="nope/\\*.json.gz: no file matches"):
+    with pytest.raises(MissingFileError, match="nope/\\*.json.gz: no file matches"):
         train(cfg)
 
 
