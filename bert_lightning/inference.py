@@ -28,6 +28,7 @@ from bert_lightning.interop import load_into
 from bert_lightning.model import BertForPreTraining, BertModel
 from bert_lightning.model.heads import BertBiEncoder, pool
 from bert_lightning.tasks.base import Task, truncating
+from bert_lightning.tasks.datamodule import TaskDataModule
 from bert_lightning.tasks.kinds import make_task
 
 EMBED_LENGTH = 128  # what `embed` and /embed truncate to by default
@@ -193,6 +194,41 @@ def score_rows(
         logits = model(b["input_ids"], b["token_type_ids"], b["attention_mask"])  # (B, L)
         out += task.scores(logits).tolist()
     return out
+
+
+@torch.inference_mode()
+def task_metrics(
+    ft: Finetuned,
+    path,
+    batch_size: int = SCORE_BATCH,
+    max_seq_length: int | None = None,
+    progress=False,
+) -> dict:
+    """The task's loss and metrics of a fine-tuned model on a file in its task's format, as a
+    run's test computes them (the task's reading, encoding, loss and metrics over the test
+    loader of a TaskDataModule of that one file): `results.json`'s numbers for a test file."""
+    task, device = ft.task, next(ft.model.parameters()).device
+    dm = TaskDataModule(
+        task=task,
+        tables={"test": task.prepare(task.read(path))},
+        tokenizer=Tokenizer.from_str(ft.tokenizer_json),
+        batch_size=batch_size,
+        eval_batch_size=batch_size,
+        max_seq_length=max_seq_length or ft.max_seq_length,
+        seed=0,  # a test loader does not shuffle
+    )
+    dm.setup()
+    metrics = task.metrics().to(device)
+    loss_sum = 0.0
+    for batch in tqdm(dm.test_dataloader(), disable=not progress, desc="evaluate"):
+        batch = {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
+        logits = ft.model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
+        loss_sum += float(task.loss(logits, batch)) * batch["input_ids"].size(0)
+        task.update(metrics, logits, batch)
+    rows = dm.rows["test"]
+    return {"rows": rows, "loss": loss_sum / rows} | {
+        k: float(v) for k, v in task.compute(metrics).items()
+    }
 
 
 @torch.inference_mode()

@@ -6,8 +6,8 @@ import torch
 
 from bert_lightning.checkpoint import read_checkpoint
 from bert_lightning.config import compose
+from bert_lightning.inference import load_finetuned
 from bert_lightning.training.finetune import finetune
-from bert_lightning.training.finetune_module import FinetuneModule
 from finetune_fixtures import overrides, task_files, write_tokenizer
 
 
@@ -60,4 +60,4 @@ def test_the_checkpoint_keeps_the_fine_tuned_max_seq_length(tmp_path):
     ckpt = tmp_path / "run" / "checkpoints" / "last.ckpt"
     assert read_checkpoint(ckpt).hparams["max_seq_length"] == 24
     # `bert-lightning score`'s default
-    assert FinetuneModule.from_checkpoint(ckpt).hparams.max_seq_length == 24
+    assert load_finetuned(ckpt).max_seq_length == 24

@@ -1,8 +1,8 @@
 """`bert-lightning evaluate CKPT FILE`: a checkpoint's metrics on any file.
 
-A fine-tuned checkpoint: its task's metrics on a file in the task's format, through the code
-fine-tuning tests with (the task's reading, encoding and metrics, the FinetuneModule's test
-step), so the numbers are those `results.json` holds for a test file. A pretraining checkpoint
+A fine-tuned checkpoint: its task's metrics on a file in the task's format, as fine-tuning tests
+(the task's reading, encoding, loss and metrics; `inference.task_metrics`, no Lightning), so the
+numbers are those `results.json` holds for a test file. A pretraining checkpoint
 (or a Hugging Face folder with an MLM head): MLM loss, masked-token accuracy and perplexity on
 a corpus, framed and masked once with a seed as pretraining's validation data are."""
 
@@ -11,19 +11,22 @@ from __future__ import annotations
 from dataclasses import asdict
 
 import lightning as L
-from tokenizers import Tokenizer
 
 from bert_lightning.atomic import write_json
 from bert_lightning.checkpoint import FINETUNING, read_checkpoint
 from bert_lightning.config import compose
 from bert_lightning.data.pipeline import PACKINGS
 from bert_lightning.errors import UserError
-from bert_lightning.inference import add_table_arguments, mlm_state, table_options
+from bert_lightning.inference import (
+    SCORE_BATCH,
+    add_table_arguments,
+    load_finetuned,
+    mlm_state,
+    table_options,
+    task_metrics,
+)
 from bert_lightning.interop import load_into
-from bert_lightning.tasks.datamodule import TaskDataModule
-from bert_lightning.tasks.kinds import make_task
 from bert_lightning.training.callbacks import EvalProgressBar
-from bert_lightning.training.finetune_module import FinetuneModule
 from bert_lightning.training.instantiate import instantiate
 from bert_lightning.training.pretrain import validation_settings
 from bert_lightning.training.pretrain_module import BertPretrainModule
@@ -48,27 +51,6 @@ def _trainer(progress: bool) -> L.Trainer:
         enable_progress_bar=progress,
         callbacks=[progress_bar()] if progress else None,
     )
-
-
-def evaluate_finetuned(
-    module, path, options: dict | None = None, batch_size=64, max_seq_length=None, progress=False
-) -> dict:
-    """The task's metrics (and loss) of a FinetuneModule on a file; `options`: table keys
-    (format, encoding, header, names) over the task's own."""
-    task = make_task(asdict(module.task.cfg) | options) if options else module.task
-    dm = TaskDataModule(  # the test split alone: its loader is the one a run tests with
-        task=task,
-        tables={"test": task.prepare(task.read(path))},
-        tokenizer=Tokenizer.from_str(module.tokenizer_json),
-        batch_size=batch_size,
-        eval_batch_size=batch_size,
-        max_seq_length=max_seq_length or module.hparams.max_seq_length,
-        seed=0,  # no shuffling in a test loader
-    )
-    metrics = _trainer(progress).test(module, datamodule=dm, verbose=False)[0]
-    return {"rows": dm.rows["test"]} | {
-        k.removeprefix("test/"): float(v) for k, v in metrics.items()
-    }
 
 
 def evaluate_mlm(
@@ -153,11 +135,10 @@ def _main(args) -> None:
     if pre.kind == FINETUNING:
         if len(args.file) > 1:
             raise UserError(f"{args.model}: a fine-tuned checkpoint is evaluated on one file")
-        module = FinetuneModule.from_checkpoint(args.model, pre=pre)
-        metrics = evaluate_finetuned(
-            module, args.file[0], table_options(args), args.batch_size or 64,
-            args.max_seq_length, progress=True,
-        )  # fmt: skip
+        ft = load_finetuned(args.model, "evaluate", pre).with_table_options(table_options(args))
+        metrics = task_metrics(
+            ft, args.file[0], args.batch_size or SCORE_BATCH, args.max_seq_length, progress=True
+        )
     else:
         metrics = evaluate_mlm(
             args.model, args.file, args.max_seq_length, args.packing, args.seed,

@@ -1,5 +1,5 @@
-"""The LightningModule that fine-tunes an encoder with a task head, and the one loader of what
-it writes (`from_checkpoint`), which `score`, `evaluate` and the server use."""
+"""The LightningModule that fine-tunes an encoder with a task head. What it writes is used
+without it: `inference.load_finetuned` builds the model as its task does."""
 
 from __future__ import annotations
 
@@ -8,9 +8,7 @@ from dataclasses import asdict
 import torch
 from torch import nn
 
-from bert_lightning.checkpoint import FINETUNING, Checkpoint, load_encoder, read_checkpoint
-from bert_lightning.inference import DEFAULT_MAX_SEQ_LENGTH
-from bert_lightning.interop import load_into
+from bert_lightning.checkpoint import Checkpoint, load_encoder
 from bert_lightning.model import BertConfig
 from bert_lightning.tasks.kinds import Task, make_task
 from bert_lightning.training.module_base import EncoderModule
@@ -54,26 +52,6 @@ class FinetuneModule(EncoderModule):
         self.split_metrics = nn.ModuleDict(
             {"val": self.task.metrics(), "test": self.task.metrics()}
         )
-
-    @classmethod
-    def from_checkpoint(
-        cls, path, use: str = "score", pre: Checkpoint | None = None
-    ) -> FinetuneModule:
-        """The module of a `.ckpt` written by finetune.py (`pre`: it, read already), in eval
-        mode: its task, model, metrics, tokenizer and max_seq_length as fine-tuning left them.
-        `use`: what needs a fine-tuned checkpoint, for the message of another kind. Here, not in
-        `inference.py`, which sits below the layer of this class."""
-        pre = pre or read_checkpoint(path, FINETUNING, use)
-        h = pre.hparams
-        module = cls(
-            asdict(pre.config),
-            h["task"],
-            h.get("optim") or {},
-            tokenizer_json=pre.tokenizer.to_str(),
-            max_seq_length=h.get("max_seq_length") or DEFAULT_MAX_SEQ_LENGTH,
-        )
-        load_into(module.model, pre.state_dict)
-        return module.eval()
 
     def start_from(self, pre: Checkpoint) -> None:
         """The encoder weights of a pretrained checkpoint (the head keeps its initial ones);
