@@ -22,13 +22,12 @@ from bert_lightning.checkpoint import (
     load_encoder,
     read_checkpoint,
 )
-from bert_lightning.data.tables import collate
+from bert_lightning.data.tables import collate, eval_loader
 from bert_lightning.errors import UserError
 from bert_lightning.interop import load_into
 from bert_lightning.model import BertForPreTraining, BertModel
 from bert_lightning.model.heads import BertBiEncoder, pool
 from bert_lightning.tasks.base import Task, truncating
-from bert_lightning.tasks.datamodule import TaskDataModule
 from bert_lightning.tasks.kinds import make_task
 
 EMBED_LENGTH = 128  # what `embed` and /embed truncate to by default
@@ -206,27 +205,19 @@ def task_metrics(
 ) -> dict:
     """The task's loss and metrics of a fine-tuned model on a file in its task's format, as a
     run's test computes them (the task's reading, encoding, loss and metrics over the test
-    loader of a TaskDataModule of that one file): `results.json`'s numbers for a test file."""
+    loader, `data.tables.eval_loader`): `results.json`'s numbers for a test file."""
     task, device = ft.task, next(ft.model.parameters()).device
-    dm = TaskDataModule(
-        task=task,
-        tables={"test": task.prepare(task.read(path))},
-        tokenizer=Tokenizer.from_str(ft.tokenizer_json),
-        batch_size=batch_size,
-        eval_batch_size=batch_size,
-        max_seq_length=max_seq_length or ft.max_seq_length,
-        seed=0,  # a test loader does not shuffle
-    )
-    dm.setup()
+    tok = Tokenizer.from_str(ft.tokenizer_json)
+    rows = task.encode(task.prepare(task.read(path)), tok, max_seq_length or ft.max_seq_length)
     metrics = task.metrics().to(device)
     loss_sum = 0.0
-    for batch in tqdm(dm.test_dataloader(), disable=not progress, desc="evaluate"):
+    loader = eval_loader(rows, batch_size, tok.token_to_id("[PAD]"))
+    for batch in tqdm(loader, disable=not progress, desc="evaluate"):
         batch = {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
         logits = ft.model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
         loss_sum += float(task.loss(logits, batch)) * batch["input_ids"].size(0)
         task.update(metrics, logits, batch)
-    rows = dm.rows["test"]
-    return {"rows": rows, "loss": loss_sum / rows} | {
+    return {"rows": len(rows), "loss": loss_sum / len(rows)} | {
         k: float(v) for k, v in task.compute(metrics).items()
     }
 

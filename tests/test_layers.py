@@ -14,6 +14,7 @@ There is no exception list.
 
 import ast
 import re
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -166,10 +167,18 @@ def test_the_bottom_layer_needs_only_the_standard_library():
 def test_using_a_model_needs_no_training_layer():
     """Scoring, embedding, filling masks and serving load a model without Lightning: none of
     them imports the training layer (nor Lightning itself)."""
-    for name in ("inference", "serving", "commands.score", "commands.embed", "commands.fill_mask"):
+    names = ("inference", "serving", "commands.score", "commands.embed", "commands.fill_mask")
+    for name in names:
         source = (PACKAGE / f"{name.replace('.', '/')}.py").read_text()
         assert not [t for t in named(name, source) if t.startswith("training")], name
         assert "lightning" not in outside(source), name
+    # nor through what they import (a LightningDataModule in the tasks layer, say)
+    imports = "; ".join(f"import bert_lightning.{n}" for n in names)
+    probe = "import sys; print(sorted(m for m in sys.modules if m.split('.')[0] == 'lightning'))"
+    out = subprocess.run(
+        [sys.executable, "-c", f"{imports}; {probe}"], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "[]"
 
 
 def test_no_config_targets_a_layer_above_its_group():

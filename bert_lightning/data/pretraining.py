@@ -56,9 +56,9 @@ class BertDataModule(L.LightningDataModule):
     """Tokenizer, loaders and the once-built sets, from what it is given when built: the
     `data` config, the run folder (`out_dir`, where the tokenizer in use is saved; None: not
     saved) and a tokenizer to use as it is (`given_tokenizer`: a resumed checkpoint's, the
-    evaluated one's; else None). A corpus gives
-    `build()`, its (train, validation) sets, `tokenizer_documents()`, the stream a tokenizer is
-    trained on, and `source()`, where that stream comes from (for an error)."""
+    evaluated one's; else None). A corpus gives `build()`, its (train, validation) sets,
+    `tokenizer_documents()`, the stream a tokenizer is trained on, and `source()`, where that
+    stream comes from (for an error)."""
 
     objective = "mlm"  # what the examples train (NSPDataModule: mlm_nsp)
 
@@ -102,10 +102,10 @@ class BertDataModule(L.LightningDataModule):
     # -- tokenizer -------------------------------------------------------------------------
     @cached_property
     def tokenizer(self) -> Tokenizer:
-        """Built on first use, in order: `given_tokenizer`,
-        `tokenizer.path`, the run's own `tokenizer.json` if it exists (DDP ranks reuse rank
-        0's), else trained on `tokenizer_documents()` (refusing an empty corpus: its tokenizer
-        would hold the special tokens only). Saved as `out_dir/tokenizer.json`."""
+        """Built on first use, in order: `given_tokenizer`, `tokenizer.path`, the run's own
+        `tokenizer.json` if it exists (DDP ranks reuse rank 0's), else trained on
+        `tokenizer_documents()` (refusing an empty corpus: its tokenizer would hold the special
+        tokens only). Saved as `out_dir/tokenizer.json`."""
         saved = Path(self.out_dir) / "tokenizer.json" if self.out_dir else None
         if self.given_tokenizer is not None:
             tokenizer = self.given_tokenizer

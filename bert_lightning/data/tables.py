@@ -14,11 +14,13 @@ import zipfile
 import zlib
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
+from torch.utils.data import DataLoader
 
 from bert_lightning.atomic import atomic_path
 from bert_lightning.errors import MissingFileError, UserError
@@ -423,3 +425,9 @@ def collate(features: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
         if key in features[0]:
             out[key] = torch.tensor([f[key] for f in features])
     return out
+
+
+def eval_loader(rows: list[dict], batch_size: int, pad_id: int) -> DataLoader:
+    """Encoded rows in their order, padded per batch: what validation, a run's test and
+    `evaluate` read."""
+    return DataLoader(rows, batch_size=batch_size, collate_fn=partial(collate, pad_id=pad_id))

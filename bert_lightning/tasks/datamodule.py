@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from bert_lightning.data.sampling import ResumableShuffle
-from bert_lightning.data.tables import GroupBatchSampler, collate
+from bert_lightning.data.tables import GroupBatchSampler, collate, eval_loader
 from bert_lightning.data.tokenizer import special_ids
 from bert_lightning.tasks.base import Task
 
@@ -78,6 +78,5 @@ class TaskDataModule(L.LightningDataModule):
         return self._eval_loader("test")
 
     def _eval_loader(self, split: str) -> DataLoader:
-        return DataLoader(
-            self.features[split], batch_size=self.eval_batch_size, collate_fn=self.collator()
-        )
+        pad_id = special_ids(self.tokenizer)["[PAD]"]
+        return eval_loader(self.features[split], self.eval_batch_size, pad_id)
