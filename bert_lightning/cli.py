@@ -22,6 +22,7 @@ COMMANDS = [
     "fill_mask",
     "embed",
     "export_hf",
+    "export_onnx",
     "report",
     "downstream",
     "serve",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
+from functools import partial
 
 import torch
 from tokenizers import Encoding, Tokenizer
@@ -27,7 +28,8 @@ from bert_lightning.errors import UserError
 from bert_lightning.interop import load_into
 from bert_lightning.model import BertForPreTraining, BertModel
 from bert_lightning.model.heads import BertBiEncoder, pool
-from bert_lightning.tasks.base import Task, truncating
+from bert_lightning.ort import OrtModel, is_exported, load_exported
+from bert_lightning.tasks.base import Task, inputs, truncating
 from bert_lightning.tasks.kinds import make_task
 
 EMBED_LENGTH = 128  # what `embed` and /embed truncate to by default
@@ -68,8 +70,13 @@ class Finetuned:
 
 def load_finetuned(path, use: str = "score", pre: Checkpoint | None = None) -> Finetuned:
     """The model of a `.ckpt` written by finetune.py (`pre`: it, read already), built by its
-    task as fine-tuning built it. `use`: what needs a fine-tuned checkpoint, for the message
-    of another kind."""
+    task as fine-tuning built it, or of a folder `export-onnx` wrote from one (run by ONNX
+    Runtime). `use`: what needs a fine-tuned checkpoint, for the message of another kind."""
+    if pre is None and is_exported(path):
+        model, spec, tokenizer_json = load_exported(path)
+        if spec["use"] != "finetuned":
+            raise UserError(f"{path}: an exported embedding model; {use} needs a fine-tuned one")
+        return Finetuned(model, make_task(spec["task"]), tokenizer_json, spec["max_seq_length"])
     pre = pre or read_checkpoint(path, FINETUNING, use)
     task = make_task(pre.hparams["task"])
     model = task.build_model(pre.config)
@@ -111,7 +118,17 @@ def load_embedder(
     path, max_seq_length: int = EMBED_LENGTH, pre: Checkpoint | None = None
 ) -> tuple[BertModel, Tokenizer]:
     """(bare encoder in eval mode, its tokenizer truncating to `max_seq_length`, or to the
-    positions the model has if fewer) of any checkpoint: what `embed_texts` runs."""
+    positions the model has if fewer) of any checkpoint, or the embedding model of a folder
+    `export-onnx` wrote (truncating to its length if shorter): what `embed_texts` runs."""
+    if pre is None and is_exported(path):
+        model, spec, tokenizer_json = load_exported(path)
+        if spec["use"] != "embed":
+            raise UserError(
+                f"{path}: an exported fine-tuned model; embedding needs an exported embedding "
+                "model (export-onnx of a pretrained checkpoint or Hugging Face folder)"
+            )
+        n = min(max_seq_length, spec["max_seq_length"])
+        return model, truncating(Tokenizer.from_str(tokenizer_json), n)
     pre = pre or read_checkpoint(path)
     n = min(max_seq_length, pre.config.max_position_embeddings)
     return encoder_from(pre), truncating(pre.tokenizer, n)
@@ -157,6 +174,11 @@ def table_options(args) -> dict:
 # --- running: one batched loop per use --------------------------------------------------------
 
 
+def device_of(model: torch.nn.Module) -> torch.device:
+    """Where a model's inputs go: its weights' device (the CPU for an exported graph)."""
+    return next(model.parameters(), torch.empty(0)).device
+
+
 def batches(
     model: torch.nn.Module,
     tok: Tokenizer,
@@ -166,7 +188,7 @@ def batches(
 ) -> Iterator[dict[str, torch.Tensor]]:
     """`encodings` `batch_size` at a time, padded into one batch on the model's device:
     input_ids, token_type_ids, attention_mask, each (B, T). `desc`: a progress bar's name."""
-    device, pad_id = next(model.parameters()).device, tok.token_to_id("[PAD]")
+    device, pad_id = device_of(model), tok.token_to_id("[PAD]")
     for start in tqdm(range(0, len(encodings), batch_size), disable=desc is None, desc=desc):
         feats = [
             {"input_ids": e.ids, "token_type_ids": e.type_ids}
@@ -195,6 +217,15 @@ def score_rows(
     return out
 
 
+def table_scores(
+    model: torch.nn.Module, task: Task, tok: Tokenizer, table: dict, max_seq_length: int,
+    batch_size=SCORE_BATCH,
+) -> torch.Tensor:  # fmt: skip
+    """(N,) `score_rows` of a task table's rows, read as the task encodes them."""
+    rows = inputs(table)
+    return torch.tensor(score_rows(model, task, truncating(tok, max_seq_length), rows, batch_size))
+
+
 @torch.inference_mode()
 def task_metrics(
     ft: Finetuned,
@@ -202,13 +233,16 @@ def task_metrics(
     batch_size: int = SCORE_BATCH,
     max_seq_length: int | None = None,
     progress=False,
+    zero_shot=None,
 ) -> dict:
     """The task's loss and metrics of a fine-tuned model on a file in its task's format, as a
     run's test computes them (the task's reading, encoding, loss and metrics over the test
-    loader, `data.tables.eval_loader`): `results.json`'s numbers for a test file."""
-    task, device = ft.task, next(ft.model.parameters()).device
-    tok = Tokenizer.from_str(ft.tokenizer_json)
-    rows = task.encode(task.prepare(task.read(path)), tok, max_seq_length or ft.max_seq_length)
+    loader, `data.tables.eval_loader`), and its `test_report` (`zero_shot`: a baseline
+    encoder's, `Task.test_report`): `results.json`'s numbers for a test file."""
+    task, device = ft.task, device_of(ft.model)
+    tok, length = Tokenizer.from_str(ft.tokenizer_json), max_seq_length or ft.max_seq_length
+    table = task.prepare(task.read(path))
+    rows = task.encode(table, tok, length)
     metrics = task.metrics().to(device)
     loss_sum = 0.0
     loader = eval_loader(rows, batch_size, tok.token_to_id("[PAD]"))
@@ -217,9 +251,10 @@ def task_metrics(
         logits = ft.model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
         loss_sum += float(task.loss(logits, batch)) * batch["input_ids"].size(0)
         task.update(metrics, logits, batch)
-    return {"rows": len(rows), "loss": loss_sum / len(rows)} | {
-        k: float(v) for k, v in task.compute(metrics).items()
-    }
+    out = {"rows": len(rows), "loss": loss_sum / len(rows)}
+    out |= {k: float(v) for k, v in task.compute(metrics).items()}
+    score = partial(table_scores, ft.model, task, tok, table, length, batch_size)
+    return out | task.test_report(table, score, zero_shot)
 
 
 @torch.inference_mode()
@@ -232,13 +267,24 @@ def embed_texts(
     progress=False,
 ) -> torch.Tensor:
     """(N, H) one vector per text, pooled by `POOLINGS` ((N, 4H) for last4), on the CPU."""
+    exported = isinstance(model, OrtModel)
+    if exported and pooling != model.spec["pooling"]:
+        raise UserError(
+            f"{model.folder}: exported with pooling {model.spec['pooling']}; "
+            f"pooling {pooling} needs an export with --pooling {pooling}"
+        )
     out = []
     desc = "embed" if progress else None
     for b in batches(model, tok, tok.encode_batch(texts), batch_size, desc):
         mask = b["attention_mask"]  # (B, T)
+        if exported:  # pooled in the graph
+            out.append(model(b["input_ids"], b["token_type_ids"], mask).float())  # (B, H)
+            continue
         o = model(b["input_ids"], b["token_type_ids"], mask, output_hidden_states=True)
         out.append(pool(o.hidden_states, mask, pooling).float().cpu())  # (B, H) or (B, 4H)
-    return torch.cat(out) if out else torch.zeros(0, model.config.hidden_size)
+    if not out:  # no texts
+        return torch.zeros(0, model.spec["width"] if exported else model.config.hidden_size)
+    return torch.cat(out)
 
 
 def unmaskable(

@@ -46,6 +46,7 @@ from bert_lightning.inference import (
     unmaskable,
 )
 from bert_lightning.model.heads import POOLINGS
+from bert_lightning.ort import is_exported, spec_of
 from bert_lightning.tasks.kinds import make_task
 
 MAX_ITEMS = 256  # texts or pairs per request: a bigger job is a file for `bert-lightning score`
@@ -301,20 +302,37 @@ class Drain:
 
 
 def endpoints(model: str) -> dict[str, type[Endpoint] | str]:
-    """For each route, what serves it for this checkpoint, or why none can (a 404's message).
-    Read here once, so that a bad path is a one-line error before any worker starts."""
-    pre = read_checkpoint(model)
-    routes: dict[str, type[Endpoint] | str] = {
-        "/score": f"{model}: a {pre.kind} checkpoint; /score needs a fine-tuned one (finetune.py)",
-        "/embed": Embed,
-        "/fill-mask": FillMask,
-    }
-    try:
-        check_mlm_head(model, pre, "/fill-mask")
-    except UserError as e:
-        routes["/fill-mask"] = str(e)
-    if pre.kind == FINETUNING:
-        task = make_task(pre.hparams["task"])
+    """For each route, what serves it for this checkpoint (or exported ONNX folder), or why
+    none can (a 404's message). Read here once, so that a bad path is a one-line error before
+    any worker starts."""
+    if is_exported(model):
+        spec = spec_of(model)
+        fine_tuned = spec["use"] == "finetuned"
+        task = make_task(spec["task"]) if fine_tuned else None
+        routes: dict[str, type[Endpoint] | str] = {
+            "/score": f"{model}: an exported embedding model; /score needs an exported "
+            "fine-tuned one",
+            "/embed": f"{model}: an exported fine-tuned model; /embed needs an exported "
+            "embedding model"
+            if fine_tuned
+            else Embed,
+            "/fill-mask": f"{model}: an exported ONNX model; /fill-mask needs a checkpoint with "
+            "an MLM head",
+        }
+    else:
+        pre = read_checkpoint(model)
+        task = make_task(pre.hparams["task"]) if pre.kind == FINETUNING else None
+        routes = {
+            "/score": f"{model}: a {pre.kind} checkpoint; /score needs a fine-tuned one "
+            "(finetune.py)",
+            "/embed": Embed,
+            "/fill-mask": FillMask,
+        }
+        try:
+            check_mlm_head(model, pre, "/fill-mask")
+        except UserError as e:
+            routes["/fill-mask"] = str(e)
+    if task is not None:
         try:
             task.scores(torch.zeros(1, task.num_labels))
             routes["/score"] = ScorePairs if task.text_columns[1] else ScoreTexts

@@ -27,14 +27,6 @@ NOUNS = ["movie", "film", "story", "plot", "cast", "show"]
 WORDS = GOOD + BAD + NOUNS + ["the", "a", "was", "is", "paris", "london", "bob", "alice", "in"]
 
 
-# the width-32 encoder of tiny_config and its batches, as fine-tuning overrides
-TINY_FINETUNE = [
-    *(f"model.{k}={v}" for k, v in TINY_BERT.items()),
-    "max_seq_length=32",
-    "batch_size=8",
-]
-
-
 def tiny_config(vocab_size: int, layers: int = 2) -> BertConfig:
     shape = TINY_BERT | {"num_hidden_layers": layers}
     return BertConfig(**shape, vocab_size=vocab_size, max_position_embeddings=64)
@@ -179,6 +171,22 @@ def relevance_ckpt(tmp_path, tok):
     return path, module.model.eval()
 
 
+def finetuned_ckpt(path: Path, tok, *overrides: str) -> Path:
+    """A checkpoint as finetune.py writes it (untrained head) of the task `overrides` make."""
+    cfg = compose("finetune", ["task.train_file=x", "paths.output_dir=.", *overrides])
+    module = FinetuneModule(
+        asdict(tiny_config(tok.get_vocab_size())),
+        OmegaConf.to_container(cfg.task),
+        {},
+        False,
+        tok.to_str(),
+        32,
+    )
+    hparams, state = dict(module.hparams), module.state_dict()
+    torch.save({"hyper_parameters": hparams, "state_dict": state, "tokenizer": tok.to_str()}, path)
+    return path
+
+
 TINY_TASK = {
     "rows": 40,
     "validation_rows": 8,
@@ -191,13 +199,14 @@ TINY_TASK = {
 
 
 def tiny_budget(path, base="cpu"):
-    """A budget of experiments/budgets/ with every task cut to a few steps, on the CPU."""
+    """A budget (`cpu`, `gpu` or a YAML) with every task cut to a few steps, on the CPU."""
     common, tasks = load_budget(base)
     common = [o.replace("accelerator=gpu", "accelerator=cpu") for o in common]
     raw = {"overrides": common, "tasks": {}}
     for name, t in tasks.items():
         raw["tasks"][name] = {**t.__dict__, **TINY_TASK, "overrides": list(t.overrides)}
-    raw["tasks"]["home_depot"]["test_rows"] = 9
+        if t.dataset == "home_depot":  # whole queries of 3 rows
+            raw["tasks"][name]["test_rows"] = 9
     path.write_text(yaml.safe_dump(raw))
     return path
 

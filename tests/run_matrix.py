@@ -18,7 +18,7 @@ from bert_lightning.config import compose
 from bert_lightning.training.finetune import finetune
 from bert_lightning.training.pretrain import train
 from conftest import tiny_overrides, write_corpus
-from finetune_fixtures import TINY_FINETUNE, sentiment_rows, write_csv, write_tokenizer
+from finetune_fixtures import sentiment_rows, write_csv, write_tokenizer
 
 SINGLE = ["default"]
 MULTI = ["ddp", "fsdp"]
@@ -58,7 +58,7 @@ def case_config(
     if job == "finetune":
         files = [f"tokenizer={out.parent / 'tokenizer.json'}"]
         files.append(f"task.train_file={out.parent / 'train.csv'}")
-        return compose("finetune", [f"paths.output_dir={out}", *files, *TINY_FINETUNE, *trainer])
+        return compose("finetune", [f"paths.output_dir={out}", *files, "debug=tiny", *trainer])
     data = {"mlm_nsp": ["data=c4_nsp"], "rtd": ["objective=rtd"]}.get(job, [])
     overrides = tiny_overrides(out, *data, *trainer, "validate_before_fit=false")
     corpus = str(out.parent / "corpus.jsonl")

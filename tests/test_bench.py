@@ -241,3 +241,24 @@ def test_rtd_step_bench_times_both_objectives(tmp_path):
     slack = r["rtd_over_mlm"] * (0.05 / r["mlm_ms"] + 0.05 / r["rtd_ms"]) + 0.0005
     assert abs(r["rtd_over_mlm"] - r["rtd_ms"] / r["mlm_ms"]) <= slack
     assert 0 < r["sampling_share_of_rtd"] < 1
+
+
+@pytest.mark.slow
+def test_the_onnx_backends_bench_runs_each_backend(tmp_path):
+    """bench/onnx_backends.py on a tiny fine-tuned checkpoint and a tiny embedding model."""
+    from finetune_fixtures import relevance_ckpt, write_hf_folder, write_tokenizer
+
+    tok = write_tokenizer(tmp_path / "tokenizer.json")
+    ckpt, _ = relevance_ckpt(tmp_path, tok)
+    write_hf_folder(tmp_path / "hf", tok)
+    out = bench(
+        str(ROOT / "bench/onnx_backends.py"),
+        *["--model", str(ckpt), "--embedder", str(tmp_path / "hf"), "--pairs", "32"],
+        *["--one-at-a-time", "4", "--rounds", "2", "--json", str(tmp_path / "o.json")],
+        cwd=tmp_path,
+    )
+    got = json.loads((tmp_path / "o.json").read_text())
+    assert list(got["pairs_per_s"]) == ["torch", "onnx", "int8"]
+    assert got["max_abs_score_diff_vs_torch"]["onnx"] <= 1e-4
+    assert got["embedding_cosine_to_torch"]["onnx"]["min"] > 0.9999
+    assert "| int8 |" in out

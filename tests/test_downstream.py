@@ -3,6 +3,7 @@ JSON and chart, and a half-done suite continued without re-running its finished 
 
 import json
 import statistics
+from pathlib import Path
 
 import pytest
 import yaml
@@ -147,3 +148,31 @@ def test_the_random_row_has_the_shape_of_the_model(suite):
     )
     assert [m.name for m in models] == ["ours", "sin", "random"]
     assert not any("position_embedding_init" in o for o in models[2].overrides)
+
+
+@pytest.mark.slow
+def test_the_ranking_ablation_is_a_budget_and_its_table_reads_the_cells(suite, monkeypatch):
+    """bench/budgets/home_depot_ranking.yaml: each arm a task of the suite, every cell beside
+    the zero-shot cosine of its start; bench/ranking_table.py tables the paired differences."""
+    root = Path(__file__).resolve().parents[1]
+    budget = tiny_budget(suite / "tiny.yaml", root / "bench/budgets/home_depot_ranking.yaml")
+    main(
+        [
+            "downstream",
+            f"start={suite / 'hf_bert'}",
+            *["--data-dir", str(suite / "data"), "--budget", str(budget), "--no-random"],
+            *["--tasks", "cross_distill,bi_lambda", "--out", str(suite / "abl")],
+        ]
+    )
+    cell = json.loads((suite / "abl/cells/start/bi_lambda/seed1/results.json").read_text())
+    paired = cell["ranking"]["fine-tuned - zero_shot"]["ndcg@10"]["queries"]
+    assert paired == cell["ranking"]["zero_shot"]["ndcg@10"]["queries"] > 0
+    monkeypatch.syspath_prepend(str(root / "bench"))
+    from ranking_table import table
+
+    lines = table(suite / "abl", "zero_shot").splitlines()
+    assert [line.split(" | ")[:3] for line in lines[2:]] == [
+        ["| start", "bi_lambda", "3"],
+        ["| start", "cross_distill", "3"],
+    ]
+    assert lines[2].count("above 0)") == 2

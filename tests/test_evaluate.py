@@ -16,7 +16,7 @@ from bert_lightning.training import callbacks
 from bert_lightning.training.finetune import finetune
 from bert_lightning.training.pretrain import train
 from conftest import shipped, tiny_overrides, write_corpus
-from finetune_fixtures import TINY_FINETUNE, sentiment_rows, write_tokenizer
+from finetune_fixtures import ad_rows, sentiment_rows, write_csv, write_hf_folder, write_tokenizer
 
 COLA_NAMES = ["source", "label", "original", "sentence"]  # GLUE CoLA: a TSV without header
 
@@ -40,11 +40,8 @@ def test_evaluate_gives_the_test_metrics_finetune_wrote(tmp_path, capsys):
             f"task.names=[{','.join(COLA_NAMES)}]",
             f"paths.output_dir={tmp_path / 'run'}",
             f"tokenizer={tmp_path / 'tokenizer.json'}",
-            *TINY_FINETUNE,
-            "trainer.accelerator=cpu",
+            "debug=tiny",
             "trainer.max_epochs=1",
-            "trainer.enable_progress_bar=false",
-            "trainer.enable_model_summary=false",
         ],
     )
     results = finetune(cfg)
@@ -66,6 +63,104 @@ def test_evaluate_gives_the_test_metrics_finetune_wrote(tmp_path, capsys):
     main(["score", ckpt, str(tmp_path / "test.tsv"), str(tmp_path / "scored.csv")])
     scored = pd.read_csv(tmp_path / "scored.csv")
     assert list(scored.columns) == [*COLA_NAMES, "score"] and len(scored) == len(rows)
+
+
+@pytest.mark.slow
+def test_evaluate_reads_the_order_within_queries_as_the_run_did(tmp_path, capsys):
+    """An ad relevance run's `results.json` holds the per-query metrics with intervals of the
+    model and of its baselines (BM25; the zero-shot encoder given a start) and the paired
+    differences; `evaluate` of its checkpoint on the test file prints and writes the same."""
+    tok = write_tokenizer(tmp_path / "tokenizer.json")
+    write_hf_folder(tmp_path / "hf", tok)
+    write_csv(tmp_path / "train.csv", ad_rows(12))
+    write_csv(tmp_path / "test.csv", ad_rows(6)[::-1])
+    cfg = compose(
+        "finetune",
+        [
+            "task=ad_relevance",
+            "task.label_type=graded",
+            f"task.train_file={tmp_path / 'train.csv'}",
+            f"task.test_file={tmp_path / 'test.csv'}",
+            f"pretrained={tmp_path / 'hf'}",
+            f"paths.output_dir={tmp_path / 'run'}",
+            "debug=tiny",
+            "trainer.max_epochs=1",
+        ],
+    )
+    results = finetune(cfg)
+    printed = capsys.readouterr().out
+    ranking = results["ranking"]
+    assert list(ranking) == [
+        "fine-tuned", "bm25", "zero_shot", "fine-tuned - bm25", "fine-tuned - zero_shot"
+    ]  # fmt: skip
+    cell = ranking["fine-tuned - zero_shot"]["ndcg@10"]
+    assert cell["queries"] == 6 and cell["low"] <= cell["mean"] <= cell["high"]
+    assert f"{cell['mean']:+.3f} [{cell['low']:+.3f}, {cell['high']:+.3f}]" in printed
+    out = tmp_path / "eval.json"
+    ckpt = results["best_checkpoint"]
+    main(["evaluate", ckpt, str(tmp_path / "test.csv"), "--zero-shot", str(tmp_path / "hf")])
+    main(["evaluate", ckpt, str(tmp_path / "test.csv"), "--json", str(out)])
+    assert "fine-tuned - zero_shot" in capsys.readouterr().out
+    got = json.loads(out.read_text())["metrics"]
+    assert list(got["ranking"]) == ["fine-tuned", "bm25", "fine-tuned - bm25"]
+    for who in got["ranking"]:
+        for m, c in got["ranking"][who].items():
+            assert c == pytest.approx(ranking[who][m], abs=1e-6)
+
+
+@pytest.mark.slow
+def test_evaluate_reads_a_file_named_and_graded_otherwise(tmp_path, capsys, caplog):
+    """Another query-product file: its own column names (`--column`), labels on another scale
+    (`--grades`); a UTF-8 file read as the Latin-1 the model's task carries gets one line."""
+    write_tokenizer(tmp_path / "tokenizer.json")
+    write_csv(tmp_path / "train.csv", ad_rows(12))
+    cfg = compose(
+        "finetune",
+        [
+            "task=ad_relevance",
+            "task.label_type=graded",
+            "task.encoding=latin-1",
+            f"task.train_file={tmp_path / 'train.csv'}",
+            f"paths.output_dir={tmp_path / 'run'}",
+            f"tokenizer={tmp_path / 'tokenizer.json'}",
+            "debug=tiny",
+            "trainer.max_epochs=1",
+        ],
+    )
+    ckpt = finetune(cfg)["best_checkpoint"]
+    rows = [
+        {"search_term": r["query"], "product_title": r["ad"] + " café", "relevance": 2 * r["label"]}
+        for r in ad_rows(4)
+    ]
+    pd.DataFrame(rows).to_csv(tmp_path / "other.csv", index=False, encoding="utf-8")
+    names = ["--column", "query=search_term", "--column", "ad=product_title"]
+    with pytest.raises(SystemExit):  # grades 2-6 are outside the model's 1-3
+        main(["evaluate", ckpt, str(tmp_path / "other.csv"), *names, "--column", "label=relevance"])
+    assert "label 6.0 is not a grade in [1.0, 3.0]" in capsys.readouterr().err
+    caplog.clear()
+    out = tmp_path / "eval.json"
+    grades = ["--column", "label=relevance", "--grades", "2,6", "--json", str(out)]
+    main(["evaluate", ckpt, str(tmp_path / "other.csv"), *names, *grades])
+    assert json.loads(out.read_text())["metrics"]["rows"] == len(rows)
+    warned = [r.getMessage() for r in caplog.records if "reads as UTF-8" in r.getMessage()]
+    assert warned == [
+        f"{tmp_path / 'other.csv'}: line 2 reads as UTF-8 ('café'), but is read as latin-1 "
+        "('cafÃ©'), the encoding the task was given; give the encoding utf-8 (--encoding utf-8, "
+        "task.encoding=utf-8) if the file is UTF-8"
+    ]
+    caplog.clear()
+    main(["evaluate", ckpt, str(tmp_path / "other.csv"), *names, *grades, "--encoding", "utf-8"])
+    assert not [r for r in caplog.records if "reads as UTF-8" in r.getMessage()]
+    with pytest.raises(SystemExit):
+        main(["evaluate", ckpt, str(tmp_path / "other.csv"), "--column", "text=search_term"])
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith(
+            "--column text=search_term: expected KEY=NAME with KEY one of label, group, query, ad, "
+            "clicks, impressions (the columns of its ad_relevance task)"
+        )
+    )
 
 
 @pytest.mark.slow

@@ -4,11 +4,14 @@ import math
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from bert_lightning.checkpoint import read_checkpoint
 from bert_lightning.commands.export_hf import export_hf
 from bert_lightning.config import compose
+from bert_lightning.errors import UserError
 from bert_lightning.tasks.base import Task
+from bert_lightning.tasks.kinds import make_task
 from bert_lightning.training.finetune import finetune
 from finetune_fixtures import (
     overrides,
@@ -102,6 +105,46 @@ def test_frozen_encoder_stays_bitwise_unchanged(tmp_path, source):
     head = torch.nn.Linear(32, 2)  # a head is trained: it moved from its initial values
     assert after["classifier.weight"].shape == head.weight.shape
     assert after["classifier.weight"].abs().sum() > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "loss", ["task.loss=listwise", "task.loss=pointwise+listwise", "task.pairwise_loss=lambda"]
+)
+def test_each_ranking_loss_trains_and_its_loss_falls(tmp_path, loss):
+    """The listwise loss alone and beside BCE, and the NDCG-weighted pairwise one, on batches
+    of whole queries."""
+    write_tokenizer(tmp_path / "tokenizer.json")
+    files = task_files(tmp_path, "ad_relevance")  # graded, loss=pairwise
+    extra = [loss, "trainer.max_epochs=20", "optim.lr=3e-3", "model.hidden_dropout_prob=0.0"]
+    extra.append("callbacks.early_stopping.patience=20")
+    results = finetune(compose("finetune", overrides(tmp_path, "ad_relevance", *files, *extra)))
+    assert all(math.isfinite(v) for v in results["test"].values())
+    with open(tmp_path / "run" / "metrics.csv") as f:
+        losses = [float(r["train/loss"]) for r in csv.DictReader(f) if r.get("train/loss")]
+    assert sum(losses[-5:]) / 5 < 0.8 * sum(losses[:5]) / 5
+
+
+def test_distillation_mixes_a_teachers_order_into_the_training_targets(tmp_path):
+    """distill.teacher: each training row's target is (1 - w) x its label + w x the teacher's
+    zero-shot cosine, min-max scaled over the rows; the run steps with it; a task without
+    (query, ad) targets says so in one line."""
+    tok = write_tokenizer(tmp_path / "tokenizer.json")
+    write_hf_folder(tmp_path / "hf", tok)
+    cfg = compose("finetune", overrides(tmp_path, "ad_relevance", "task.train_file=x"))
+    task = make_task(OmegaConf.to_container(cfg.task, resolve=True))
+    train = {"text": ["a", "b", "c"], "pair": ["x", "y", "z"], "target": [1.0, 0.0, 0.5]}
+    got = task.distilled(train, lambda pairs: torch.tensor([0.2, 0.6, 0.4]), 0.25)
+    assert got["target"] == pytest.approx([0.75 * 1.0, 0.25 * 1.0, 0.75 * 0.5 + 0.25 * 0.5])
+    assert train["target"] == [1.0, 0.0, 0.5]  # a new table
+    files = task_files(tmp_path, "ad_relevance")
+    extra = [f"distill.teacher={tmp_path / 'hf'}", "distill.weight=0.5", "trainer.max_steps=3"]
+    results = finetune(compose("finetune", overrides(tmp_path, "ad_relevance", *files, *extra)))
+    assert results["steps"] == 3
+    sentences = task_files(tmp_path, "seq_classification")
+    cfg = compose("finetune", overrides(tmp_path, "seq_classification", *sentences, *extra))
+    with pytest.raises(UserError, match="distill.teacher: a seq_classification task has no"):
+        finetune(cfg)
 
 
 PRESETS = {  # conf/dataset/ preset: its task, the test metrics it reports

@@ -23,8 +23,10 @@ from bert_lightning.model.heads import (
     BertForSequenceClassification,
     BertForTokenClassification,
 )
+from bert_lightning.tasks.ad_relevance import lambda_weights, listwise_loss
 from bert_lightning.tasks.kinds import load_splits, make_task, pairwise_loss
 from bert_lightning.tasks.metrics import bio_spans
+from bert_lightning.tasks.ranking import ndcg
 from finetune_fixtures import (
     regression_rows,
     sentiment_rows,
@@ -104,6 +106,50 @@ def test_pairwise_loss_by_hand():
     assert task.loss(s[:, None], {"target": t, "group": g}) == pytest.approx(want)
 
 
+def test_listwise_loss_by_hand():
+    """Query 0: targets (1, 0) give p = (1, 0), so -log softmax(2, 0)_0 = log(1 + e^-2); query
+    1 is one row (log softmax 0); a query with no target above 0 does not count."""
+    s, t, g = torch.tensor([2.0, 0.0, 1.0]), torch.tensor([1.0, 0.0, 0.5]), torch.tensor([0, 0, 1])
+    assert listwise_loss(s, t, g) == pytest.approx(math.log1p(math.exp(-2)) / 2)
+    assert listwise_loss(s, torch.tensor([1.0, 0.0, 0.0]), g) == pytest.approx(
+        math.log1p(math.exp(-2))
+    )
+    p = torch.tensor([0.5, 0.25, 0.25])  # targets (1, .5, .5) of one query
+    want = -(p * torch.log_softmax(s, 0)).sum()
+    assert listwise_loss(s, torch.tensor([1.0, 0.5, 0.5]), torch.zeros(3)) == pytest.approx(want)
+    assert listwise_loss(s, torch.zeros(3), g) == 0
+    task = make_task(task_cfg("ad_relevance", loss="pointwise+listwise", pairwise_weight=2.0))
+    bce = torch.nn.functional.binary_cross_entropy_with_logits(s, t)
+    got = task.loss(s[:, None], {"target": t, "group": g})
+    assert got == pytest.approx(bce + math.log1p(math.exp(-2)))
+    assert task.grouped_batches
+
+
+def test_lambda_weights_are_the_ndcg_change_of_a_swap():
+    """Each pair's weight is what swapping the two rows' scores does to the query's NDCG
+    (tasks/ranking.ndcg, computed apart); the loss is the weighted mean of the logistic term."""
+    s = torch.tensor([0.1, 0.9, 0.5, 0.3, 0.7])
+    t = torch.tensor([1.0, 0.0, 0.5, 0.5, 1.0])
+    g = torch.tensor([0, 0, 0, 1, 1])
+    w = lambda_weights(s, t, g)
+    for i in range(5):
+        for j in range(5):
+            if g[i] != g[j]:
+                assert w[i, j] == 0
+                continue
+            rows = (g == g[i]).nonzero()[:, 0]
+            swapped = s.clone()
+            swapped[[i, j]] = s[[j, i]]
+            change = ndcg(swapped[rows].numpy(), t[rows].numpy(), 10) - ndcg(
+                s[rows].numpy(), t[rows].numpy(), 10
+            )
+            assert float(w[i, j]) == pytest.approx(abs(change), abs=1e-6)
+    pairs = (g[:, None] == g[None, :]) & (t[:, None] > t[None, :])
+    diff = (s[:, None] - s[None, :])[pairs]
+    want = (w[pairs] * torch.nn.functional.softplus(-diff)).sum() / w[pairs].sum()
+    assert pairwise_loss(s, t, g, "lambda", 1.0) == pytest.approx(float(want))
+
+
 def test_pointwise_plus_pairwise_is_the_weighted_sum():
     s, t, g = torch.tensor([2.0, 0.0, -1.0]), torch.tensor([1.0, 0.0, 0.5]), torch.tensor([0, 0, 1])
     parts = [
@@ -116,8 +162,8 @@ def test_pointwise_plus_pairwise_is_the_weighted_sum():
     weighted = make_task(task_cfg("ad_relevance", loss="pointwise+pairwise", pairwise_weight=3.0))
     assert weighted.loss(s[:, None], {"target": t, "group": g}) == pytest.approx(point + 3 * pair)
     assert [p.grouped_batches for p in parts] == [False, True, True]
-    with pytest.raises(UserError, match=r"task.loss='listwise'; expected one of \("):
-        make_task(task_cfg("ad_relevance", loss="listwise"))  # refused before any step
+    with pytest.raises(UserError, match=r"task.loss='rankwise'; expected one of \("):
+        make_task(task_cfg("ad_relevance", loss="rankwise"))  # refused before any step
 
 
 def test_pointwise_loss_is_bce_on_the_score():
@@ -374,17 +420,27 @@ def test_fit_returns_what_the_train_file_fixes_and_changes_nothing(tmp_path):
     assert sorted(learnt) == ["target_mean", "target_std"] and reg.cfg.target_mean is None
 
 
-def test_the_orchestrator_asks_the_task_for_baselines(tmp_path):
+def test_the_orchestrator_asks_the_task_for_its_test_report(tmp_path):
     """Ad relevance scores its baselines on the test rows (a zero-shot one only given a
-    starting encoder); the other tasks have none, and training/ names no task."""
+    starting encoder) and reads the order within each query of the model and of each, with
+    paired differences; the other tasks report nothing more, and training/ names no task."""
     test = {"text": ["a b", "a", "c"], "pair": ["a b", "b", "d"], "target": [1.0, 0.0, 0.0]}
     test["group"] = ["q", "q", "q"]
     ad = make_task(task_cfg("ad_relevance"))
-    assert list(ad.baselines(test, None)) == ["bm25"]
-    both = ad.baselines(test, lambda pairs: torch.tensor([0.9, 0.1, 0.5]))
-    assert list(both) == ["bm25", "zero_shot"] and both["zero_shot"]["test/auroc"] == 1.0
-    assert make_task(task_cfg("ad_relevance", baselines=False)).baselines(test, None) is None
+    model = torch.tensor([0.2, 0.1, 0.3])
+    alone = ad.test_report(test, lambda: model, None)
+    assert list(alone["baselines"]) == ["bm25"]
+    assert list(alone["ranking"]) == ["fine-tuned", "bm25", "fine-tuned - bm25"]
+    both = ad.test_report(test, lambda: model, lambda pairs: torch.tensor([0.9, 0.1, 0.5]))
+    assert list(both["baselines"]) == ["bm25", "zero_shot"]
+    assert both["baselines"]["zero_shot"]["test/auroc"] == 1.0
+    assert both["ranking"]["zero_shot"]["mrr"]["mean"] == 1.0  # its relevant row first
+    assert both["ranking"]["fine-tuned - zero_shot"]["mrr"]["mean"] == pytest.approx(-0.5)
+    quiet = make_task(task_cfg("ad_relevance", baselines=False)).test_report(
+        test, lambda: model, None
+    )
+    assert list(quiet) == ["ranking"] and list(quiet["ranking"]) == ["fine-tuned"]
     for k in ("seq_classification", "regression", "token_classification"):
-        assert make_task(task_cfg(k)).baselines(test, None) is None
+        assert make_task(task_cfg(k)).test_report(test, None, None) == {}
     training = Path(bert_lightning.__file__).parent / "training"
     assert not [p for p in training.glob("*.py") if "ad_relevance" in p.read_text()]

@@ -37,6 +37,7 @@ LAYERS = {  # module path -> layer, lowest first; the longest matching prefix wi
     "interop": 3,
     "tasks": 4,
     "inference": 5,  # loading a model and the batched loop of each use
+    "ort": 5,  # an exported model run by ONNX Runtime, as inference loads it
     "training": 6,
     "config": 7,
     "commands": 7,

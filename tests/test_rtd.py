@@ -193,14 +193,14 @@ def test_an_rtd_checkpoint_exports_its_discriminator_as_a_bert_model(rtd_run, tm
 @pytest.mark.slow
 def test_fine_tuning_starts_from_an_rtd_checkpoint(rtd_run, tmp_path):
     from bert_lightning.training.finetune import finetune
-    from finetune_fixtures import TINY_FINETUNE, sentiment_rows, write_csv
+    from finetune_fixtures import sentiment_rows, write_csv
 
     write_csv(tmp_path / "train.csv", sentiment_rows(48))
     ckpt = rtd_run / "checkpoints" / "last.ckpt"
     cfg = compose(
         "finetune",
         [
-            *TINY_FINETUNE,
+            "debug=tiny",
             f"paths.output_dir={tmp_path / 'ft'}",
             f"pretrained={ckpt}",
             f"task.train_file={tmp_path / 'train.csv'}",

@@ -12,20 +12,16 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict
 from pathlib import Path
 
 import httpx
 import numpy as np
 import pandas as pd
 import pytest
-import torch
-from omegaconf import OmegaConf
 
 from bert_lightning.cli import main
 from bert_lightning.commands.embed import embed
 from bert_lightning.commands.fill_mask import fill_mask
-from bert_lightning.config import compose
 from bert_lightning.serving import (
     Embed,
     EmbedRequest,
@@ -37,13 +33,12 @@ from bert_lightning.serving import (
     TextsRequest,
     endpoints,
 )
-from bert_lightning.training.finetune_module import FinetuneModule
 from conftest import session_ends
 from finetune_fixtures import (
     ad_rows,
+    finetuned_ckpt,
     regression_rows,
     relevance_ckpt,
-    tiny_config,
     write_csv,
     write_hf_folder,
     write_our_ckpt,
@@ -66,22 +61,6 @@ def bench(monkeypatch):
     return importlib.import_module("serve")
 
 
-def finetuned(path: Path, tok, *overrides: str) -> Path:
-    """A checkpoint as finetune.py writes it (untrained head) of the task `overrides` make."""
-    cfg = compose("finetune", ["task.train_file=x", "paths.output_dir=.", *overrides])
-    module = FinetuneModule(
-        asdict(tiny_config(tok.get_vocab_size())),
-        OmegaConf.to_container(cfg.task),
-        {},
-        False,
-        tok.to_str(),
-        32,
-    )
-    hparams, state = dict(module.hparams), module.state_dict()
-    torch.save({"hyper_parameters": hparams, "state_dict": state, "tokenizer": tok.to_str()}, path)
-    return path
-
-
 def scored(tmp_path, ckpt: Path, rows: list[dict]) -> list[float]:
     """What `bert-lightning score` writes for `rows`."""
     write_csv(tmp_path / "rows.csv", rows)
@@ -102,9 +81,9 @@ def test_score_gives_what_bert_lightning_score_writes_however_rows_are_batched(t
     texts = regression_rows(9)
     cases = [
         (relevance_ckpt(tmp_path, tok)[0], rows, ScorePairs),
-        (finetuned(tmp_path / "bi.ckpt", tok, "task=ad_relevance", "task.architecture=bi_encoder"),
-         rows, ScorePairs),
-        (finetuned(tmp_path / "reg.ckpt", tok, "task=regression", "task.target_mean=2.0",
+        (finetuned_ckpt(tmp_path / "bi.ckpt", tok, "task=ad_relevance",
+                        "task.architecture=bi_encoder"), rows, ScorePairs),
+        (finetuned_ckpt(tmp_path / "reg.ckpt", tok, "task=regression", "task.target_mean=2.0",
                    "task.target_std=0.5"), texts, ScoreTexts),
     ]  # fmt: skip
     for ckpt, table, kind in cases:
@@ -261,10 +240,12 @@ def test_the_server_batches_concurrent_requests_and_survives_bad_ones(tmp_path, 
 
 @pytest.mark.slow
 def test_the_load_test_runs_both_setups_without_errors(tmp_path, tok):
-    """bench/serve.py for a couple of seconds on a tiny checkpoint."""
+    """bench/serve.py for a couple of seconds on a tiny checkpoint, served by PyTorch and, from
+    its int8 export, by ONNX Runtime."""
     ckpt, _ = relevance_ckpt(tmp_path, tok)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "bench")]))
     args = ["--model", str(ckpt), "--seconds", "2", "--warmup", "0.5", "--clients", "4"]
+    args += ["--backends", "torch,int8"]
     r = subprocess.run(
         [sys.executable, str(ROOT / "bench/serve.py"), *args, "--json", str(tmp_path / "b.json")],
         env=env,
@@ -273,12 +254,16 @@ def test_the_load_test_runs_both_setups_without_errors(tmp_path, tok):
         timeout=600,
     )
     assert r.returncode == 0, r.stderr[-3000:]
-    assert (
-        "| batched | 4 | 32 | 0.01 |" in r.stdout and "| one at a time | 1 | 1 | 0.0 |" in r.stdout
-    )
-    rows = json.loads((tmp_path / "b.json").read_text())["rows"]
-    assert [(row["errors"], row["requests"] > 0) for row in rows] == [(0, True), (0, True)]
-    assert rows[1]["mean_batch"] == 1 and rows[0]["rss_after_mib"] > 0
+    assert "| batched, int8 | 4 | 32 | 0.01 |" in r.stdout
+    assert "| one at a time, torch | 1 | 1 | 0.0 |" in r.stdout
+    summary = json.loads((tmp_path / "b.json").read_text())
+    rows = summary["rows"]
+    assert [row["setup"] for row in rows] == [
+        "batched, torch", "batched, int8", "one at a time, torch"
+    ]  # fmt: skip
+    assert [(row["errors"], row["requests"] > 0) for row in rows] == [(0, True)] * 3
+    assert rows[2]["mean_batch"] == 1 and rows[0]["rss_after_mib"] > 0
+    assert set(summary["requests_per_s_vs_torch"]) == {"torch", "int8"}
 
 
 @pytest.mark.slow

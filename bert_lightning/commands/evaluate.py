@@ -9,6 +9,7 @@ a corpus, framed and masked once with a seed as pretraining's validation data ar
 from __future__ import annotations
 
 from dataclasses import asdict
+from functools import partial
 
 import lightning as L
 
@@ -24,8 +25,11 @@ from bert_lightning.inference import (
     mlm_state,
     table_options,
     task_metrics,
+    zero_shot_cosines,
 )
 from bert_lightning.interop import load_into
+from bert_lightning.ort import is_exported
+from bert_lightning.tasks.ranking import ranking_table
 from bert_lightning.training.callbacks import EvalProgressBar
 from bert_lightning.training.instantiate import instantiate
 from bert_lightning.training.pretrain import validation_settings
@@ -119,6 +123,26 @@ def register(sub) -> None:
         help="default: the fine-tuning length (fine-tuned); the run's (pretrained)",
     )
     add_table_arguments(p)
+    p.add_argument(
+        "--column",
+        action="append",
+        default=[],
+        metavar="KEY=NAME",
+        help="fine-tuned: read the task's KEY column from the file's column NAME (KEY: query, "
+        "ad, label, group for ad relevance; text, text_pair, label, group for sentence tasks), "
+        "repeatable; default: the columns the model was fine-tuned on",
+    )
+    p.add_argument(
+        "--grades",
+        metavar="MIN,MAX",
+        help="graded ad relevance: the range of this file's labels (default: the model's)",
+    )
+    p.add_argument(
+        "--zero-shot",
+        metavar="ENCODER",
+        help="ranking tasks: also the zero-shot cosine of this encoder (a .ckpt or Hugging Face "
+        "folder, e.g. the one fine-tuning started from) as a baseline beside BM25",
+    )
     mlm = p.add_argument_group(
         "pretrained checkpoints (default: the data.* values the checkpoint's run validated "
         "with, as its checkpoint records them)"
@@ -130,25 +154,60 @@ def register(sub) -> None:
     p.set_defaults(func=_main)
 
 
+def task_options(args, task) -> dict:
+    """The task config keys `--column` and `--grades` give: a file labelled or named otherwise
+    than the one the model was fine-tuned on."""
+    keys, out = asdict(task.cfg), {}
+    for given in args.column:
+        key, sep, name = given.partition("=")
+        if not sep or not name or f"{key}_column" not in keys:
+            known = ", ".join(k.removesuffix("_column") for k in keys if k.endswith("_column"))
+            raise UserError(
+                f"--column {given}: expected KEY=NAME with KEY one of {known} "
+                f"(the columns of its {task.cfg.kind} task)"
+            )
+        out[f"{key}_column"] = name
+    if args.grades:
+        if keys.get("label_type") != "graded":
+            raise UserError(f"--grades: the model's {task.cfg.kind} task reads no graded labels")
+        low, _, high = args.grades.partition(",")
+        try:
+            out |= {"grade_min": float(low), "grade_max": float(high)}
+        except ValueError:
+            raise UserError(f"--grades {args.grades}: expected MIN,MAX, two numbers") from None
+    return out
+
+
 def _main(args) -> None:
-    pre = read_checkpoint(args.model)
-    if pre.kind == FINETUNING:
+    pre = None if is_exported(args.model) else read_checkpoint(args.model)  # ONNX: fine-tuned
+    kind = pre.kind if pre else FINETUNING
+    if kind == FINETUNING:
         if len(args.file) > 1:
             raise UserError(f"{args.model}: a fine-tuned checkpoint is evaluated on one file")
-        ft = load_finetuned(args.model, "evaluate", pre).with_table_options(table_options(args))
+        ft = load_finetuned(args.model, "evaluate", pre)
+        ft = ft.with_table_options(table_options(args) | task_options(args, ft.task))
+        length = args.max_seq_length or ft.max_seq_length
+        zero_shot = None
+        if args.zero_shot:
+            zero_shot = partial(zero_shot_cosines, args.zero_shot, max_seq_length=length)
         metrics = task_metrics(
-            ft, args.file[0], args.batch_size or SCORE_BATCH, args.max_seq_length, progress=True
+            ft, args.file[0], args.batch_size or SCORE_BATCH, length, True, zero_shot
         )
     else:
         metrics = evaluate_mlm(
             args.model, args.file, args.max_seq_length, args.packing, args.seed,
             args.batch_size, args.mlm_probability, args.cache_dir, progress=True, pre=pre,
         )  # fmt: skip
-    width = max(map(len, metrics))
-    print(f"{args.model} ({pre.kind}) on {' '.join(args.file)}")
-    for k, v in metrics.items():
+    numbers = {k: v for k, v in metrics.items() if not isinstance(v, dict)}
+    width = max(map(len, numbers))
+    print(f"{args.model} ({kind}) on {' '.join(args.file)}")
+    for k, v in numbers.items():
         print(f"  {k:<{width}}  {v:.6g}" if isinstance(v, float) else f"  {k:<{width}}  {v}")
+    for who, m in metrics.get("baselines", {}).items():
+        print(f"  {who}: " + ", ".join(f"{k.removeprefix('test/')} {v:.4f}" for k, v in m.items()))
+    if "ranking" in metrics:
+        print(ranking_table(metrics["ranking"]))
     if args.json:
-        out = {"model": args.model, "files": args.file, "kind": pre.kind, "metrics": metrics}
+        out = {"model": args.model, "files": args.file, "kind": kind, "metrics": metrics}
         write_json(out, args.json)
         print(f"wrote {args.json}")

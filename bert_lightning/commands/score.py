@@ -17,6 +17,7 @@ from bert_lightning.inference import (
     score_rows,
     table_options,
 )
+from bert_lightning.tasks.base import inputs
 
 
 def score(
@@ -34,9 +35,9 @@ def score(
     a, b = (given or default for given, default in zip(columns, task.text_columns, strict=True))
     texts = text_values(column(rows, a, source), source, a)
     pairs = text_values(column(rows, b, source), source, b) if b else None
-    inputs = texts if pairs is None else list(zip(texts, pairs, strict=True))
     tok = finetuned.tokenizer(max_seq_length)
-    return score_rows(finetuned.model, task, tok, inputs, batch_size, progress)
+    rows = inputs({"text": texts, "pair": pairs})
+    return score_rows(finetuned.model, task, tok, rows, batch_size, progress)
 
 
 def register(sub) -> None:

@@ -4,12 +4,15 @@ padded batches. Every bad value is reported with its file, row (or line) and col
 from __future__ import annotations
 
 import bz2
+import codecs
 import csv
 import gzip
 import io
 import json
+import logging
 import lzma
 import math
+import re
 import zipfile
 import zlib
 from collections.abc import Iterator
@@ -25,6 +28,7 @@ from torch.utils.data import DataLoader
 from bert_lightning.atomic import atomic_path
 from bert_lightning.errors import MissingFileError, UserError
 
+log = logging.getLogger(__name__)
 _UNPACK = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
 # a corrupt or truncated archive (BadGzipFile is an OSError)
 _UNREADABLE = (OSError, EOFError, zlib.error, zipfile.BadZipFile, lzma.LZMAError)
@@ -169,7 +173,33 @@ def read_table(path, fmt=None, encoding="utf-8", header=True, names=None) -> pd.
         raise DataError(f"{path}: cannot be read as {fmt}: {e}") from None
     if len(df) == 0:
         raise DataError(f"{path}: empty file (no data rows)")
+    if fmt != "parquet":
+        _warn_if_utf8(path, encoding)
     return df
+
+
+def _warn_if_utf8(path: Path, encoding: str, sample: int = 1 << 22) -> None:
+    """One line when a file read as a single-byte encoding (latin-1, cp1252: every byte is a
+    character there, so nothing fails) is UTF-8 with non-ASCII text: its accents would be read
+    as two characters each (`café` as `cafÃ©`), which no error would show."""
+    if codecs.lookup(encoding).name in ("utf-8", "utf-8-sig", "ascii", "utf-16", "utf-32"):
+        return
+    with _open_bytes(path) as f:
+        data = f.read(sample)
+    word = re.search(rb"[^\s,;\"']*[\x80-\xff][^\s,;\"']*", data)  # the first non-ASCII word
+    if word is None:
+        return
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(data, final=False)
+    except UnicodeDecodeError:
+        return  # not UTF-8: the encoding given is the better reading
+    line, word = data[: word.start()].count(b"\n") + 1, word.group()
+    log.warning(
+        "%s: line %d reads as UTF-8 (%r), but is read as %s (%r), the encoding the task "
+        "was given; give the encoding utf-8 (--encoding utf-8, task.encoding=utf-8) if the "
+        "file is UTF-8",
+        path, line, word.decode("utf-8", "replace"), encoding, word.decode(encoding, "replace"),
+    )  # fmt: skip
 
 
 def read_jsonl(path: Path, encoding: str) -> list[dict]:

@@ -71,7 +71,7 @@ def load_budget(name_or_path: str) -> tuple[list[str], dict[str, TaskBudget]]:
         raise MissingFileError(
             f"--budget {name_or_path}: no such budget (one of {known}, or a YAML)"
         )
-    raw = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    raw = OmegaConf.to_container(OmegaConf.load(path))  # `${...}`: the cell's config resolves
     tasks = {k: from_dict(TaskBudget, v, f"{path}: tasks.{k}") for k, v in raw["tasks"].items()}
     return list(raw.get("overrides") or []), tasks
 

@@ -122,19 +122,26 @@ class BertBiEncoder(nn.Module):
 
     def cosine(self, input_ids, token_type_ids=None, attention_mask=None) -> torch.Tensor:
         """(B,) cosine of the pooled query and ad of `[CLS] query [SEP] ad [SEP]` rows."""
-        if token_type_ids is None:
-            raise ValueError("a bi-encoder needs token_type_ids: 0 on the query, 1 on the ad")
-        mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
-        first = (mask.bool() & (token_type_ids == 0)).sum(1)  # (B,) [CLS] query [SEP]
-        second = (mask.bool() & (token_type_ids == 1)).sum(1)  # (B,) ad [SEP]
-        Tq, Ta = int(first.max()), int(second.max())
-        q_ids, q_mask = input_ids[:, :Tq], mask[:, :Tq] * (token_type_ids[:, :Tq] == 0)
-        pos = (first[:, None] + torch.arange(Ta, device=input_ids.device)).clamp(
-            max=input_ids.size(1) - 1
-        )  # (B, Ta)
-        a_ids = torch.cat([input_ids[:, :1], input_ids.gather(1, pos)], 1)  # (B, 1 + Ta)
-        a_mask = torch.cat(
-            [mask[:, :1], (torch.arange(Ta, device=mask.device) < second[:, None]).long()], 1
-        )  # (B, 1 + Ta)
-        u, v = self.embed(q_ids, q_mask), self.embed(a_ids, a_mask)  # (B, H) each
-        return torch.nn.functional.cosine_similarity(u.float(), v.float(), dim=-1)  # (B,)
+        return pair_cosine(self.embed, input_ids, token_type_ids, attention_mask)
+
+
+def pair_cosine(embed, input_ids, token_type_ids=None, attention_mask=None) -> torch.Tensor:
+    """(B,) cosine of the query and the ad of `[CLS] query [SEP] ad [SEP]` rows (token types 0
+    then 1), each read alone as `[CLS] query [SEP]` and `[CLS] ad [SEP]` by `embed(ids, mask)`
+    -> (B, H): a bi-encoder's, in torch or exported."""
+    if token_type_ids is None:
+        raise ValueError("a bi-encoder needs token_type_ids: 0 on the query, 1 on the ad")
+    mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
+    first = (mask.bool() & (token_type_ids == 0)).sum(1)  # (B,) [CLS] query [SEP]
+    second = (mask.bool() & (token_type_ids == 1)).sum(1)  # (B,) ad [SEP]
+    Tq, Ta = int(first.max()), int(second.max())
+    q_ids, q_mask = input_ids[:, :Tq], mask[:, :Tq] * (token_type_ids[:, :Tq] == 0)
+    pos = (first[:, None] + torch.arange(Ta, device=input_ids.device)).clamp(
+        max=input_ids.size(1) - 1
+    )  # (B, Ta)
+    a_ids = torch.cat([input_ids[:, :1], input_ids.gather(1, pos)], 1)  # (B, 1 + Ta)
+    a_mask = torch.cat(
+        [mask[:, :1], (torch.arange(Ta, device=mask.device) < second[:, None]).long()], 1
+    )  # (B, 1 + Ta)
+    u, v = embed(q_ids, q_mask), embed(a_ids, a_mask)  # (B, H) each
+    return torch.nn.functional.cosine_similarity(u.float(), v.float(), dim=-1)  # (B,)

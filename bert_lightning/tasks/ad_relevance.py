@@ -23,9 +23,10 @@ from torchmetrics.retrieval import RetrievalNormalizedDCG
 from bert_lightning.data import tables as D
 from bert_lightning.errors import UserError
 from bert_lightning.model.heads import HEAD_POOLINGS, BertBiEncoder
-from bert_lightning.tasks.base import TableConfig, Task, ZeroShot
+from bert_lightning.tasks.base import TableConfig, Task, ZeroShot, baselines_table
+from bert_lightning.tasks.ranking import ranking_report, ranking_table
 
-LOSSES = ("pointwise", "pairwise", "pointwise+pairwise")
+LOSSES = ("pointwise", "pairwise", "listwise", "pointwise+pairwise", "pointwise+listwise")
 
 
 @dataclass
@@ -46,7 +47,7 @@ class AdRelevanceConfig(TableConfig):
     clicks_column: str
     impressions_column: str
     loss: Literal[LOSSES]
-    pairwise_loss: Literal["logistic", "margin"]
+    pairwise_loss: Literal["logistic", "margin", "lambda"]
     pairwise_weight: float
     pairs: Literal["query", "batch"]
     margin: float
@@ -62,11 +63,13 @@ class AdRelevance(Task):
 
     Targets: `binary` 0/1; `graded` grades in [grade_min, grade_max], scaled to [0, 1]
     (`graded_to: scale`) or 1 at or above `threshold` (`graded_to: threshold`); `clicks`
-    clicks / impressions. Loss: `pointwise` BCE on the score, `pairwise` within a query
-    (`pairwise_loss: logistic` log(1 + e^-(s_i - s_j)) or `margin` max(0, m - (s_i - s_j))
-    over pairs with target_i > target_j: of one query, or with `pairs: batch` of the whole batch,
-    across queries too, a global order as Spearman reads it), or `pointwise+pairwise`:
-    BCE + `pairwise_weight` x the pairwise term."""
+    clicks / impressions. Loss: `pointwise` BCE on the score; `pairwise` within a query
+    (`pairwise_loss`: `logistic` log(1 + e^-(s_i - s_j)), `margin` max(0, m - (s_i - s_j)), or
+    `lambda`, the logistic term weighted by what swapping the pair changes NDCG, LambdaRank's
+    weight) over pairs with target_i > target_j: of one query, or with `pairs: batch` of the
+    whole batch, across queries too, a global order as Spearman reads it; `listwise`: softmax
+    cross-entropy over each query's rows (`listwise_loss`); `pointwise+pairwise` or
+    `pointwise+listwise`: BCE + the ranking term, which `pairwise_weight` multiplies."""
 
     config_class = AdRelevanceConfig
 
@@ -134,34 +137,60 @@ class AdRelevance(Task):
 
     @property
     def grouped_batches(self) -> bool:
-        """Batches of whole queries: a pairwise term needs pairs of one query."""
-        return "pairwise" in self.cfg.loss
+        """Batches of whole queries: a ranking term needs a query's rows together."""
+        return self.cfg.loss != "pointwise"
 
-    def baselines(self, test: dict, zero_shot: ZeroShot | None) -> dict | None:
-        """BM25 of each row's query against its ad (`bm25_scores`) and, given the starting
-        encoder, its zero-shot cosine (`zero_shot`; random weights rank nothing), each read
-        by the test metrics that need no threshold (`score_metrics`)."""
+    def baseline_scores(self, test: dict, zero_shot: ZeroShot | None) -> dict[str, torch.Tensor]:
+        """{baseline: (N,) scores of the test rows}: BM25 of each row's query against its ad
+        (`bm25_scores`) and, given the starting encoder, its zero-shot cosine (`zero_shot`;
+        random weights rank nothing); none with `baselines: false`."""
         if not self.cfg.baselines:
-            return None
-        out = {"bm25": score_metrics(self, test, bm25_scores(test["text"], test["pair"]))}
+            return {}
+        out = {"bm25": bm25_scores(test["text"], test["pair"])}
         if zero_shot is not None:
-            cos = zero_shot(list(zip(test["text"], test["pair"], strict=True)))
-            out["zero_shot"] = score_metrics(self, test, cos)
+            out["zero_shot"] = zero_shot(list(zip(test["text"], test["pair"], strict=True)))
         return out
 
+    def test_report(self, test: dict, score, zero_shot: ZeroShot | None) -> dict:
+        """`baselines`: each baseline's test metrics that need no threshold (`score_metrics`);
+        `ranking`: the order within each query, the fine-tuned model's (`score()`) beside the
+        baselines', with the paired difference to each (`ranking_report`)."""
+        baselines = self.baseline_scores(test, zero_shot)
+        scores = {"fine-tuned": score(), **baselines}
+        out = {"ranking": ranking_report(scores, test["target"], test["group"])}
+        if baselines:
+            out["baselines"] = {k: score_metrics(self, test, s) for k, s in baselines.items()}
+        return out
+
+    def distilled(self, train: dict, teacher: ZeroShot, weight: float) -> dict:
+        """Each target becomes (1 - weight) x itself + weight x the teacher's score of the row,
+        min-max scaled over the rows to [0, 1] (only its order is the teacher's to give)."""
+        s = teacher(list(zip(train["text"], train["pair"], strict=True)))  # (N,)
+        lo, hi = s.min(), s.max()
+        scaled = ((s - lo) / (hi - lo) if hi > lo else torch.zeros_like(s)).tolist()
+        mixed = [
+            (1 - weight) * y + weight * z for y, z in zip(train["target"], scaled, strict=True)
+        ]
+        return train | {"target": mixed}
+
+    def report_table(self, results: dict) -> str:
+        tables = [baselines_table(results)] if "baselines" in results else []
+        return "\n\n".join([*tables, ranking_table(results["ranking"])])
+
     def loss(self, logits, batch):
-        """`pointwise`, `pairwise`, or `pointwise+pairwise`: BCE + `pairwise_weight` x the
-        pairwise term (BCE for each row's level, read by Spearman across queries; pairs for the
-        order within a query, read by NDCG)."""
+        """BCE for each row's level, read by Spearman across queries; a pairwise or listwise
+        term for the order within a query, read by NDCG (times `pairwise_weight`)."""
         s, t = logits.float()[:, 0], batch["target"].float()  # (B,), (B,)
         c = self.cfg
         total = F.binary_cross_entropy_with_logits(s, t) if "pointwise" in c.loss else 0.0
+        if c.loss == "pointwise":
+            return total
+        group = batch["group"] if c.pairs == "query" else torch.zeros_like(batch["group"])
         if "pairwise" in c.loss:
-            group = batch["group"] if c.pairs == "query" else torch.zeros_like(batch["group"])
-            total = total + c.pairwise_weight * pairwise_loss(
-                s, t, group, c.pairwise_loss, c.margin
-            )
-        return total
+            ranking = pairwise_loss(s, t, group, c.pairwise_loss, c.margin)
+        else:
+            ranking = listwise_loss(s, t, group)
+        return total + c.pairwise_weight * ranking
 
     @property
     def binary_targets(self) -> bool:
@@ -200,12 +229,50 @@ class AdRelevance(Task):
 
 
 def pairwise_loss(s, t, group, kind: str, margin: float) -> torch.Tensor:
-    """Mean over the pairs (i, j) of one group with t_i > t_j; 0 (in the graph) if none."""
+    """Mean over the pairs (i, j) of one group with t_i > t_j (`lambda`: weighted by
+    `lambda_weights`); 0 (in the graph) if none."""
     pairs = (group[:, None] == group[None, :]) & (t[:, None] > t[None, :])  # (B, B)
     diff = (s[:, None] - s[None, :])[pairs]  # (P,)
     if diff.numel() == 0:
         return s.sum() * 0.0
-    return F.softplus(-diff).mean() if kind == "logistic" else F.relu(margin - diff).mean()
+    if kind == "margin":
+        return F.relu(margin - diff).mean()
+    if kind == "logistic":
+        return F.softplus(-diff).mean()
+    w = lambda_weights(s.detach(), t, group)[pairs]  # (P,)
+    return (w * F.softplus(-diff)).sum() / w.sum().clamp(min=1e-12)
+
+
+def lambda_weights(s, t, group) -> torch.Tensor:
+    """(B, B) |change of the group's NDCG| when rows i and j swap places in the order of `s`
+    (linear gains t, ties broken by row order; 0 across groups): LambdaRank's pair weight,
+    which puts the loss where the top of a query's list is."""
+    same = group[:, None] == group[None, :]  # (B, B)
+    first = torch.arange(len(s), device=s.device)
+    earlier = first[None, :] < first[:, None]  # (B, B): j is an earlier row than i
+
+    def rank(v):  # (B,) 1-based place of each row in its group, by v descending
+        ahead = (v[None, :] > v[:, None]) | ((v[None, :] == v[:, None]) & earlier)
+        return 1 + (ahead & same).sum(1)
+
+    discount = 1.0 / torch.log2(1.0 + rank(s))  # (B,)
+    ideal = ((t / torch.log2(1.0 + rank(t)))[None, :] * same).sum(1)  # (B,): its group's IDCG
+    swap = (t[:, None] - t[None, :]).abs() * (discount[:, None] - discount[None, :]).abs()
+    return swap / ideal[:, None].clamp(min=1e-12) * same
+
+
+def listwise_loss(s, t, group) -> torch.Tensor:
+    """Softmax cross-entropy over each group's rows, the targets normalised to a distribution
+    (ListNet's top-one form, TF-Ranking's softmax loss): -sum_i p_i log softmax(s)_i, p_i =
+    t_i / sum_j t_j, averaged over the groups with a target above 0; 0 (in the graph) if none."""
+    same = group[:, None] == group[None, :]  # (B, B)
+    log_p = s - torch.logsumexp(s[None, :].masked_fill(~same, -torch.inf), dim=1)  # (B,)
+    total = (t[None, :] * same).sum(1)  # (B,): its group's target sum
+    keep = total > 0
+    if not keep.any():
+        return s.sum() * 0.0
+    groups = (keep / same.sum(1)).sum()  # each row adds 1 / its group's size
+    return -(t / total.clamp(min=1e-12) * log_p)[keep].sum() / groups
 
 
 THRESHOLD_FREE = ("auroc", "spearman", "ndcg@10")  # what a baseline's score is read by

@@ -77,11 +77,25 @@ class Task:
     def __init__(self, cfg: TaskConfig):
         self.cfg = cfg
 
-    def baselines(self, test: dict, zero_shot: ZeroShot | None) -> dict | None:
-        """{baseline: {test/metric: value}} scored on the test table beside the fine-tuned
-        model (`results.json`), or None: a task with none. `zero_shot`: the starting
-        encoder's cosine of each pair's two texts, None from random weights."""
-        return None
+    def test_report(self, test: dict, score: Callable[[], torch.Tensor], zero_shot) -> dict:
+        """What `results.json` holds beside `test`, read on the test table (`test`): {} for a
+        task with nothing more. `score()`: the fine-tuned model's (N,) scores of its rows;
+        `zero_shot`: the starting encoder's cosine of each pair's two texts (`ZeroShot`), None
+        from random weights."""
+        return {}
+
+    def distilled(self, train: dict, teacher: ZeroShot, weight: float) -> dict:
+        """The train table with a teacher's scores of its rows mixed into its targets
+        (`distill.teacher`; `teacher`: its zero-shot cosine of (text, pair) rows); a task
+        without (query, ad) targets has none to mix them into."""
+        raise UserError(
+            f"distill.teacher: a {self.cfg.kind} task has no (query, ad) targets to mix a "
+            "teacher's scores into (task=ad_relevance has)"
+        )
+
+    def report_table(self, results: dict) -> str:
+        """`test_report`'s part of `results`, as the end of a run prints it."""
+        return ""
 
     @property
     def text_columns(self) -> tuple[str, str | None]:
@@ -118,14 +132,9 @@ class Task:
 
     def encode(self, table: dict, tok: Tokenizer, max_len: int) -> list[dict]:
         tok = truncating(tok, max_len)
-        inputs = (
-            table["text"]
-            if table["pair"] is None
-            else list(zip(table["text"], table["pair"], strict=True))
-        )
         groups = {g: i for i, g in enumerate(dict.fromkeys(table["group"]))}
         out = []
-        for i, enc in enumerate(tok.encode_batch(inputs)):
+        for i, enc in enumerate(tok.encode_batch(inputs(table))):
             f = {
                 "input_ids": enc.ids,
                 "token_type_ids": enc.type_ids,
@@ -166,6 +175,12 @@ class Task:
 
     def compute(self, metrics: nn.ModuleDict) -> dict[str, float]:
         return {k: float(m.compute()) for k, m in metrics.items()}
+
+
+def inputs(table: dict) -> list:
+    """What the tokenizer reads of each row: its text, or its (text, pair)."""
+    texts, pairs = table["text"], table["pair"]
+    return texts if pairs is None else list(zip(texts, pairs, strict=True))
 
 
 def load_splits(task: Task, seed: int) -> tuple[Task, dict[str, dict]]:

@@ -16,8 +16,8 @@ from bert_lightning.atomic import write_json
 from bert_lightning.checkpoint import FINETUNING, ResumePoint, read_checkpoint
 from bert_lightning.data.tokenizer import load_tokenizer, special_ids, train_wordpiece
 from bert_lightning.errors import UserError
-from bert_lightning.inference import zero_shot_cosines
-from bert_lightning.tasks.base import baselines_table, load_splits, train_texts
+from bert_lightning.inference import table_scores, zero_shot_cosines
+from bert_lightning.tasks.base import load_splits, train_texts
 from bert_lightning.tasks.datamodule import TaskDataModule
 from bert_lightning.tasks.kinds import make_task
 from bert_lightning.training.finetune_module import FinetuneModule
@@ -59,6 +59,9 @@ def build(cfg: DictConfig, start: ResumePoint | None = None):
     the trainer. `start`: the checkpoint a resumed run continues (its model must be this one)."""
     check_types(cfg.optim, "optim")  # before the data are read
     task, tables = load_splits(make_task(OmegaConf.to_container(cfg.task, resolve=True)), cfg.seed)
+    if cfg.distill.teacher:
+        teacher = partial(zero_shot_cosines, cfg.distill.teacher, max_seq_length=cfg.max_seq_length)
+        tables["train"] = task.distilled(tables["train"], teacher, cfg.distill.weight)
     config, tokenizer, pre = encoder_and_tokenizer(cfg, tables["train"])
     if cfg.dropout is not None:  # a checkpoint pretrained without dropout fine-tunes with some
         p = cfg.dropout
@@ -95,8 +98,8 @@ def build(cfg: DictConfig, start: ResumePoint | None = None):
 
 def after_fit(cfg: DictConfig, dm: TaskDataModule, module: FinetuneModule, trainer) -> dict:
     """Tests the best checkpoint by the task's main validation metric (the last weights when
-    none was kept), adds the task's baselines on the same rows, if it has any, and writes
-    `results.json`; returns what it wrote."""
+    none was kept), adds the task's `test_report` on the same rows (baselines, ranking with
+    intervals), if it has one, and writes `results.json`; returns what it wrote."""
     out_dir, task = Path(cfg.paths.output_dir), module.task
     ckpt = trainer.checkpoint_callback
     best = ckpt.best_model_path if ckpt is not None and ckpt.best_model_path else None
@@ -118,10 +121,13 @@ def after_fit(cfg: DictConfig, dm: TaskDataModule, module: FinetuneModule, train
         if cfg.pretrained
         else None
     )
-    baselines = task.baselines(dm.tables["test"], zero_shot)
-    if baselines is not None:
-        results["baselines"] = baselines
-        print(baselines_table(results), flush=True)
+    table = dm.tables["test"]  # the best weights, tested above, score its rows
+    score = partial(
+        table_scores, module.model.eval(), task, dm.tokenizer, table, cfg.max_seq_length
+    )
+    results |= task.test_report(table, score, zero_shot)
+    if task.report_table(results):
+        print(task.report_table(results), flush=True)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_json(results, out_dir / "results.json")
     log.info("test metrics %s; outputs in %s", results["test"], out_dir)

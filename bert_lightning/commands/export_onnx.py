@@ -1,0 +1,124 @@
+"""`bert-lightning export-onnx MODEL OUT_DIR`: a checkpoint or Hugging Face folder as it is used
+(a fine-tuned head, or an embedding model with its pooling) -> an ONNX folder that `score`,
+`embed`, `evaluate` and `serve` run with ONNX Runtime (`bert_lightning/ort.py`)."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from bert_lightning.atomic import atomic_path
+from bert_lightning.checkpoint import FINETUNING, read_checkpoint
+from bert_lightning.errors import UserError
+from bert_lightning.inference import EMBED_LENGTH, load_embedder, load_finetuned
+from bert_lightning.model import BertModel
+from bert_lightning.model.heads import POOLINGS, BertBiEncoder
+from bert_lightning.ort import INPUTS, SPEC, BiEncoderSide, Embedder, onnx_runtime
+
+OPSET = 18
+
+
+def export_onnx(
+    path, out_dir, *, quantize: str | None, pooling: str, max_seq_length: int | None,
+    overwrite: bool,
+) -> Path:  # fmt: skip
+    """Writes `out_dir` whole or not at all. `pooling`, `max_seq_length`: of an embedding model
+    (a fine-tuned model keeps its own head and length)."""
+    onnx_runtime()
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not overwrite:
+        raise UserError(f"{out_dir} exists; choose a new folder (or --overwrite)")
+    pre = read_checkpoint(path)
+    if pre.kind == FINETUNING:
+        ft = load_finetuned(path, "export-onnx", pre)
+        model, tok_json, length = ft.model, ft.tokenizer_json, ft.max_seq_length
+        spec = {"use": "finetuned", "task": asdict(ft.task.cfg)}
+        if isinstance(model, BertBiEncoder):  # the encoder; the cosine and its head run around
+            spec |= {"head": "bi_encoder", "pooling": model.pooling}
+            spec["classifier"] = [model.classifier.weight.item(), model.classifier.bias.item()]
+            model, output = BiEncoderSide(model), "embeddings"
+        else:
+            spec["head"], output = "logits", "logits"
+    else:
+        encoder, tok = load_embedder(path, max_seq_length or EMBED_LENGTH, pre)
+        model, tok_json, output = Embedder(encoder, pooling), tok.to_str(), "embeddings"
+        length = tok.truncation["max_length"]
+        spec = {"use": "embed", "pooling": pooling}
+    spec |= {"inputs": list(INPUTS), "output": output, "max_seq_length": length}
+    spec |= {"quantized": quantize, "source": str(path)}
+    for m in model.modules():
+        if isinstance(m, BertModel):
+            m.unpad = False  # the padded path: no shape that depends on the mask's values
+    ids = torch.full((2, 8), 5, dtype=torch.long)  # any ids: shapes are what is traced
+    mask = torch.ones_like(ids)
+    mask[1, 5:] = 0
+    with torch.no_grad():
+        spec["width"] = model.eval()(ids, torch.zeros_like(ids), mask).shape[-1]
+    batch, seq = torch.export.Dim("batch"), torch.export.Dim("sequence")
+    with atomic_path(out_dir, folder=True) as tmp:
+        onnx_path = tmp / "model.onnx"
+        with torch.no_grad():
+            torch.onnx.export(
+                model.eval(),
+                (ids, torch.zeros_like(ids), mask),
+                str(onnx_path),
+                input_names=list(INPUTS),
+                output_names=[output],
+                dynamic_shapes=({0: batch, 1: seq},) * 3,
+                opset_version=OPSET,
+                dynamo=True,
+                external_data=False,
+                verbose=False,
+            )
+        if quantize == "int8":  # the weights of the Linear layers (MatMul, Gemm) to int8
+            quantize_dynamic(onnx_path, tmp / "int8.onnx", weight_type=QuantType.QInt8)
+            os.replace(tmp / "int8.onnx", onnx_path)
+        (tmp / "tokenizer.json").write_text(tok_json)
+        (tmp / SPEC).write_text(json.dumps(spec, indent=2) + "\n")
+    return out_dir
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "export-onnx",
+        help="write a model as it is used (fine-tuned head, or embeddings) as an ONNX folder "
+        "that score, embed, evaluate and serve run with ONNX Runtime",
+        description=" ".join(__doc__.split("\n\n", 1)[0].split()),
+    )
+    p.add_argument("model", help="a .ckpt of ours or a Hugging Face folder")
+    p.add_argument("out_dir", help="the folder to create")
+    p.add_argument(
+        "--quantize", choices=["int8"], help="int8 weights of the Linear layers (dynamic)"
+    )
+    p.add_argument(
+        "--pooling",
+        choices=[k for k in POOLINGS if k != "last4"],
+        default="mean",
+        help="an embedding model's (not fine-tuned) pooling",
+    )
+    p.add_argument(
+        "--max-seq-length", type=int, help=f"an embedding model's (default {EMBED_LENGTH})"
+    )
+    p.add_argument("--overwrite", action="store_true", help="replace OUT_DIR if it exists")
+    p.set_defaults(func=_main)
+
+
+def _main(args) -> None:
+    out = export_onnx(
+        args.model,
+        args.out_dir,
+        quantize=args.quantize,
+        pooling=args.pooling,
+        max_seq_length=args.max_seq_length,
+        overwrite=args.overwrite,
+    )
+    spec = json.loads((out / SPEC).read_text())
+    what = spec.get("head") or f"embeddings ({spec['pooling']})"
+    size = (out / "model.onnx").stat().st_size / 2**20
+    print(f"wrote {out}: {what}, {spec['quantized'] or 'fp32'}, {size:.1f} MiB")

@@ -1,0 +1,123 @@
+"""A model as it is used, exported to ONNX (optionally int8; `commands/export_onnx.py`), and run
+with ONNX Runtime: what CPU fleets serving ads run. An exported folder holds `model.onnx`,
+`tokenizer.json` and `onnx.json` (what the graph computes: inputs, output, the task or the
+pooling, the length it truncates to); `score`, `embed`, `evaluate` and `serve` take it where
+they take a checkpoint, through `inference`'s loaders, so the same loops compute the same
+outputs from either.
+
+What is exported: a fine-tuned sequence or token head, its logits (the task turns them into
+scores, as from PyTorch); a bi-encoder, its encoder and pooling (the pair's cosine and the
+1 -> 1 head run around the graph, as `BertBiEncoder.cosine` runs them); any other checkpoint or
+Hugging Face folder, the embedding of `--pooling`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from bert_lightning.errors import UserError
+from bert_lightning.model import BertModel
+from bert_lightning.model.heads import BertBiEncoder, pair_cosine, pool
+
+SPEC = "onnx.json"
+INPUTS = ("input_ids", "token_type_ids", "attention_mask")
+
+
+def onnx_runtime():
+    """onnxruntime, or one line saying how to install it."""
+    try:
+        import onnxruntime
+    except ImportError:
+        raise UserError(
+            "ONNX needs the [onnx] extra: pip install 'bert-lightning[onnx]' (onnx, onnxscript, "
+            "onnxruntime)"
+        ) from None
+    return onnxruntime
+
+
+def is_exported(path) -> bool:
+    return (Path(path) / SPEC).is_file()
+
+
+def spec_of(folder) -> dict:
+    """What an exported folder's graph computes (`onnx.json`)."""
+    return json.loads((Path(folder) / SPEC).read_text())
+
+
+class Embedder(nn.Module):
+    """input ids, token types, mask -> (B, H) one vector per text, pooled by `pooling`, as
+    `inference.embed_texts` pools it."""
+
+    def __init__(self, bert: BertModel, pooling: str):
+        super().__init__()
+        self.bert, self.pooling = bert, pooling
+
+    def forward(self, input_ids, token_type_ids, attention_mask):
+        out = self.bert(input_ids, token_type_ids, attention_mask, output_hidden_states=True)
+        return pool(out.hidden_states, attention_mask, self.pooling)  # (B, H)
+
+
+class BiEncoderSide(nn.Module):
+    """One text of a bi-encoder's pair -> (B, H), as `BertBiEncoder.embed` reads it."""
+
+    def __init__(self, model: BertBiEncoder):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, token_type_ids, attention_mask):
+        return self.model.embed(input_ids, attention_mask)  # (B, H)
+
+
+class OrtModel(nn.Module):
+    """An exported graph called as our models are: (input_ids, token_type_ids, attention_mask)
+    -> its output as a torch tensor, on the CPU, with as many intra-op threads as torch has
+    (`serve --threads`, OMP_NUM_THREADS)."""
+
+    def __init__(self, folder):
+        super().__init__()
+        ort = onnx_runtime()
+        self.folder = Path(folder)
+        self.spec = spec_of(folder)
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        options.intra_op_num_threads = torch.get_num_threads()
+        self.session = ort.InferenceSession(
+            str(self.folder / "model.onnx"), options, providers=["CPUExecutionProvider"]
+        )
+
+    def forward(self, input_ids, token_type_ids=None, attention_mask=None):
+        ids = input_ids.cpu()
+        token_types = torch.zeros_like(ids) if token_type_ids is None else token_type_ids.cpu()
+        mask = torch.ones_like(ids) if attention_mask is None else attention_mask.cpu()
+        feeds = {k: v.long().numpy() for k, v in zip(INPUTS, (ids, token_types, mask), strict=True)}
+        return torch.from_numpy(self.session.run(None, feeds)[0])
+
+
+class OrtBiEncoder(nn.Module):
+    """A bi-encoder whose two texts are embedded by the exported encoder: the logit is
+    `classifier(cos(u, v))`, as `BertBiEncoder` computes it."""
+
+    def __init__(self, encoder: OrtModel):
+        super().__init__()
+        self.encoder = encoder
+        self.weight, self.bias = encoder.spec["classifier"]
+
+    def forward(self, input_ids, token_type_ids=None, attention_mask=None):
+        def embed(ids, mask):  # (B, T) each -> (B, H)
+            return self.encoder(ids, torch.zeros_like(ids), mask)
+
+        cos = pair_cosine(embed, input_ids, token_type_ids, attention_mask)  # (B,)
+        return (self.weight * cos + self.bias)[:, None]  # (B, 1)
+
+
+def load_exported(folder) -> tuple[nn.Module, dict, str]:
+    """(the model, its spec, its tokenizer's JSON) of an exported folder."""
+    model = OrtModel(folder)
+    tokenizer_json = (Path(folder) / "tokenizer.json").read_text()
+    if model.spec.get("head") == "bi_encoder":
+        return OrtBiEncoder(model), model.spec, tokenizer_json
+    return model, model.spec, tokenizer_json
