@@ -3,6 +3,7 @@ finetune() writes for a test file), a pretraining checkpoint's MLM metrics on an
 its run logs for the same validation files); `score`/`evaluate` read a file as the task did."""
 
 import json
+import logging
 import math
 from types import SimpleNamespace
 
@@ -66,7 +67,7 @@ def test_evaluate_gives_the_test_metrics_finetune_wrote(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_evaluate_reads_the_order_within_queries_as_the_run_did(tmp_path, capsys):
+def test_evaluate_reads_the_order_within_queries_as_the_run_did(tmp_path, capsys, caplog):
     """An ad relevance run's `results.json` holds the per-query metrics with intervals of the
     model and of its baselines (BM25; the zero-shot encoder given a start) and the paired
     differences; `evaluate` of its checkpoint on the test file prints and writes the same."""
@@ -87,8 +88,9 @@ def test_evaluate_reads_the_order_within_queries_as_the_run_did(tmp_path, capsys
             "trainer.max_epochs=1",
         ],
     )
-    results = finetune(cfg)
-    printed = capsys.readouterr().out
+    with caplog.at_level(logging.INFO):
+        results = finetune(cfg)
+    printed = caplog.text
     ranking = results["ranking"]
     assert list(ranking) == [
         "fine-tuned", "bm25", "zero_shot", "fine-tuned - bm25", "fine-tuned - zero_shot"
