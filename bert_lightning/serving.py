@@ -15,6 +15,7 @@ request as a 4xx `Reply`, never raised. Every error is one line, `{"error": "...
 # no `from __future__ import annotations`: LitServe hands decode_request's annotation to
 # FastAPI as the endpoint's body model, and a string annotation would not resolve there
 import _thread
+import logging
 import multiprocessing as mp
 import os
 import signal
@@ -300,6 +301,12 @@ class Drain:
             self.state.value = STOPPED
             self.shutdown()
 
+    def monitor_filter(self, record: logging.LogRecord) -> bool:
+        """LitServe's worker monitor polls the shutdown event through its manager every 2 s
+        and logs a traceback when the manager has already shut down under it: once stopped,
+        that is the server ending, not a crash."""
+        return not (self.state.value == STOPPED and record.msg == "Monitoring worker crashed")
+
 
 def endpoints(model: str) -> dict[str, type[Endpoint] | str]:
     """For each route, what serves it for this checkpoint (or exported ONNX folder), or why
@@ -427,6 +434,7 @@ def serve(
             server._shutdown_event.set()
 
     drain.shutdown = shutdown
+    logging.getLogger(ls.server.__name__).addFilter(drain.monitor_filter)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, drain.stop)
     served = ", ".join(a.api_path for a in apis)

@@ -4,7 +4,9 @@ concurrent requests share forward passes; a bad request is a one-line 4xx and th
 on serving; a bad command line is one line, exit 2."""
 
 import importlib
+import inspect
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -23,6 +25,8 @@ from bert_lightning.cli import main
 from bert_lightning.commands.embed import embed
 from bert_lightning.commands.fill_mask import fill_mask
 from bert_lightning.serving import (
+    STOPPED,
+    Drain,
     Embed,
     EmbedRequest,
     FillMask,
@@ -155,6 +159,26 @@ def test_without_litserve_serve_says_what_to_install(monkeypatch, capsys):
     assert e.value.code == 2
     hint = "error: bert-lightning serve needs litserve: pip install 'bert-lightning[serve]'\n"
     assert capsys.readouterr().err == hint
+
+
+def test_the_monitors_broken_pipe_after_shutdown_is_dropped_only_once_stopped(caplog):
+    """LitServe's worker monitor, polling a shutdown event whose manager is gone, logs a
+    traceback: a crash while serving, the server ending once stopped."""
+    litserve = pytest.importorskip("litserve")
+    monitor = inspect.getsource(litserve.server.LitServer._start_worker_monitoring)
+    assert 'logger.exception("Monitoring worker crashed")' in monitor  # what the filter knows
+    drain, logger = Drain(grace=0), logging.getLogger("litserve.server")
+    logger.addFilter(drain.monitor_filter)
+    try:
+        for state in (drain.state.value, STOPPED):
+            drain.state.value = state
+            try:
+                raise BrokenPipeError(32, "Broken pipe")
+            except BrokenPipeError:
+                logger.exception("Monitoring worker crashed")
+    finally:
+        logger.removeFilter(drain.monitor_filter)
+    assert [r.msg for r in caplog.records] == ["Monitoring worker crashed"]  # the first only
 
 
 @pytest.mark.parametrize(
