@@ -8,7 +8,7 @@ too (`load_finetuned`), from its task's own `build_model`: using a model needs n
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from functools import partial
 
@@ -179,22 +179,31 @@ def device_of(model: torch.nn.Module) -> torch.device:
     return next(model.parameters(), torch.empty(0)).device
 
 
-def batches(
+def per_row(
+    fn: Callable[[dict[str, torch.Tensor]], Iterable],
     model: torch.nn.Module,
     tok: Tokenizer,
     encodings: list[Encoding],
     batch_size: int,
     desc: str | None = None,
-) -> Iterator[dict[str, torch.Tensor]]:
-    """`encodings` `batch_size` at a time, padded into one batch on the model's device:
-    input_ids, token_type_ids, attention_mask, each (B, T). `desc`: a progress bar's name."""
+) -> list:
+    """`fn`'s one result per row of each batch, for `encodings` in their order. A batch holds
+    `batch_size` rows of similar length, padded into input_ids, token_type_ids and
+    attention_mask, each (B, T), on the model's device: it pads to its longest row, and an
+    exported graph computes on every pad. `desc`: a progress bar's name."""
     device, pad_id = device_of(model), tok.token_to_id("[PAD]")
-    for start in tqdm(range(0, len(encodings), batch_size), disable=desc is None, desc=desc):
+    order = sorted(range(len(encodings)), key=lambda i: len(encodings[i].ids))
+    out: list = [None] * len(encodings)
+    for start in tqdm(range(0, len(order), batch_size), disable=desc is None, desc=desc):
+        rows = order[start : start + batch_size]
         feats = [
             {"input_ids": e.ids, "token_type_ids": e.type_ids}
-            for e in encodings[start : start + batch_size]
+            for e in (encodings[i] for i in rows)
         ]
-        yield {k: v.to(device) for k, v in collate(feats, pad_id).items()}
+        batch = {k: v.to(device) for k, v in collate(feats, pad_id).items()}
+        for i, result in zip(rows, fn(batch), strict=True):
+            out[i] = result
+    return out
 
 
 @torch.inference_mode()
@@ -209,12 +218,13 @@ def score_rows(
     """One score per row (a text, or a (query, ad) pair) of a fine-tuned `model` and its
     `task`: the relevance probability (ad_relevance), the predicted value (regression) or the
     second label's probability (two-class classification). `tok`: `Finetuned.tokenizer`."""
-    out: list[float] = []
-    desc = "score" if progress else None
-    for b in batches(model, tok, tok.encode_batch(rows), batch_size, desc):
+
+    def score(b: dict) -> list[float]:
         logits = model(b["input_ids"], b["token_type_ids"], b["attention_mask"])  # (B, L)
-        out += task.scores(logits).tolist()
-    return out
+        return task.scores(logits).tolist()
+
+    desc = "score" if progress else None
+    return per_row(score, model, tok, tok.encode_batch(rows), batch_size, desc)
 
 
 def table_scores(
@@ -273,18 +283,19 @@ def embed_texts(
             f"{model.folder}: exported with pooling {model.spec['pooling']}; "
             f"pooling {pooling} needs an export with --pooling {pooling}"
         )
-    out = []
-    desc = "embed" if progress else None
-    for b in batches(model, tok, tok.encode_batch(texts), batch_size, desc):
+
+    def embed(b: dict) -> torch.Tensor:
         mask = b["attention_mask"]  # (B, T)
         if exported:  # pooled in the graph
-            out.append(model(b["input_ids"], b["token_type_ids"], mask).float())  # (B, H)
-            continue
+            return model(b["input_ids"], b["token_type_ids"], mask).float()  # (B, H)
         o = model(b["input_ids"], b["token_type_ids"], mask, output_hidden_states=True)
-        out.append(pool(o.hidden_states, mask, pooling).float().cpu())  # (B, H) or (B, 4H)
+        return pool(o.hidden_states, mask, pooling).float().cpu()  # (B, H) or (B, 4H)
+
+    desc = "embed" if progress else None
+    out = per_row(embed, model, tok, tok.encode_batch(texts), batch_size, desc)
     if not out:  # no texts
         return torch.zeros(0, model.spec["width"] if exported else model.config.hidden_size)
-    return torch.cat(out)
+    return torch.stack(out)  # (N, H)
 
 
 def unmaskable(
@@ -311,8 +322,8 @@ def fill_masks(
     """For each text (encoded; texts that `unmaskable` passes), for each `[MASK]` in order,
     the `top_k` {token, prob} best first."""
     mask_id, k = tok.token_to_id("[MASK]"), min(top_k, tok.get_vocab_size())
-    out: list[list[list[dict]]] = []
-    for b in batches(model, tok, encodings, batch_size):
+
+    def fill(b: dict) -> list[list[list[dict]]]:
         ids = b["input_ids"]  # (B, T)
         h = model.bert(ids, b["token_type_ids"], b["attention_mask"]).last_hidden_state  # (B, T, H)
         probs = model.cls.predictions(h[ids == mask_id]).float().softmax(-1)  # (M, V)
@@ -321,8 +332,9 @@ def fill_masks(
             [{"token": tok.id_to_token(t), "prob": q} for t, q in zip(ts, qs, strict=True)]
             for ts, qs in zip(idx.tolist(), p.tolist(), strict=True)
         ]
-        out += split(best, (ids == mask_id).sum(1).tolist())
-    return out
+        return split(best, (ids == mask_id).sum(1).tolist())
+
+    return per_row(fill, model, tok, encodings, batch_size)
 
 
 @torch.inference_mode()
@@ -331,11 +343,12 @@ def cosines(
 ) -> torch.Tensor:
     """(N,) cosine of the pooled query and ad of each pair, each encoded alone (the pair
     truncated as one row by `tok`)."""
-    out = [
-        model.cosine(b["input_ids"], b["token_type_ids"], b["attention_mask"]).cpu()  # (B,)
-        for b in batches(model, tok, tok.encode_batch(pairs), batch_size)
-    ]
-    return torch.cat(out) if out else torch.zeros(0)
+
+    def cosine(b: dict) -> torch.Tensor:
+        return model.cosine(b["input_ids"], b["token_type_ids"], b["attention_mask"]).cpu()  # (B,)
+
+    out = per_row(cosine, model, tok, tok.encode_batch(pairs), batch_size)
+    return torch.stack(out) if out else torch.zeros(0)
 
 
 def zero_shot_cosines(
