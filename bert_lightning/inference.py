@@ -197,8 +197,7 @@ def per_row(
     for start in tqdm(range(0, len(order), batch_size), disable=desc is None, desc=desc):
         rows = order[start : start + batch_size]
         feats = [
-            {"input_ids": e.ids, "token_type_ids": e.type_ids}
-            for e in (encodings[i] for i in rows)
+            {"input_ids": e.ids, "token_type_ids": e.type_ids} for e in (encodings[i] for i in rows)
         ]
         batch = {k: v.to(device) for k, v in collate(feats, pad_id).items()}
         for i, result in zip(rows, fn(batch), strict=True):
