@@ -126,8 +126,8 @@ def after_fit(cfg: DictConfig, dm: TaskDataModule, module: FinetuneModule, train
         table_scores, module.model.eval(), task, dm.tokenizer, table, cfg.max_seq_length
     )
     results |= task.test_report(table, score, zero_shot)
-    if task.report_table(results):  # the console of a run, a cell's log in the suite
-        log.info("test rows beside the task's baselines:\n%s", task.report_table(results))
+    if report := task.report_table(results):  # the console of a run, a cell's log in the suite
+        log.info("test rows beside the task's baselines:\n%s", report)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_json(results, out_dir / "results.json")
     log.info("test metrics %s; outputs in %s", results["test"], out_dir)
