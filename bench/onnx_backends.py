@@ -1,10 +1,10 @@
 """PyTorch eager, ONNX Runtime fp32 and ONNX Runtime int8 side by side (issue #31): `score`'s
 pairs/s one pair at a time and in batches of 32, on pairs of Home Depot's word-piece lengths
-(serve.py's), each backend first in turn over `--rounds` rounds, medians; then what int8 costs:
-the scores' largest difference to PyTorch's, for an embedding model (all-MiniLM-L6-v2, mean
-pooling) the cosine of each int8 and fp32 embedding to PyTorch's, and with `--test FILE` the
-fine-tuned model's test metrics per backend (`evaluate`'s: AUROC, Spearman, NDCG@10, the
-per-query ones).
+(serve.py's), each backend first in turn over `--rounds` rounds: medians, and the median of
+each round's ratio to PyTorch; then what int8 costs: the scores' largest difference to
+PyTorch's, for an embedding model (all-MiniLM-L6-v2, mean pooling) the cosine of each int8
+and fp32 embedding to PyTorch's, and with `--test FILE` the fine-tuned model's test metrics
+per backend (`evaluate`'s: AUROC, Spearman, NDCG@10, the per-query ones).
 
     python bench/onnx_backends.py                     # all-MiniLM-L6-v2 cross-encoder, 3 rounds
     python bench/onnx_backends.py --model <run>/checkpoints/best-step<N>.ckpt --test test.csv
@@ -52,7 +52,8 @@ def pairs_per_s(ft, tok, pairs, batch_size: int) -> float:
 
 
 def speed(models: dict, pairs: list, rounds: int, one_at_a_time: int) -> dict:
-    """{backend: {"batch 1": median pairs/s, "batch 32": ...}}; round r starts with backend r."""
+    """{backend: {"batch 1": [pairs/s of each round], "batch 32": [...]}}; round r starts with
+    backend r."""
     toks = {k: ft.tokenizer() for k, ft in models.items()}
     for k, ft in models.items():  # first calls: allocator, ORT's arenas
         score_rows(ft.model, ft.task, toks[k], pairs[:64], 32)
@@ -62,7 +63,21 @@ def speed(models: dict, pairs: list, rounds: int, one_at_a_time: int) -> dict:
         for k in names[r % len(names) :] + names[: r % len(names)]:
             runs[k]["batch 1"].append(pairs_per_s(models[k], toks[k], pairs[:one_at_a_time], 1))
             runs[k]["batch 32"].append(pairs_per_s(models[k], toks[k], pairs, 32))
-    return {k: {b: round(statistics.median(v), 1) for b, v in d.items()} for k, d in runs.items()}
+    return runs
+
+
+def medians(runs: dict) -> tuple[dict, dict]:
+    """Each backend's median pairs/s, and its median over rounds of its pairs/s over torch's in
+    the same round: a ratio that a machine's slow minutes, which both sides share, leave be."""
+    rates = {k: {b: round(statistics.median(v), 1) for b, v in d.items()} for k, d in runs.items()}
+    paired = {
+        k: {
+            b: round(statistics.median(x / t for x, t in zip(v, runs["torch"][b], strict=True)), 2)
+            for b, v in d.items()
+        }
+        for k, d in runs.items()
+    }
+    return rates, paired
 
 
 def embedding_cosines(folder: Path, texts: list[str], tmp: Path) -> dict:
@@ -105,7 +120,8 @@ def main() -> None:
         models["onnx"] = load_finetuned(exported(ckpt, tmp / "onnx", None))
         models["int8"] = load_finetuned(exported(ckpt, tmp / "int8", "int8"))
         pairs = home_depot_pairs(models["torch"].tokenizer(), args.pairs)
-        rates = speed(models, pairs, args.rounds, args.one_at_a_time)
+        runs = speed(models, pairs, args.rounds, args.one_at_a_time)
+        rates, speedup = medians(runs)
         scores = {
             k: np.array(score_rows(ft.model, ft.task, ft.tokenizer(), pairs))
             for k, ft in models.items()
@@ -120,9 +136,8 @@ def main() -> None:
         "threads": torch.get_num_threads(),
         "rounds": args.rounds,
         "pairs_per_s": rates,
-        "speedup_vs_torch": {
-            k: {b: round(v / rates["torch"][b], 2) for b, v in d.items()} for k, d in rates.items()
-        },
+        "speedup_vs_torch": speedup,
+        "rounds_pairs_per_s": runs,
         "max_abs_score_diff_vs_torch": {
             k: float(np.abs(s - scores["torch"]).max()) for k, s in scores.items() if k != "torch"
         },
@@ -134,7 +149,8 @@ def main() -> None:
     print("|---|---|---|---|")
     for k in BACKENDS:
         diff = summary["max_abs_score_diff_vs_torch"].get(k, 0.0)
-        print(f"| {k} | {rates[k]['batch 1']} | {rates[k]['batch 32']} | {diff:.2e} |")
+        cells = [f"{rates[k][b]} ({speedup[k][b]:.2f}x)" for b in ("batch 1", "batch 32")]
+        print(f"| {k} | {' | '.join(cells)} | {diff:.2e} |")
     if metrics:
         names = [k for k, v in metrics["torch"].items() if isinstance(v, float)]
         print(f"\n| backend | {' | '.join(names)} |\n|---|{'---|' * len(names)}")

@@ -32,8 +32,7 @@ def onnx_runtime():
         import onnxruntime
     except ImportError:
         raise UserError(
-            "ONNX needs the [onnx] extra: pip install 'bert-lightning[onnx]' (onnx, onnxscript, "
-            "onnxruntime)"
+            "ONNX needs the [onnx] extra: pip install 'bert-lightning[onnx]' (onnx, onnxruntime)"
         ) from None
     return onnxruntime
 
@@ -88,12 +87,14 @@ class OrtModel(nn.Module):
         self.session = ort.InferenceSession(
             str(self.folder / "model.onnx"), options, providers=["CPUExecutionProvider"]
         )
+        self.inputs = {i.name for i in self.session.get_inputs()}  # a bi-encoder's lacks types
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None):
         ids = input_ids.cpu()
         token_types = torch.zeros_like(ids) if token_type_ids is None else token_type_ids.cpu()
         mask = torch.ones_like(ids) if attention_mask is None else attention_mask.cpu()
-        feeds = {k: v.long().numpy() for k, v in zip(INPUTS, (ids, token_types, mask), strict=True)}
+        given = zip(INPUTS, (ids, token_types, mask), strict=True)
+        feeds = {k: v.long().numpy() for k, v in given if k in self.inputs}
         return torch.from_numpy(self.session.run(None, feeds)[0])
 
 

@@ -262,3 +262,17 @@ def test_the_onnx_backends_bench_runs_each_backend(tmp_path):
     assert got["max_abs_score_diff_vs_torch"]["onnx"] <= 1e-4
     assert got["embedding_cosine_to_torch"]["onnx"]["min"] > 0.9999
     assert "| int8 |" in out
+    assert got["speedup_vs_torch"]["torch"] == {"batch 1": 1.0, "batch 32": 1.0}
+
+
+def test_the_onnx_speedup_is_the_median_of_each_rounds_ratio(monkeypatch):
+    """A round where the machine ran slow slows both sides: the ratio within each round."""
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    from onnx_backends import medians
+
+    runs = {"torch": {"b": [100.0, 50.0, 90.0]}, "int8": {"b": [300.0, 100.0, 180.0]}}
+    rates, speedup = medians(runs)
+    assert rates == {"torch": {"b": 90.0}, "int8": {"b": 180.0}}
+    assert speedup == {"torch": {"b": 1.0}, "int8": {"b": 2.0}}
+    runs["int8"]["b"] = [300.0, 150.0, 300.0]  # ratios 3, 3, 3.33; medians' ratio 3.33
+    assert medians(runs)[1]["int8"] == {"b": 3.0}

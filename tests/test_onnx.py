@@ -20,7 +20,7 @@ from bert_lightning.inference import (
     load_finetuned,
     score_rows,
 )
-from bert_lightning.ort import spec_of
+from bert_lightning.ort import INPUTS, spec_of
 from bert_lightning.serving import Embed, PairsRequest, ScorePairs, endpoints
 from finetune_fixtures import (
     ad_rows,
@@ -81,6 +81,9 @@ def test_a_fine_tuned_model_gives_its_pytorch_outputs(tmp_path, tok, overrides):
     assert len(lengths) > 4  # batches of mixed lengths
     spec = spec_of(folder)
     assert spec["use"] == "finetuned" and spec["task"]["kind"] == overrides[0].split("=")[1]
+    one_text = "task.architecture=bi_encoder" in overrides  # no token types: not a graph input
+    want_inputs = ["input_ids", "attention_mask"] if one_text else list(INPUTS)
+    assert spec["inputs"] == want_inputs
 
 
 def test_score_evaluate_and_serve_take_the_exported_folder(tmp_path, tok):

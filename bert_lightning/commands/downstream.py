@@ -1,4 +1,4 @@
-"""`bert-lightning downstream MODEL... --tasks sst2,cola,wnut17,home_depot --data-dir DIR`:
+"""`bert-lightning downstream MODEL... --data-dir DIR [--tasks sst2,cola]`:
 every model fine-tuned on every task over `--seeds` seeds on one fixed budget per task, beside
 the same shapes from random weights; writes downstream.md, downstream.json, downstream.png."""
 
@@ -16,7 +16,7 @@ def register(sub) -> None:
         metavar="MODEL",
         help="a .ckpt of ours or a Hugging Face BERT folder, as PATH or NAME=PATH",
     )
-    p.add_argument("--tasks", default="sst2,cola,wnut17,home_depot", help="comma-separated")
+    p.add_argument("--tasks", help="comma-separated (default: every task of the budget)")
     p.add_argument(
         "--data-dir",
         required=True,
@@ -36,7 +36,7 @@ def _run(a) -> None:
 
     downstream(
         a.models,
-        [t for t in a.tasks.split(",") if t],
+        [t for t in a.tasks.split(",") if t] if a.tasks else None,
         a.data_dir,
         seeds=a.seeds,
         budget=a.budget,

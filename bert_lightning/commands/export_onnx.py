@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from dataclasses import asdict
 from pathlib import Path
 
@@ -29,6 +30,7 @@ def export_onnx(
     """Writes `out_dir` whole or not at all. `pooling`, `max_seq_length`: of an embedding model
     (a fine-tuned model keeps its own head and length)."""
     onnx_runtime()
+    import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     out_dir = Path(out_dir)
@@ -50,7 +52,7 @@ def export_onnx(
         model, tok_json, output = Embedder(encoder, pooling), tok.to_str(), "embeddings"
         length = tok.truncation["max_length"]
         spec = {"use": "embed", "pooling": pooling}
-    spec |= {"inputs": list(INPUTS), "output": output, "max_seq_length": length}
+    spec |= {"output": output, "max_seq_length": length}
     spec |= {"quantized": quantize, "source": str(path)}
     for m in model.modules():
         if isinstance(m, BertModel):
@@ -60,21 +62,24 @@ def export_onnx(
     mask[1, 5:] = 0
     with torch.no_grad():
         spec["width"] = model.eval()(ids, torch.zeros_like(ids), mask).shape[-1]
-    batch, seq = torch.export.Dim("batch"), torch.export.Dim("sequence")
+    axes = {k: {0: "batch", 1: "sequence"} for k in INPUTS} | {output: {0: "batch"}}
     with atomic_path(out_dir, folder=True) as tmp:
         onnx_path = tmp / "model.onnx"
-        with torch.no_grad():
+        with torch.no_grad(), warnings.catch_warnings():
+            # The TorchScript exporter, deprecated but kept: ONNX Runtime runs its graph of our
+            # encoder faster than the torch.export one's (docs/serving.md). Its tracer warns of
+            # the length check and the q/k/v unpacking, which are constant for any input.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            warnings.simplefilter("ignore", torch.jit.TracerWarning)
             torch.onnx.export(
                 model.eval(),
                 (ids, torch.zeros_like(ids), mask),
                 str(onnx_path),
                 input_names=list(INPUTS),
                 output_names=[output],
-                dynamic_shapes=({0: batch, 1: seq},) * 3,
+                dynamic_axes=axes,
                 opset_version=OPSET,
-                dynamo=True,
-                external_data=False,
-                verbose=False,
+                dynamo=False,
             )
         if quantize == "int8":  # the Linear layers' weights, a scale per output channel
             quantize_dynamic(
@@ -86,6 +91,8 @@ def export_onnx(
             )
             os.replace(tmp / "int8.onnx", onnx_path)
         (tmp / "tokenizer.json").write_text(tok_json)
+        inputs = [i.name for i in onnx.load(onnx_path, load_external_data=False).graph.input]
+        spec["inputs"] = inputs  # a bi-encoder's side reads no token types
         (tmp / SPEC).write_text(json.dumps(spec, indent=2) + "\n")
     return out_dir
 

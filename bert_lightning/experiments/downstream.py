@@ -237,7 +237,7 @@ def plot(summary: dict, tasks: dict[str, TaskBudget], path: Path) -> None:
 
 def downstream(
     specs: list[str],
-    task_names: list[str],
+    task_names: list[str] | None,
     data_dir: str,
     seeds: int = 3,
     budget: str = "cpu",
@@ -247,6 +247,7 @@ def downstream(
     """Runs the cells not yet finished, then writes the table, JSON and chart into `out`."""
     out_dir, data = Path(out), Path(data_dir)
     common, budgets = load_budget(budget)
+    task_names = list(budgets) if task_names is None else task_names
     unknown = [t for t in task_names if t not in budgets]
     if unknown:
         raise UserError(
