@@ -207,7 +207,7 @@ def tiny_budget(path, base="cpu"):
         raw["tasks"][name] = {**t.__dict__, **TINY_TASK, "overrides": list(t.overrides)}
         if t.dataset == "home_depot":  # whole queries of 3 rows
             raw["tasks"][name]["test_rows"] = 9
-    path.write_text(yaml.safe_dump(raw))
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
     return path
 
 
