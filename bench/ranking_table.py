@@ -1,7 +1,8 @@
 """The Home Depot ranking ablation's table (bench/budgets/home_depot_ranking.yaml, run by
 `bert-lightning downstream`): for each start and arm, the per-query Spearman and NDCG@10 minus
-the start's zero-shot cosine on the same test queries (each seed's paired 95% bootstrap
-interval, and in how many seeds it lies above 0), beside the global Spearman and AUROC.
+the start's zero-shot cosine on the same test queries (over seeds: mean ± std and in how many
+seeds the paired 95% bootstrap interval lies above 0; of one seed: the interval), beside the
+global Spearman and AUROC.
 
     python bench/ranking_table.py outputs/ranking_ablation [--against zero_shot]
 """
@@ -36,7 +37,12 @@ def row(start: str, arm: str, runs: list[dict], against: str) -> str:
     for m in PER_QUERY:
         diffs = [r["ranking"][f"fine-tuned - {against}"][m] for r in runs]
         above = sum(d["low"] > 0 for d in diffs)
-        cells.append(f"{mean_std([d['mean'] for d in diffs])} ({above}/{len(diffs)} above 0)")
+        if len(diffs) == 1:  # one seed: its interval
+            cells.append(
+                f"{diffs[0]['mean']:+.4f} [{diffs[0]['low']:+.4f}, {diffs[0]['high']:+.4f}]"
+            )
+        else:
+            cells.append(f"{mean_std([d['mean'] for d in diffs])} ({above}/{len(diffs)} above 0)")
     for m in GLOBAL:
         cells.append(f"{statistics.mean(r['test'][f'test/{m}'] for r in runs):.4f}")
     return "| " + " | ".join(cells) + " |"
@@ -44,7 +50,7 @@ def row(start: str, arm: str, runs: list[dict], against: str) -> str:
 
 def table(out: Path, against: str) -> str:
     head = ["start", "arm", "seeds"]
-    head += [f"per-query {m} minus {against} (intervals above 0)" for m in PER_QUERY]
+    head += [f"per-query {m} minus {against}" for m in PER_QUERY]
     head += [f"global {m}" for m in GLOBAL]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += [row(s, a, runs, against) for (s, a), runs in cells(out).items()]

@@ -176,3 +176,22 @@ def test_the_ranking_ablation_is_a_budget_and_its_table_reads_the_cells(suite, m
         ["| start", "cross_distill", "3"],
     ]
     assert lines[2].count("above 0)") == 2
+
+
+def test_the_ranking_table_gives_one_seeds_interval_and_several_seeds_spread(monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "bench"))
+    from ranking_table import row
+
+    def run(mean, low):
+        diff = {"mean": mean, "low": low, "high": mean + 0.01, "queries": 9}
+        test = {"test/spearman": 0.4, "test/auroc": 0.7}
+        return {
+            "ranking": {"fine-tuned - zero_shot": {"spearman": diff, "ndcg@10": diff}},
+            "test": test,
+        }
+
+    one = row("s", "a", [run(0.02, 0.001)], "zero_shot")
+    interval = "+0.0200 [+0.0010, +0.0300]"
+    assert one == f"| s | a | 1 | {interval} | {interval} | 0.4000 | 0.7000 |"
+    two = row("s", "a", [run(0.02, 0.001), run(0.04, -0.01)], "zero_shot")
+    assert two.split(" | ")[3] == "+0.0300 ± 0.0141 (1/2 above 0)"
