@@ -244,7 +244,8 @@ def downstream(
     out: str = "outputs/downstream",
     random: bool = True,
 ) -> dict:
-    """Runs the cells not yet finished, then writes the table, JSON and chart into `out`."""
+    """Runs the cells not yet finished, then writes the table, JSON and chart into `out`.
+    `task_names` None: every task of the budget, in its order."""
     out_dir, data = Path(out), Path(data_dir)
     common, budgets = load_budget(budget)
     task_names = list(budgets) if task_names is None else task_names
