@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from serve import home_depot_pairs, minilm_folder, relevance_ckpt
+from serve import home_depot_pairs, minilm_folder, paired_median, relevance_ckpt
 
 from bert_lightning.commands.export_onnx import export_onnx
 from bert_lightning.inference import (
@@ -67,15 +67,10 @@ def speed(models: dict, pairs: list, rounds: int, one_at_a_time: int) -> dict:
 
 
 def medians(runs: dict) -> tuple[dict, dict]:
-    """Each backend's median pairs/s, and its median over rounds of its pairs/s over torch's in
-    the same round: a ratio that a machine's slow minutes, which both sides share, leave be."""
+    """Each backend's median pairs/s, and its `paired_median` ratio to torch's."""
     rates = {k: {b: round(statistics.median(v), 1) for b, v in d.items()} for k, d in runs.items()}
     paired = {
-        k: {
-            b: round(statistics.median(x / t for x, t in zip(v, runs["torch"][b], strict=True)), 2)
-            for b, v in d.items()
-        }
-        for k, d in runs.items()
+        k: {b: paired_median(v, runs["torch"][b]) for b, v in d.items()} for k, d in runs.items()
     }
     return rates, paired
 

@@ -320,7 +320,14 @@ def paired_ratios(rows: list[dict], backends: list[str]) -> dict:
         }
         for i in range(0, len(rows), len(backends))
     ]
-    return {b: round(statistics.median(x[b] / x["torch"] for x in per_round), 2) for b in backends}
+    torch_rates = [x["torch"] for x in per_round]
+    return {b: paired_median([x[b] for x in per_round], torch_rates) for b in backends}
+
+
+def paired_median(rates: list[float], torch_rates: list[float]) -> float:
+    """The median over rounds of a backend's rate over torch's in the same round: a ratio that
+    a machine's slow minutes, which both sides share, leave be."""
+    return round(statistics.median(x / t for x, t in zip(rates, torch_rates, strict=True)), 2)
 
 
 def backend_model(backend: str, model: str, tmp: Path) -> str:
