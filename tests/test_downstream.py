@@ -101,6 +101,27 @@ def test_a_half_done_suite_runs_only_its_unfinished_cells(suite, capsys):
 
 
 @pytest.mark.slow
+def test_a_list_of_seeds_runs_those_seeds_a_seed_at_a_time(suite, capsys):
+    """`--seeds 2,3`: a suite split over sessions or machines by seed; every cell of seed 2
+    finishes before seed 3 starts, so a stopped suite leaves whole seeds."""
+    run(suite, "--seeds", "2,3", "--tasks", "sst2,cola", "--no-random")
+    lines = [ln.split(":")[0] for ln in capsys.readouterr().out.splitlines() if ln.startswith("[")]
+    assert lines == [
+        f"[{i}/8] {m} {t} seed {s}"
+        for i, (s, m, t) in enumerate(
+            ((s, m, t) for s in (2, 3) for m in ("ours", "hf_bert") for t in ("sst2", "cola")), 1
+        )
+    ]
+    report = json.loads((suite / "suite/downstream.json").read_text())
+    assert report["seeds"] == [2, 3] and list(report["models"]["ours"]["cells"]["sst2"]) == [
+        "2",
+        "3",
+    ]
+    cfg = yaml.safe_load((suite / "suite/cells/ours/cola/seed3/config_resolved.yaml").read_text())
+    assert cfg["seed"] == 3 and not (suite / "suite/cells/ours/sst2/seed1").exists()
+
+
+@pytest.mark.slow
 def test_the_gpu_budget_steps_its_cells(suite, capsys):
     """experiments/budgets/gpu.yaml's cells (bf16-mixed) on the CPU, a few steps each."""
     run(suite, "--seeds", "1", "--no-random", base="gpu")
@@ -114,7 +135,8 @@ def test_the_gpu_budget_steps_its_cells(suite, capsys):
 def test_mistakes_are_one_line(suite, capsys):
     for args, message in (
         (["--tasks", "sst2,mnli"], "--tasks mnli: not in budget"),
-        (["--seeds", "0"], "--seeds 0; expected at least 1"),
+        (["--seeds", "0"], "--seeds 0; expected at least 1, or distinct seeds like 2,3"),
+        (["--seeds", "2,2"], "--seeds 2,2; expected at least 1, or distinct seeds like 2,3"),
     ):
         with pytest.raises(SystemExit) as e:
             run(suite, *args)

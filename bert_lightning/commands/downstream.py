@@ -22,7 +22,9 @@ def register(sub) -> None:
         required=True,
         help="the folder holding glue_sst2/, glue_cola/, wnut17/, home_depot/ as published",
     )
-    p.add_argument("--seeds", type=int, default=3, help="seeds 1..N per cell")
+    p.add_argument(
+        "--seeds", default="3", help="N: seeds 1..N per cell; or a list such as 2,3 (those seeds)"
+    )
     p.add_argument("--budget", default="cpu", help="cpu, gpu (experiments/budgets/) or a YAML file")
     p.add_argument(
         "--out", default="outputs/downstream", help="the suite's folder (rerun: continues)"

@@ -4,7 +4,8 @@ budget per task (`experiments/budgets/<budget>.yaml`), beside the same shapes fr
 
 Each cell (model, task, seed) is an ordinary fine-tuning run folder,
 `<out>/cells/<model>/<task>/seed<s>/`; one holding `results.json` is finished and not re-run, so
-an interrupted suite continues where it stopped."""
+an interrupted suite continues where it stopped. Cells run a seed at a time, so a suite stopped
+part-way leaves whole seeds, and seeds can be split over machines or sessions (`--seeds 2,3`)."""
 
 from __future__ import annotations
 
@@ -163,6 +164,18 @@ def cell_log(path: Path) -> Iterator[None]:
             h.setLevel(level)
 
 
+def seed_list(seeds: int | str) -> list[int]:
+    """`3` is seeds 1..3; `2,3` is those seeds."""
+    text = str(seeds)
+    try:
+        values = [int(v) for v in text.split(",")] if "," in text else list(range(1, int(text) + 1))
+    except ValueError:
+        values = []
+    if not values or min(values) < 1 or len(set(values)) < len(values):
+        raise UserError(f"--seeds {text}; expected at least 1, or distinct seeds like 2,3")
+    return values
+
+
 def cell_folder(out: Path, model: Model, task: str, seed: int) -> Path:
     return out / "cells" / model.name / task / f"seed{seed}"
 
@@ -239,7 +252,7 @@ def downstream(
     specs: list[str],
     task_names: list[str] | None,
     data_dir: str,
-    seeds: int = 3,
+    seeds: int | str = 3,
     budget: str = "cpu",
     out: str = "outputs/downstream",
     random: bool = True,
@@ -260,11 +273,9 @@ def downstream(
             raise MissingFileError(
                 f"--data-dir {data}: no folder {t.folder}/ (the {t.dataset} files)"
             )
-    if seeds < 1:
-        raise UserError(f"--seeds {seeds}; expected at least 1")
+    seeds = seed_list(seeds)
     models = pretrained_models(specs, out_dir, random)
-    seed_list = list(range(1, seeds + 1))
-    cells = [(m, t, s) for m in models for t in tasks for s in seed_list]
+    cells = [(m, t, s) for s in seeds for m in models for t in tasks]
     scores, spent = {}, {}
     for i, (m, t, s) in enumerate(cells, 1):
         folder = cell_folder(out_dir, m, t, s)
@@ -286,14 +297,14 @@ def downstream(
             f"({spent[t][-1]:.0f} s; eta {eta_text(left)})",
             flush=True,
         )
-    summary = summarise(models, tasks, seed_list, scores)
+    summary = summarise(models, tasks, seeds, scores)
     report = {
         "budget": budget,
-        "seeds": seed_list,
+        "seeds": seeds,
         "tasks": {k: asdict(v) for k, v in tasks.items()},
         "models": summary,
     }
-    text = table(summary, tasks, seed_list)
+    text = table(summary, tasks, seeds)
     write_json(report, out_dir / "downstream.json")
     write_text(out_dir / "downstream.md", text + "\n")
     plot(summary, tasks, out_dir / "downstream.png")
