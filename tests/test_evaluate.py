@@ -46,7 +46,7 @@ def test_evaluate_gives_the_test_metrics_finetune_wrote(tmp_path, capsys):
         ],
     )
     results = finetune(cfg)
-    ckpt = results["best_checkpoint"]
+    ckpt = str(tmp_path / "run" / results["best_checkpoint"])
     out = tmp_path / "eval.json"
     main(["evaluate", ckpt, str(tmp_path / "test.tsv"), "--json", str(out)])
     got = json.loads(out.read_text())
@@ -99,7 +99,7 @@ def test_evaluate_reads_the_order_within_queries_as_the_run_did(tmp_path, capsys
     assert cell["queries"] == 6 and cell["low"] <= cell["mean"] <= cell["high"]
     assert f"{cell['mean']:+.3f} [{cell['low']:+.3f}, {cell['high']:+.3f}]" in printed
     out = tmp_path / "eval.json"
-    ckpt = results["best_checkpoint"]
+    ckpt = str(tmp_path / "run" / results["best_checkpoint"])
     main(["evaluate", ckpt, str(tmp_path / "test.csv"), "--zero-shot", str(tmp_path / "hf")])
     main(["evaluate", ckpt, str(tmp_path / "test.csv"), "--json", str(out)])
     assert "fine-tuned - zero_shot" in capsys.readouterr().out
@@ -129,7 +129,7 @@ def test_evaluate_reads_a_file_named_and_graded_otherwise(tmp_path, capsys, capl
             "trainer.max_epochs=1",
         ],
     )
-    ckpt = finetune(cfg)["best_checkpoint"]
+    ckpt = str(tmp_path / "run" / finetune(cfg)["best_checkpoint"])
     rows = [
         {"search_term": r["query"], "product_title": r["ad"] + " café", "relevance": 2 * r["label"]}
         for r in ad_rows(4)

@@ -44,12 +44,13 @@ def test_each_task_trains_and_writes_its_outputs(tmp_path, task):
     assert results["pretrained"] is None and results["steps"] > 0
     for name in ("metrics.csv", "loss_curve.png", "val_metric.png", "checkpoints/last.ckpt"):
         assert (run / name).is_file(), name
-    assert results["best_checkpoint"] and results["best_val"]
+    assert results["best_val"]
+    assert results["best_checkpoint"].startswith("checkpoints/best-step")  # the run's own folder
     with open(run / "metrics.csv") as f:
         rows = list(csv.DictReader(f))
     assert sum(1 for r in rows if r.get("val/loss")) == 2  # one validation an epoch
     # the checkpoint rebuilds the task: label set / target scale travel in it
-    pre = read_checkpoint(results["best_checkpoint"])
+    pre = read_checkpoint(run / results["best_checkpoint"])
     assert pre.hparams["task"]["kind"] == task
     assert set(pre.state_dict) >= {"classifier.weight", "classifier.bias"}
 
@@ -189,7 +190,8 @@ def test_bi_encoder_trains_beside_its_baselines(tmp_path):
     cfg = compose("finetune", overrides(tmp_path, "ad_relevance", "dataset=home_depot", *extra))
     results = finetune(cfg)
     assert results["steps"] > 0 and sorted(results["baselines"]) == ["bm25", "zero_shot"]
-    state = torch.load(results["best_checkpoint"], weights_only=True)["state_dict"]
+    best = tmp_path / "run" / results["best_checkpoint"]
+    state = torch.load(best, weights_only=True)["state_dict"]
     assert abs(float(state["model.classifier.bias"]) + 10) > 0.05  # Adam: ~0.05 a step
     pooler = {k for k in start if k.startswith("bert.pooler.")}
     assert pooler and not any(f"model.{k}" in state for k in pooler)
@@ -198,7 +200,7 @@ def test_bi_encoder_trains_beside_its_baselines(tmp_path):
     for scores in (results["test"], *results["baselines"].values()):
         assert {"test/auroc", "test/spearman", "test/ndcg@10"} <= set(scores)
     with pytest.raises(ValueError, match="bi_encoder"):  # no transformers class for it
-        export_hf(results["best_checkpoint"], str(tmp_path / "hf_out"))
+        export_hf(best, str(tmp_path / "hf_out"))
 
 
 def test_dropout_overrides_the_pretrained_models(tmp_path):

@@ -6,6 +6,7 @@ checkpoint tested, `results.json`)."""
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import asdict, replace
 from functools import partial
 from pathlib import Path
@@ -109,7 +110,7 @@ def after_fit(cfg: DictConfig, dm: TaskDataModule, module: FinetuneModule, train
         "pretrained": module.pretrained,
         "freeze_encoder": bool(cfg.freeze_encoder),
         "rows": dm.rows,
-        "best_checkpoint": best,
+        "best_checkpoint": os.path.relpath(best, out_dir) if best else None,  # moves with the run
         "best_val": {f"val/{task.cfg.monitor}": float(ckpt.best_model_score)}
         if best and ckpt.best_model_score is not None
         else None,
