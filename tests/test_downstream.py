@@ -217,3 +217,15 @@ def test_the_ranking_table_gives_one_seeds_interval_and_several_seeds_spread(mon
     assert one == f"| s | a | 1 | {interval} | {interval} | 0.4000 | 0.7000 |"
     two = row("s", "a", [run(0.02, 0.001), run(0.04, -0.01)], "zero_shot")
     assert two.split(" | ")[3] == "+0.0300 ± 0.0141 (1/2 above 0)"
+
+
+def test_the_ablation_tables_in_the_docs_are_what_the_kept_cells_give(monkeypatch):
+    """docs/finetuning.md's ranking ablation tables are bench/ranking_table.py's output over the
+    cells' results.json kept in bench/results/ranking_ablation: the figures are the files'."""
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.syspath_prepend(str(root / "bench"))
+    from ranking_table import table
+
+    doc = (root / "docs/finetuning.md").read_text()
+    for against in ("zero_shot", "bm25"):
+        assert table(root / "bench/results/ranking_ablation", against) in doc
