@@ -7,8 +7,10 @@ found here, once, as a `UserError` naming the file."""
 
 from __future__ import annotations
 
+import logging
+import re
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -22,6 +24,8 @@ from bert_lightning.model import BertConfig, BertModel
 
 PRETRAINING, FINETUNING, HUGGING_FACE = "pretraining", "fine-tuning", "Hugging Face"
 RTD_KEY = "generator_hidden_size"  # in the hyper-parameters of an RTD pretraining checkpoint
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -216,3 +220,52 @@ def encoder_from(ckpt: Checkpoint) -> BertModel:
     holder.bert = BertModel(ckpt.config, add_pooling_layer=pooler)
     load_encoder(holder, ckpt)
     return holder.bert.eval()
+
+
+def parts(keys) -> list[str]:
+    """The modules a set of state-dict keys belongs to, for a log line: `bert.encoder`,
+    `cls.predictions`, `generator`, ..."""
+    return sorted(
+        {".".join(k.split(".")[: 2 if k.startswith(("bert.", "cls.")) else 1]) for k in keys}
+    )
+
+
+def load_start(model: torch.nn.Module, ckpt: Checkpoint) -> None:
+    """The weights a run starts from (`init_from=`): every tensor of `ckpt` that `model` has
+    a place for, heads included (HF `cls.predictions.*`, `cls.seq_relationship.*`, ours);
+    what it lacks stays new, what `model` has no place for (a task head, a pooler that RTD's
+    encoder has not) is left out; the log says which."""
+    own = model.state_dict()
+    state = {k: v for k, v in ckpt.state_dict.items() if k in own}
+    load_into(model, state)
+    tied = {"cls.predictions.decoder.weight"}  # the word embeddings
+    log.info(
+        "starting from %s: loaded %s; new %s; not used %s",
+        ckpt.source,
+        parts(state) or "nothing",
+        parts(set(own) - set(state) - tied) or "nothing",
+        parts(set(ckpt.state_dict) - set(state)) or "nothing",
+    )
+
+
+def with_layers(ckpt: Checkpoint, layers: list[int]) -> Checkpoint:
+    """`ckpt`'s model with only the encoder layers `layers` (in that order), its embeddings
+    and heads as they are: DistilBERT's student, started from every other layer of its
+    teacher."""
+    L = ckpt.config.num_hidden_layers
+    if not layers or len(set(layers)) < len(layers) or any(not 0 <= i < L for i in layers):
+        raise UserError(
+            f"layers {list(layers)}; expected distinct indices of {ckpt.source}'s {L} layers"
+        )
+    renumber = {str(old): str(new) for new, old in enumerate(layers)}
+    state = {}
+    for key, value in ckpt.state_dict.items():
+        m = re.match(r"(bert\.encoder\.layer\.)(\d+)(\..*)", key)
+        if m is None:
+            state[key] = value
+        elif m[2] in renumber:
+            state[m[1] + renumber[m[2]] + m[3]] = value
+    config = replace(ckpt.config, num_hidden_layers=len(layers))
+    return replace(
+        ckpt, config=config, state_dict=state, source=f"{ckpt.source}, layers {list(layers)}"
+    )

@@ -87,3 +87,14 @@ class SignalRank(L.Callback):
         if trainer.global_step == self.step and trainer.global_rank == self.rank:
             sig = getattr(signal, self.sig)
             os.killpg(os.getpgid(0), sig) if self.group else os.kill(os.getpid(), sig)
+
+
+class FirstBatch(L.Callback):
+    """Saves the first training batch (`first_batch.pt` in the run folder): the masked batch a
+    test recomputes a loss on."""
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        import torch
+
+        if trainer.global_step == 0:
+            torch.save(batch, Path(trainer.default_root_dir) / "first_batch.pt")

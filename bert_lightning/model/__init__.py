@@ -14,6 +14,7 @@ from bert_lightning.model.bert import (
 )
 from bert_lightning.model.electra import ElectraForPreTraining, RTDOutput, generator_config
 from bert_lightning.model.flops import (
+    distill_flops,
     encoder_parameter_formula,
     num_parameters,
     pretraining_flops,
@@ -24,6 +25,7 @@ __all__ = [
     "BertConfig",
     "BertForPreTraining",
     "BertModel",
+    "distill_flops",
     "ElectraForPreTraining",
     "EncoderOutput",
     "PreTrainingOutput",

@@ -3,6 +3,8 @@ from, checked against the real modules in tests."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from torch import nn
 
 from bert_lightning.model.bert import BertConfig
@@ -95,3 +97,42 @@ def rtd_flops(
     discriminator = encoder_flops(c, batch_size, seq_len, None, tokens) + 2 * D * (H * H + H)
     forward = generator + discriminator
     return 3 * forward if backward else forward
+
+
+def distill_flops(
+    s: BertConfig,
+    t: BertConfig,
+    batch_size: int,
+    seq_len: int,
+    num_picked: int,
+    weights: dict[str, float],
+    tokens: int | None = None,
+) -> int:
+    """Matmul FLOPs of one distillation step (training/distill_module.py): the student's
+    forward and backward, the teacher's forward alone. Each model: its encoder (the last
+    layer on [CLS] alone when no loss reads the last hidden states, and then not
+    differentiated) and pooler; with a MiniLM loss (`weights`), the last layer's q, k, v
+    recomputed on the padded batch and each relation's (T x T) product; the MLM head on the
+    `num_picked` positions where an MLM loss reads it; the student's projections to the
+    teacher's width."""
+    B, T = batch_size, seq_len
+    D = B * T if tokens is None else tokens
+    reads_last = any(weights[k] for k in ("hidden", "embedding", "soft_mlm", "mlm"))
+    relations = bool(weights["attention"]) + bool(weights["value_relation"])
+
+    def extra(c: BertConfig, mlm_head: bool) -> int:  # what the losses add, forward
+        H = c.hidden_size
+        qkv = (2 * B * T * 3 * H * H + relations * 2 * B * T * T * H) if relations else 0
+        return qkv + (2 * num_picked * (H * H + H * c.vocab_size) if mlm_head else 0)
+
+    def forward(c: BertConfig) -> int:  # the encoder as run, and the pooler
+        rows = None if reads_last else B
+        return encoder_flops(c, B, T, rows, tokens) + 2 * B * c.hidden_size**2
+
+    last_off = replace(s, num_hidden_layers=s.num_hidden_layers - 1)
+    differentiated = encoder_flops(s if reads_last else last_off, B, T, None, tokens)
+    rows = bool(weights["hidden"]) * (s.num_hidden_layers + 1) * D + bool(weights["embedding"]) * B
+    projections = 2 * s.hidden_size * t.hidden_size * rows
+    mlm = bool(weights["soft_mlm"] or weights["mlm"])
+    student = forward(s) + 2 * differentiated + 3 * (extra(s, mlm) + projections)
+    return student + forward(t) + extra(t, bool(weights["soft_mlm"]))

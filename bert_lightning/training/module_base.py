@@ -5,6 +5,7 @@ every checkpoint, so that a checkpoint is self-contained."""
 from __future__ import annotations
 
 import lightning as L
+import torch
 
 from bert_lightning.training import optim
 from bert_lightning.training.resume import follow_moved_run
@@ -31,6 +32,10 @@ class EncoderModule(L.LightningModule):
             fully_shard(self.model, mesh=mesh)
         if self.hparams.get("compile"):
             self.model.compile()
+
+    def trained(self) -> torch.nn.Module:
+        """What the optimizer trains: `.bert`, the encoder, and heads (the rest)."""
+        return self.model
 
     def configure_optimizers(self):
         return optim.configure_optimizers(self)

@@ -141,7 +141,7 @@ def adamw(
 
 def configure_optimizers(module) -> dict:
     """A LightningModule's `configure_optimizers`: builds `module.hparams.optim` (the
-    `conf/optim` partial) over `module.model`. The AdamW is fused unless a gradient scaler
+    `conf/optim` partial) over `module.trained()`. The AdamW is fused unless a gradient scaler
     exists (`16-mixed`): see `clip_gradients`."""
     trainer = module.trainer
     scaler = getattr(trainer.precision_plugin, "scaler", None)
@@ -152,7 +152,7 @@ def configure_optimizers(module) -> dict:
         # recorded in every checkpoint: a continued run keeps this schedule (resume.py)
         module.hparams.optim = {**module.hparams.optim, "total_steps": run_steps}
     build = instantiate(module.hparams.optim, "optim")
-    return build(module.model, run_steps=run_steps, fused=scaler is None, progress=progress)
+    return build(module.trained(), run_steps=run_steps, fused=scaler is None, progress=progress)
 
 
 def budget_timer(trainer) -> Timer | None:

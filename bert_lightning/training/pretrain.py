@@ -6,17 +6,27 @@ pretraining builds (the corpus's data module, the model, the trainer) and what f
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict
+from dataclasses import asdict, fields, replace
 from pathlib import Path
 
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from tokenizers import Tokenizer
 
-from bert_lightning.checkpoint import PRETRAINING, ResumePoint
-from bert_lightning.data.tokenizer import special_ids
+from bert_lightning.checkpoint import (
+    PRETRAINING,
+    Checkpoint,
+    ResumePoint,
+    load_start,
+    read_checkpoint,
+    with_layers,
+)
+from bert_lightning.data.tokenizer import load_tokenizer, special_ids
 from bert_lightning.errors import UserError
+from bert_lightning.model import BertConfig
 from bert_lightning.training.instantiate import check_types, instantiate
 from bert_lightning.training.resume import (
+    FREE_ON_RESUME,
     check_same_model,
     check_same_objective,
     continued_optim,
@@ -38,29 +48,106 @@ def validation_settings(data: DictConfig) -> dict:
     }
 
 
-def model_config(cfg: DictConfig, tok):
-    return instantiate(
-        cfg.model, "model", vocab_size=tok.get_vocab_size(), pad_token_id=special_ids(tok)["[PAD]"]
-    )
+# what a start's shape fixes: BertConfig fields but those a run may set (dropout, the init of
+# new heads) and those of the tokenizer
+SHAPE = [
+    f.name
+    for f in fields(BertConfig)
+    if f.name not in (*FREE_ON_RESUME, "vocab_size", "pad_token_id", "position_embedding_init")
+]
+
+
+def model_config(cfg: DictConfig, tok: Tokenizer, begin: Checkpoint | None = None) -> BertConfig:
+    """`model=` for `tok`, or the shape of the weights a run starts from (`begin`) with the
+    settings a run may change (dropout) from `model`."""
+    if begin is None:
+        return instantiate(
+            cfg.model,
+            "model",
+            vocab_size=tok.get_vocab_size(),
+            pad_token_id=special_ids(tok)["[PAD]"],
+        )
+    return replace(begin.config, **{k: cfg.model[k] for k in FREE_ON_RESUME if k in cfg.model})
+
+
+def model_overrides() -> list[str]:
+    """The command line's `model=...` and `model.<field>=...` (none outside a Hydra run)."""
+    if not HydraConfig.initialized():
+        return []
+    task = HydraConfig.get().overrides.task
+    return [o for o in task if o.lstrip("+~").partition("=")[0].split(".")[0] == "model"]
+
+
+def same_tokenizer(a: Tokenizer, a_name: str, b: Tokenizer, b_name: str) -> None:
+    if a.get_vocab() != b.get_vocab():
+        raise UserError(
+            f"{a_name} and {b_name} have different vocabularies; expected one tokenizer"
+        )
+
+
+def starting_point(cfg: DictConfig, teacher: Checkpoint | None) -> Checkpoint | None:
+    """The weights a run starts from: `init_from=` (a Hugging Face BERT folder or a `.ckpt` of
+    ours), or the teacher's `objective.student_layers` (distillation); None: random weights of
+    `model=`. Its shape is the model's: a `model=` on the command line that contradicts it is
+    an error naming both."""
+    layers = cfg.objective.get("student_layers")
+    if cfg.init_from and layers:
+        raise UserError("init_from= and objective.student_layers both start the student; give one")
+    if cfg.init_from:
+        begin, name = read_checkpoint(cfg.init_from), f"init_from={cfg.init_from}"
+    elif layers:
+        begin, name = with_layers(teacher, list(layers)), f"objective.student_layers={list(layers)}"
+    else:
+        return None
+    if teacher is not None:
+        same_tokenizer(
+            begin.tokenizer, name, teacher.tokenizer, f"objective.teacher={cfg.objective.teacher}"
+        )
+    differ = [k for k in SHAPE if k in cfg.model and cfg.model[k] != getattr(begin.config, k)]
+    given = model_overrides()
+    ours = ", ".join(f"{k}={cfg.model[k]}" for k in differ)
+    theirs = ", ".join(f"{k}={getattr(begin.config, k)}" for k in differ)
+    if differ and given:
+        raise UserError(
+            f"{' '.join(given)} ({ours}) contradicts {name} ({theirs}); the start gives the "
+            "model's shape: leave model= out"
+        )
+    if differ:
+        log.info("%s gives the model's shape: %s (not model='s)", name, theirs)
+    return begin
 
 
 def build(cfg: DictConfig, start: ResumePoint | None = None):
     """Data module, Lightning module and trainer of a run, before any training. `start`: the
-    checkpoint a resumed run continues (its tokenizer and schedule)."""
+    checkpoint a resumed run continues (its tokenizer and schedule). The weights, shape and
+    tokenizer come from `init_from=` or a distillation's teacher when given (`starting_point`);
+    a resumed run reads those again for its shape, and its weights from `start`."""
     out_dir = Path(cfg.paths.output_dir)
     check_types(cfg.optim, "optim")  # built by the trainer, once the corpus is read
+    teacher = read_checkpoint(cfg.objective.teacher) if cfg.objective.get("teacher") else None
+    begin = starting_point(cfg, teacher)
+    given = begin or teacher  # the tokenizer a run starts with
+    if given is not None and cfg.data.tokenizer.path:
+        same_tokenizer(
+            given.tokenizer,
+            given.source,
+            load_tokenizer(cfg.data.tokenizer.path),
+            f"data.tokenizer.path={cfg.data.tokenizer.path}",
+        )
     resumed = Tokenizer.from_str(start.tokenizer) if start is not None else None
     if start is not None:  # a refused resume writes nothing, not even the tokenizer
-        check_same_model(start, cfg.ckpt_path, asdict(model_config(cfg, resumed)))
-        check_same_objective(start, cfg.ckpt_path, cfg.objective.get("generator_hidden_size"))
-    dm = instantiate(cfg.data, "data", out_dir=str(out_dir), given_tokenizer=resumed)
+        check_same_model(start, cfg.ckpt_path, asdict(model_config(cfg, resumed, begin)))
+        check_same_objective(start, cfg.ckpt_path, cfg.objective)
+    tokenizer = resumed or (given.tokenizer if given is not None else None)
+    dm = instantiate(cfg.data, "data", out_dir=str(out_dir), given_tokenizer=tokenizer)
     tok = dm.tokenizer
-    config = model_config(cfg, tok)
-    if config.max_position_embeddings < cfg.data.max_seq_length:
-        raise UserError(
-            f"data.max_seq_length={cfg.data.max_seq_length} exceeds "
-            f"model.max_position_embeddings={config.max_position_embeddings}"
-        )
+    config = model_config(cfg, tok, begin)
+    for name, c in (("model", config), ("objective.teacher", teacher and teacher.config)):
+        if c is not None and c.max_position_embeddings < cfg.data.max_seq_length:
+            raise UserError(
+                f"data.max_seq_length={cfg.data.max_seq_length} exceeds "
+                f"{name}.max_position_embeddings={c.max_position_embeddings}"
+            )
     optim = OmegaConf.to_container(cfg.optim, resolve=True)
     module = instantiate(cfg.objective, "objective")(
         config=asdict(config),
@@ -69,7 +156,10 @@ def build(cfg: DictConfig, start: ResumePoint | None = None):
         compile=cfg.get("model_compile", False),
         objective=dm.objective,
         data=validation_settings(cfg.data),
+        **({"teacher_ckpt": teacher} if teacher is not None else {}),
     )
+    if begin is not None and start is None:
+        load_start(module.model, begin)
     return dm, module, build_trainer(cfg)
 
 

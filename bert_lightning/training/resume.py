@@ -171,20 +171,24 @@ FREE_ON_RESUME = ("hidden_dropout_prob", "attention_probs_dropout_prob", "initia
 TASK_MODEL_KEYS = ("kind", "architecture", "pooling", "labels")  # the task's part of the model
 
 
-def check_same_objective(
-    start: ResumePoint | None, ckpt_path: str, generator_hidden_size: float | None
-) -> None:
-    """A continued pretraining run keeps its objective (MLM, or RTD with its generator's
-    width: `generator_hidden_size`, None for MLM): another one builds other modules."""
-    if start is None or start.hparams.get(RTD_KEY) == generator_hidden_size:
+def objective_name(hparams) -> str:
+    """What a run's module hyper-parameters (or its `objective` config) train: objects that
+    other modules build, so a resumed run keeps it."""
+    if hparams.get("teacher"):
+        return f"objective=distill from teacher {hparams['teacher']}"
+    if hparams.get(RTD_KEY) is not None:
+        return f"objective=rtd with generator_hidden_size={hparams[RTD_KEY]}"
+    return "objective=mlm"
+
+
+def check_same_objective(start: ResumePoint | None, ckpt_path: str, objective) -> None:
+    """A continued pretraining run keeps its objective (MLM, RTD with its generator's width,
+    distillation from its teacher): another one builds other modules."""
+    if start is None or objective_name(start.hparams) == objective_name(objective):
         return
-
-    def name(g):
-        return "objective=mlm" if g is None else f"objective=rtd with generator_hidden_size={g}"
-
     raise UserError(
-        f"{ckpt_path}: trained with {name(start.hparams.get(RTD_KEY))}, this run asks for "
-        f"{name(generator_hidden_size)}; a resumed run keeps its objective"
+        f"{ckpt_path}: trained with {objective_name(start.hparams)}, this run asks for "
+        f"{objective_name(objective)}; a resumed run keeps its objective"
     )
 
 

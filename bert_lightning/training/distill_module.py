@@ -1,0 +1,244 @@
+"""The LightningModule that distills a frozen teacher encoder into a student (`objective=distill`,
+the losses in model/distill.py) on the MLM data of any data option."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bert_lightning.checkpoint import Checkpoint, load_into, read_checkpoint
+from bert_lightning.errors import UserError
+from bert_lightning.model import BertConfig, BertForPreTraining, distill_flops
+from bert_lightning.model.distill import (
+    embedding_cosine,
+    hidden_mse,
+    last_layer_qkv,
+    layer_map,
+    mean_pool,
+    relation_kl,
+    relation_logits,
+    soft_mlm,
+)
+from bert_lightning.training.module_base import EncoderModule
+
+LOSSES = ("attention", "value_relation", "hidden", "embedding", "soft_mlm", "mlm")
+
+
+def projection(width: int, teacher_width: int) -> nn.Linear:
+    """Student width -> teacher width, learned; the identity where the widths agree, so that a
+    student that is a copy of its teacher starts at zero loss."""
+    p = nn.Linear(width, teacher_width, bias=False)
+    if width == teacher_width:
+        nn.init.eye_(p.weight)
+    else:
+        nn.init.normal_(p.weight, 0.0, width**-0.5)
+    return p
+
+
+class DistillModule(EncoderModule):
+    """`config`: the student's BertConfig fields (a `BertForPreTraining`, the encoder its
+    checkpoints hand on); `teacher`: a Hugging Face BERT folder or a `.ckpt` of ours, read here
+    unless `build` already did (`teacher_ckpt`), held in eval mode without gradient and outside
+    the module's children: it is in no checkpoint, optimizer or DDP bucket. The losses'
+    weights (`LOSSES`; 0 computes nothing), `temperature` (of `soft_mlm`), `relation_heads`
+    (MiniLM's re-split heads; None: the student's head count) and `student_layers` (the
+    teacher's layers the student started from, recorded; `build` starts it) are
+    `conf/objective/distill.yaml`'s. The other arguments as `BertPretrainModule`'s; NSP labels
+    (`data=c4_nsp`) are not used."""
+
+    def __init__(
+        self,
+        config: dict,
+        optim: dict,
+        teacher: str,
+        attention: float,
+        value_relation: float,
+        hidden: float,
+        embedding: float,
+        soft_mlm: float,
+        mlm: float,
+        temperature: float,
+        relation_heads: int | None = None,
+        student_layers: list[int] | None = None,
+        tokenizer_json: str | None = None,
+        objective: str = "mlm",
+        compile: bool = False,
+        data: dict | None = None,
+        teacher_ckpt: Checkpoint | None = None,
+    ):
+        super().__init__()
+        self.save_hyperparameters(ignore=["tokenizer_json", "teacher_ckpt"])
+        self.weights = {k: float(self.hparams[k]) for k in LOSSES}
+        if not any(self.weights.values()):
+            raise UserError(f"objective: every loss weight is 0; set one of {list(LOSSES)}")
+        self.tokenizer_json = tokenizer_json
+        self.model = BertForPreTraining(BertConfig(**config))
+        ckpt = teacher_ckpt or read_checkpoint(teacher)
+        if soft_mlm and "cls.predictions.bias" not in ckpt.state_dict:
+            raise UserError(
+                f"objective.soft_mlm={soft_mlm}: {ckpt.source} has no MLM head "
+                "(cls.predictions.*) to take soft targets from"
+            )
+        teacher_model = BertForPreTraining(ckpt.config)
+        heads = ("bert.", "cls.")  # not a task's head
+        load_into(teacher_model, {k: v for k, v in ckpt.state_dict.items() if k.startswith(heads)})
+        # set past nn.Module's __setattr__, which would register it as a child
+        object.__setattr__(self, "teacher", teacher_model.eval().requires_grad_(False))
+        s, t = self.model.config, ckpt.config
+        self.relation_heads = relation_heads or s.num_attention_heads
+        self.pairs = layer_map(s.num_hidden_layers, t.num_hidden_layers)
+        self.projections = nn.ModuleDict(
+            {
+                k: projection(s.hidden_size, t.hidden_size)
+                for k in ("hidden", "embedding")
+                if self.weights[k]
+            }
+        )
+        self.freeze_unused()
+
+    def freeze_unused(self) -> None:
+        """What no loss reaches gets no gradient, and DDP would stop on it: the pooler and NSP
+        head always; the MLM head's own weights without an MLM loss (its decoder is the word
+        embeddings); without a loss on the last hidden states, the last layer past its
+        queries, keys and values (MiniLM's attention losses end there)."""
+        m = self.model
+        frozen = [m.bert.pooler, m.cls.seq_relationship]
+        w = self.weights
+        if not (w["soft_mlm"] or w["mlm"]):
+            frozen.append(m.cls.predictions.transform)
+            m.cls.predictions.bias.requires_grad_(False)
+        if not self.reads_last:
+            last = m.bert.encoder.layer[-1]
+            frozen += [last.attention.output.dense, last.intermediate, last.output]
+            if not m.config.pre_layer_norm:  # post-LN: after the attention; pre-LN: before it
+                frozen.append(last.attention.output.LayerNorm)
+            if m.bert.encoder.LayerNorm is not None:
+                frozen.append(m.bert.encoder.LayerNorm)
+        for module in frozen:
+            module.requires_grad_(False)
+
+    @property
+    def bert(self):
+        return self.model.bert
+
+    def trained(self) -> nn.Module:
+        """The student and the projections (heads of the optimizer's groups)."""
+        return self
+
+    def _apply(self, fn, *args, **kwargs):
+        """Moves to a device or dtype (the run's precision) reach the teacher too."""
+        if "teacher" in self.__dict__:
+            self.teacher._apply(fn, *args, **kwargs)
+        return super()._apply(fn, *args, **kwargs)
+
+    def configure_model(self) -> None:
+        if self.device_mesh is not None:
+            raise UserError("objective=distill runs with DDP (trainer=ddp), not trainer=fsdp")
+        super().configure_model()
+
+    @property
+    def reads_last(self) -> bool:
+        """Whether a loss reads the last hidden states (every loss but MiniLM's)."""
+        return any(self.weights[k] for k in ("hidden", "embedding", "soft_mlm", "mlm"))
+
+    @property
+    def masked(self) -> bool:
+        """Whether the models read the masked text: only an MLM loss needs it."""
+        return bool(self.weights["soft_mlm"] or self.weights["mlm"])
+
+    def forward(self, batch: dict) -> dict[str, torch.Tensor]:
+        """Each loss with a weight (student and teacher on the same tokens), and `loss`, their
+        weighted sum."""
+        ids, labels = batch["input_ids"], batch["labels"]
+        if not self.masked:  # the original text back where the collator masked
+            ids = torch.where(labels != -100, labels, ids)
+        tt, am, pos = (
+            batch.get("token_type_ids"),
+            batch.get("attention_mask"),
+            batch.get("position_ids"),
+        )
+        w, student, teacher = self.weights, self.model, self.teacher
+        # MiniLM's losses alone read the last layer's input: its output only for [CLS]
+        rows = None if self.reads_last else ids.new_zeros(ids.size(0), 1)  # (B, 1)
+        run = dict(output_hidden_states=True, last_rows=rows, position_ids=pos)
+        with torch.no_grad():
+            t = teacher.bert(ids, tt, am, **run)
+        s = student.bert(ids, tt, am, **run)
+        tokens = torch.ones_like(ids, dtype=torch.bool) if am is None else am.bool()  # (B, T)
+        losses = {}
+        if w["attention"] or w["value_relation"]:
+            _, mask = student.bert.attention_inputs(ids, am, pos)
+            R = self.relation_heads
+            qs, ks, vs = last_layer_qkv(student.bert, s.hidden_states[-2])  # 3 x (B, T, Hs)
+            with torch.no_grad():
+                qt, kt, vt = last_layer_qkv(teacher.bert, t.hidden_states[-2])  # 3 x (B, T, Ht)
+            for name, (a_t, b_t, a_s, b_s) in (
+                ("attention", (qt, kt, qs, ks)),
+                ("value_relation", (vt, vt, vs, vs)),
+            ):
+                if w[name]:
+                    losses[name] = relation_kl(
+                        relation_logits(a_t, b_t, R, mask),
+                        relation_logits(a_s, b_s, R, mask),
+                        tokens,
+                    )
+        if w["hidden"]:
+            project = self.projections["hidden"]
+            losses["hidden"] = hidden_mse(
+                s.hidden_states, t.hidden_states, project, self.pairs, tokens
+            )
+        if w["embedding"]:
+            pooled = self.projections["embedding"](
+                mean_pool(s.last_hidden_state, tokens)
+            )  # (B, Ht)
+            losses["embedding"] = embedding_cosine(pooled, mean_pool(t.last_hidden_state, tokens))
+        if self.masked:
+            picked = labels != -100  # (B, T)
+            logits = student.cls.predictions(s.last_hidden_state[picked])  # (P, V)
+            if w["soft_mlm"]:
+                with torch.no_grad():
+                    t_logits = teacher.cls.predictions(t.last_hidden_state[picked])  # (P, Vt)
+                V = min(logits.size(-1), t_logits.size(-1))  # a teacher may pad its vocabulary
+                losses["soft_mlm"] = (
+                    soft_mlm(logits[:, :V], t_logits[:, :V], self.hparams.temperature)
+                    if picked.any()
+                    else logits.sum() * 0.0
+                )
+            if w["mlm"]:
+                losses["mlm"] = (
+                    F.cross_entropy(logits.float(), labels[picked])
+                    if picked.any()
+                    else logits.sum() * 0.0
+                )
+        losses["loss"] = sum(w[k] * v for k, v in losses.items())
+        return losses
+
+    def flops_per_batch(self, batch: dict) -> torch.Tensor:
+        """Useful FLOPs of a step (TokenThroughput's MFU), the teacher's forward counted, as
+        a device tensor."""
+        B, T = batch["input_ids"].shape
+        mask = batch.get("attention_mask")
+        flops = distill_flops(
+            self.model.config,
+            self.teacher.config,
+            B,
+            T,
+            (batch["labels"] != -100).sum(),
+            self.weights,
+            tokens=None if mask is None else mask.sum(),
+        )
+        return torch.as_tensor(flops, device=batch["input_ids"].device)  # an int without masks
+
+    def training_step(self, batch, batch_idx):
+        losses = self(batch)
+        self._log("train", losses, batch)
+        return losses["loss"]
+
+    def validation_step(self, batch, batch_idx):
+        self._log("val", self(batch), batch)
+
+    def _log(self, stage: str, losses: dict, batch: dict) -> None:
+        B, val = batch["input_ids"].size(0), stage == "val"
+        for k, v in losses.items():
+            self.log(f"{stage}/{k}", v, prog_bar=k == "loss", batch_size=B, sync_dist=val)

@@ -1,0 +1,168 @@
+"""`init_from=`: pretraining that starts from published weights (a Hugging Face BERT folder, a
+`.ckpt` of ours) for every objective: the start's shape, tokenizer and heads, a fresh
+schedule, and a resume like any run's."""
+
+import csv
+import logging
+
+import pytest
+import torch
+from test_errors import cli_error
+
+from bert_lightning.checkpoint import read_checkpoint
+from bert_lightning.config import compose
+from bert_lightning.data.corpus import iter_documents
+from bert_lightning.data.tokenizer import load_tokenizer, save_tokenizer, train_wordpiece
+from bert_lightning.training.pretrain import build, train
+from conftest import RESUMABLE, TINY_BERT, tiny_overrides, write_corpus
+
+transformers = pytest.importorskip("transformers")
+
+NO_DROPOUT = ("model.hidden_dropout_prob=0.0", "model.attention_probs_dropout_prob=0.0")
+# the start's shape, other than debug=tiny's (width 32, 2 layers): a run must take it
+SHAPE = dict(hidden_size=24, num_hidden_layers=3, num_attention_heads=3, intermediate_size=48)
+
+
+def hf_start(folder, corpus, cls=None, dropout=0.0):
+    """A Hugging Face folder as `save_pretrained` writes it (`cls`: BertForMaskedLM by
+    default), with a WordPiece tokenizer.json trained on `corpus`."""
+    tok = train_wordpiece(lambda: iter_documents([str(corpus)]), vocab_size=300)
+    config = transformers.BertConfig(
+        vocab_size=tok.get_vocab_size(),
+        max_position_embeddings=64,
+        hidden_dropout_prob=dropout,
+        attention_probs_dropout_prob=dropout,
+        **SHAPE,
+    )
+    torch.manual_seed(0)
+    model = (cls or transformers.BertForMaskedLM)(config).eval()
+    model.save_pretrained(folder)
+    save_tokenizer(tok, folder / "tokenizer.json")
+    return model, tok
+
+
+def overrides(tmp_path, start, *extra):
+    write_corpus(tmp_path / "corpus.jsonl")
+    return tiny_overrides(tmp_path, f"init_from={start}", *extra)
+
+
+def metrics(out_dir):
+    with open(out_dir / "metrics.csv") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.fixture(scope="module")
+def mlm_start(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("hf_mlm")
+    corpus = write_corpus(folder.parent / "start_corpus.jsonl")
+    return folder, *hf_start(folder, corpus)
+
+
+def test_step_0_logs_the_mlm_loss_transformers_computes_on_the_same_batch(tmp_path, mlm_start):
+    folder, hf, tok = mlm_start
+    run = tmp_path / "run"
+    cfg = compose(
+        overrides=overrides(run, folder, *NO_DROPOUT, "+callbacks.first._target_=probe.FirstBatch")
+    )
+    train(cfg)
+    batch = torch.load(run / "first_batch.pt", weights_only=True)
+    with torch.no_grad():
+        theirs = hf(
+            input_ids=batch["input_ids"],
+            attention_mask=batch.get("attention_mask"),
+            token_type_ids=batch.get("token_type_ids"),
+            labels=batch["labels"],
+        ).loss
+    ours = next(float(r["train/loss"]) for r in metrics(run) if r["train/loss"])
+    assert ours == pytest.approx(float(theirs), abs=1e-4)
+    # the shape and the tokenizer are the start's: none trained, none of debug=tiny's
+    assert load_tokenizer(run / "tokenizer.json").get_vocab() == tok.get_vocab()
+    ckpt = read_checkpoint(run / "checkpoints/last.ckpt")
+    assert {k: getattr(ckpt.config, k) for k in SHAPE} == SHAPE
+    # a fresh schedule: warmup from the start of this run
+    lrs = [float(r["lr/model"]) for r in metrics(run) if r.get("lr/model")]
+    assert lrs[0] == pytest.approx(cfg.optim.lr / cfg.optim.warmup_steps)
+
+
+def loaded(cfg):
+    """The module `build` makes for `cfg`, its start loaded."""
+    return build(cfg)[1].model
+
+
+def test_heads_the_start_has_are_loaded_and_the_log_names_the_new_ones(tmp_path, caplog):
+    corpus = write_corpus(tmp_path / "corpus.jsonl")
+    folder = tmp_path / "hf_pretraining"
+    hf, _ = hf_start(folder, corpus, transformers.BertForPreTraining)
+    theirs = hf.state_dict()
+    with caplog.at_level(logging.INFO):
+        model = loaded(compose(overrides=overrides(tmp_path / "a", folder, "data=c4_nsp")))
+    ours = model.state_dict()
+    for key in ("cls.predictions.transform.dense.weight", "cls.seq_relationship.weight"):
+        assert torch.equal(ours[key], theirs[key]), key
+    assert torch.equal(
+        ours["bert.encoder.layer.2.output.dense.weight"],
+        theirs["bert.encoder.layer.2.output.dense.weight"],
+    )
+    assert "new nothing" in caplog.text
+
+    # an encoder alone (a sentence-transformers folder is one): a new MLM head, tied
+    folder = tmp_path / "hf_encoder"
+    hf, _ = hf_start(folder, corpus, transformers.BertModel)
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        model = loaded(compose(overrides=overrides(tmp_path / "b", folder)))
+    assert "new ['cls.predictions', 'cls.seq_relationship']" in caplog.text
+    emb = model.bert.embeddings.word_embeddings.weight
+    assert model.cls.predictions.decoder.weight is emb
+    assert torch.equal(emb, hf.embeddings.word_embeddings.weight)
+
+
+def test_a_fine_tuned_checkpoint_starts_mlm_and_rtd_with_its_encoder(tmp_path, caplog, mlm_start):
+    from finetune_fixtures import finetuned_ckpt
+
+    folder, _, tok = mlm_start
+    ft = finetuned_ckpt(tmp_path / "ft.ckpt", tok, "task=ad_relevance")
+    encoder = read_checkpoint(ft).state_dict
+    with caplog.at_level(logging.INFO):
+        mlm = loaded(compose(overrides=overrides(tmp_path / "mlm", ft)))
+    assert "not used ['classifier']" in caplog.text
+    rtd = loaded(compose(overrides=overrides(tmp_path / "rtd", ft, "objective=rtd")))
+    for model in (mlm, rtd):  # RTD's discriminator is the encoder (no pooler)
+        for key, value in model.state_dict().items():
+            if key.startswith("bert."):
+                assert torch.equal(value, encoder[key]), key
+
+
+@pytest.mark.slow
+def test_a_run_started_from_weights_resumes_bitwise(tmp_path, mlm_start):
+    folder = mlm_start[0]
+
+    def run(name, *extra):
+        train(compose(overrides=overrides(tmp_path / name, folder, *RESUMABLE, *extra)))
+        return tmp_path / name / "checkpoints/last.ckpt"
+
+    whole = run("whole")
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        run("killed", "+callbacks.crash._target_=probe.CrashAt", "+callbacks.crash.step=4")
+    resumed = run("resumed", f"ckpt_path={tmp_path / 'killed/checkpoints/last.ckpt'}")
+    a = torch.load(whole, weights_only=True)
+    b = torch.load(resumed, weights_only=True)
+    assert a["global_step"] == b["global_step"] == 8
+    for name, tensor in a["state_dict"].items():
+        assert torch.equal(tensor, b["state_dict"][name]), name
+
+
+def test_a_model_on_the_command_line_that_contradicts_the_start_is_one_line(
+    tmp_path, capsys, mlm_start
+):
+    folder = mlm_start[0]
+    write_corpus(tmp_path / "corpus.jsonl", 20)
+    args = tiny_overrides(tmp_path, f"hydra.run.dir={tmp_path / 'h'}", f"init_from={folder}")
+    err = cli_error(capsys, "pretrain", *args, "model=bert_mini")
+    assert TINY_BERT["hidden_size"] == 32  # debug=tiny's width, applied after model=
+    assert err == (
+        "error: model=bert_mini (hidden_size=32, num_hidden_layers=2, num_attention_heads=2, "
+        f"intermediate_size=64, max_position_embeddings=512) contradicts init_from={folder} "
+        "(hidden_size=24, num_hidden_layers=3, num_attention_heads=3, intermediate_size=48, "
+        "max_position_embeddings=64); the start gives the model's shape: leave model= out"
+    )
