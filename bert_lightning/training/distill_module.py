@@ -68,6 +68,8 @@ class DistillModule(EncoderModule):
         teacher_ckpt: Checkpoint | None = None,
     ):
         super().__init__()
+        if student_layers is not None:  # a plain list: checkpoints load weights-only
+            student_layers = [int(i) for i in student_layers]
         self.save_hyperparameters(ignore=["tokenizer_json", "teacher_ckpt"])
         self.weights = {k: float(self.hparams[k]) for k in LOSSES}
         if not any(self.weights.values()):
@@ -86,7 +88,12 @@ class DistillModule(EncoderModule):
         # set past nn.Module's __setattr__, which would register it as a child
         object.__setattr__(self, "teacher", teacher_model.eval().requires_grad_(False))
         s, t = self.model.config, ckpt.config
-        self.relation_heads = relation_heads or s.num_attention_heads
+        self.relation_heads = R = relation_heads or s.num_attention_heads
+        if (attention or value_relation) and (s.hidden_size % R or t.hidden_size % R):
+            raise UserError(
+                f"objective.relation_heads={R} must divide both widths (student {s.hidden_size}, "
+                f"teacher {t.hidden_size})"
+            )
         self.pairs = layer_map(s.num_hidden_layers, t.num_hidden_layers)
         self.projections = nn.ModuleDict(
             {

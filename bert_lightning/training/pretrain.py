@@ -136,8 +136,8 @@ def build(cfg: DictConfig, start: ResumePoint | None = None):
         )
     resumed = Tokenizer.from_str(start.tokenizer) if start is not None else None
     if start is not None:  # a refused resume writes nothing, not even the tokenizer
-        check_same_model(start, cfg.ckpt_path, asdict(model_config(cfg, resumed, begin)))
         check_same_objective(start, cfg.ckpt_path, cfg.objective)
+        check_same_model(start, cfg.ckpt_path, asdict(model_config(cfg, resumed, begin)))
     tokenizer = resumed or (given.tokenizer if given is not None else None)
     dm = instantiate(cfg.data, "data", out_dir=str(out_dir), given_tokenizer=tokenizer)
     tok = dm.tokenizer

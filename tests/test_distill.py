@@ -1,0 +1,360 @@
+"""`objective=distill`: each loss against a computation of its own on `transformers`' models,
+zero for a student that is its teacher, the FLOP formula, a run whose losses fall while the
+teacher stays as it was, a bitwise resume, and the student as an encoder like any other."""
+
+import csv
+import math
+import subprocess
+import sys
+from dataclasses import asdict
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from bert_lightning.checkpoint import Checkpoint, read_checkpoint, with_layers
+from bert_lightning.config import compose
+from bert_lightning.errors import UserError
+from bert_lightning.interop import hf_to_ours, ours_to_hf
+from bert_lightning.model import BertConfig, distill_flops
+from bert_lightning.model.distill import layer_map
+from bert_lightning.training.distill_module import DistillModule
+from bert_lightning.training.pretrain import build, train
+from conftest import OPTIM, RESUMABLE, pretrain_tiny, tiny_overrides, write_corpus
+
+transformers = pytest.importorskip("transformers")
+
+V = 97
+TEACHER = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
+STUDENT = dict(hidden_size=16, num_hidden_layers=3, num_attention_heads=4, intermediate_size=32)
+# no dropout; weights large enough for attention far from uniform
+NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, initializer_range=0.2)
+ALL = dict(attention=1.0, value_relation=1.0, hidden=1.0, embedding=1.0, soft_mlm=1.0, mlm=1.0)
+NONE = dict.fromkeys(ALL, 0.0)
+
+
+def hf_model(shape: dict, state: dict | None = None):
+    """transformers' BertForPreTraining with eager attention (its weights given to
+    `output_attentions`), our state loaded when given."""
+    config = transformers.BertConfig(
+        vocab_size=V, max_position_embeddings=64, **shape, **NO_DROPOUT
+    )
+    config._attn_implementation = "eager"
+    torch.manual_seed(1)
+    model = transformers.BertForPreTraining(config).eval()
+    if state is not None:
+        model.load_state_dict(ours_to_hf(state), strict=False)  # the decoder is re-tied
+    return model
+
+
+def teacher_ckpt(hf) -> Checkpoint:
+    config = BertConfig(vocab_size=V, max_position_embeddings=64, **TEACHER, **NO_DROPOUT)
+    return Checkpoint(config, hf_to_ours(hf.state_dict()), tokenizer=None, source="teacher")
+
+
+def module(weights: dict, teacher, **kwargs) -> DistillModule:
+    torch.manual_seed(2)
+    student = BertConfig(vocab_size=V, max_position_embeddings=64, **STUDENT, **NO_DROPOUT)
+    args = dict(temperature=2.0) | kwargs
+    return DistillModule(
+        asdict(student), OPTIM, "teacher", **weights, **args, teacher_ckpt=teacher
+    ).eval()
+
+
+def batch():
+    """Three rows, two padded; a few positions picked and masked (id 4) as the collator does."""
+    g = torch.Generator().manual_seed(5)
+    B, T = 3, 10
+    ids = torch.randint(5, V, (B, T), generator=g)
+    mask = (torch.arange(T) < torch.tensor([10, 7, 4])[:, None]).long()
+    ids = ids.masked_fill(mask == 0, 0)
+    picked = torch.zeros(B, T, dtype=torch.bool)
+    picked[0, [2, 5]] = picked[1, 3] = picked[2, 1] = True
+    labels = torch.where(picked, ids, -100)
+    return {
+        "input_ids": ids.masked_fill(picked, 4),
+        "labels": labels,
+        "attention_mask": mask,
+        "token_type_ids": torch.zeros_like(ids),
+    }, ids
+
+
+def kl_rows(p, q, keys, queries):
+    """KL(p || q) of (B, h, T, T) attention-like rows: real keys summed, real queries and heads
+    averaged."""
+    terms = torch.where(keys[:, None, None, :], p * (p.log() - q.log()), 0.0).sum(-1)  # (B, h, T)
+    return terms.masked_select(queries[:, None]).mean()
+
+
+def value_relations(hf, hidden, mask, heads):
+    """softmax(V V^T / sqrt(d)) of the last layer's values, re-split into `heads`."""
+    v = hf.bert.encoder.layer[-1].attention.self.value(hidden)  # (B, T, H)
+    v = v.unflatten(-1, (heads, -1)).transpose(1, 2)  # (B, heads, T, d)
+    s = v @ v.transpose(-1, -2) / math.sqrt(v.size(-1))
+    return s.masked_fill(~mask[:, None, None, :].bool(), -1e9).softmax(-1)
+
+
+def mean_pool(h, mask):
+    m = mask[..., None].float()
+    return (h * m).sum(1) / m.sum(1)
+
+
+def test_each_loss_equals_a_computation_on_transformers_models():
+    hf_t = hf_model(TEACHER)
+    m = module(ALL, teacher_ckpt(hf_t))
+    hf_s = hf_model(STUDENT, m.model.state_dict())
+    b, original = batch()
+    with torch.no_grad():
+        ours = m(b)  # MLM losses on: both read the masked text
+    am, tokens, picked = b["attention_mask"], b["attention_mask"].bool(), b["labels"] != -100
+    run = dict(attention_mask=am, output_attentions=True, output_hidden_states=True)
+    with torch.no_grad():
+        t, s = hf_t(b["input_ids"], **run), hf_s(b["input_ids"], **run)
+        expected = {
+            "attention": kl_rows(t.attentions[-1], s.attentions[-1], tokens, tokens),
+            "value_relation": kl_rows(
+                value_relations(hf_t, t.hidden_states[-2], am, 4),
+                value_relations(hf_s, s.hidden_states[-2], am, 4),
+                tokens,
+                tokens,
+            ),
+            "hidden": torch.stack(
+                [
+                    (
+                        (
+                            s.hidden_states[i] @ m.projections["hidden"].weight.T
+                            - t.hidden_states[j]
+                        )[tokens]
+                    )
+                    .pow(2)
+                    .mean()
+                    for i, j in [(0, 0), (1, 1), (2, 1), (3, 2)]
+                ]
+            ).mean(),
+            "embedding": 1
+            - F.cosine_similarity(
+                mean_pool(s.hidden_states[-1], am) @ m.projections["embedding"].weight.T,
+                mean_pool(t.hidden_states[-1], am),
+            ).mean(),
+            "mlm": F.cross_entropy(s.prediction_logits[picked], b["labels"][picked]),
+        }
+        pt = (t.prediction_logits[picked] / 2).softmax(-1)
+        ps = (s.prediction_logits[picked] / 2).softmax(-1)
+        expected["soft_mlm"] = (pt * (pt.log() - ps.log())).sum(-1).mean() * 4
+    assert layer_map(3, 2) == [(0, 0), (1, 1), (2, 1), (3, 2)]
+    for k, v in expected.items():
+        assert ours[k].item() == pytest.approx(v.item(), rel=1e-4, abs=1e-6), k
+    assert ours["loss"].item() == pytest.approx(sum(v.item() for v in expected.values()), rel=1e-4)
+
+    # without an MLM loss the models read the original text, not the masked one
+    m.weights = dict(ALL, soft_mlm=0.0, mlm=0.0)
+    with torch.no_grad():
+        unmasked = m(b)
+        t = hf_t(original, **run)
+        s = hf_s(original, **run)
+    want = kl_rows(t.attentions[-1], s.attentions[-1], tokens, tokens)
+    assert unmasked["attention"].item() == pytest.approx(want.item(), rel=1e-4)
+
+
+def test_a_student_that_is_its_teacher_has_zero_losses_but_mlm():
+    hf_t = hf_model(TEACHER)
+    t = teacher_ckpt(hf_t)
+    student = with_layers(t, [0, 1])
+    m = DistillModule(
+        asdict(student.config), OPTIM, "teacher", **ALL, temperature=2.0, teacher_ckpt=t
+    ).eval()
+    m.model.load_state_dict(student.state_dict, strict=False)
+    with torch.no_grad():
+        out = m(batch()[0])
+    for k in ("attention", "value_relation", "hidden", "embedding", "soft_mlm"):
+        assert out[k].item() == pytest.approx(0.0, abs=1e-6), k
+    assert out["mlm"].item() > 1.0
+
+
+def test_the_layers_of_a_teacher_start_a_student_renumbered():
+    t = teacher_ckpt(hf_model(TEACHER))
+    s = with_layers(t, [1])
+    assert s.config.num_hidden_layers == 1
+    for k, v in s.state_dict.items():
+        source = k.replace("encoder.layer.0.", "encoder.layer.1.")
+        assert torch.equal(v, t.state_dict[source]), k
+    assert not any("layer.1." in k for k in s.state_dict)
+    with pytest.raises(UserError, match=r"layers \[1, 1\]; expected distinct indices"):
+        with_layers(t, [1, 1])
+
+
+@pytest.mark.parametrize(
+    "weights",
+    [
+        dict(NONE, attention=1.0, value_relation=1.0),  # the last layer on [CLS] alone
+        ALL,
+        dict(NONE, hidden=1.0, soft_mlm=1.0),
+    ],
+)
+def test_distill_flops_match_torch_flop_counter(weights):
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    m = module(weights, teacher_ckpt(hf_model(TEACHER))).train()
+    b, _ = batch()
+    # SDPA's math path: matmuls the counter sees (it has no formula for the CPU's fused kernel)
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        m(b)["loss"].backward()
+    P = int((b["labels"] != -100).sum())
+    tokens = int(b["attention_mask"].sum())
+    expected = distill_flops(m.model.config, m.teacher.config, 3, 10, P, m.weights, tokens)
+    assert expected == counter.get_total_flops()
+    assert m.flops_per_batch(b) == expected
+
+
+def test_what_no_loss_reaches_is_frozen():
+    m = module(dict(NONE, attention=1.0), teacher_ckpt(hf_model(TEACHER))).train()
+    m(batch()[0])["loss"].backward()
+    trainable = {n for n, p in m.named_parameters() if p.requires_grad}
+    no_grad = {n for n, p in m.named_parameters() if p.requires_grad and p.grad is None}
+    assert not no_grad  # DDP needs every trainable parameter to get a gradient
+    assert "model.bert.encoder.layer.2.intermediate.dense.weight" not in trainable
+    assert "model.bert.encoder.layer.2.attention.self.qkv.weight" in trainable
+    assert not any(n.startswith("teacher") for n, _ in m.named_parameters())
+    assert not any(p.requires_grad for p in m.teacher.parameters())
+
+
+def test_mistakes_are_one_line(tmp_path):
+    hf_encoder_only = teacher_ckpt(hf_model(TEACHER))
+    hf_encoder_only.state_dict = {
+        k: v for k, v in hf_encoder_only.state_dict.items() if k.startswith("bert.")
+    }
+    with pytest.raises(UserError, match=r"objective.soft_mlm=1.0: teacher has no MLM head"):
+        module(dict(NONE, soft_mlm=1.0), hf_encoder_only)
+    with pytest.raises(UserError, match="every loss weight is 0"):
+        module(NONE, hf_encoder_only)
+    with pytest.raises(
+        UserError, match=r"relation_heads=3 must divide both widths \(student 16, teacher 32\)"
+    ):
+        module(dict(NONE, attention=1.0), hf_encoder_only, relation_heads=3)
+
+
+# --- runs --------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def teacher_run(tmp_path_factory):
+    """A 6-step tiny pretraining run: a teacher with an MLM head, its tokenizer."""
+    out = tmp_path_factory.mktemp("teacher")
+    pretrain_tiny(out)
+    return out / "checkpoints" / "last.ckpt"
+
+
+def distill_overrides(out, teacher, *extra):
+    write_corpus(out / "corpus.jsonl")
+    return tiny_overrides(
+        out,
+        "objective=distill",
+        f"objective.teacher={teacher}",
+        "objective.hidden=1.0",
+        "objective.embedding=1.0",
+        "objective.soft_mlm=1.0",
+        "model.hidden_size=16",  # narrower than the teacher's 32
+        "model.intermediate_size=32",
+        *extra,
+    )
+
+
+def rows(out_dir):
+    with open(out_dir / "metrics.csv") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.mark.slow
+def test_a_30_step_run_lowers_every_loss_and_leaves_the_teacher_as_it_was(tmp_path, teacher_run):
+    cfg = compose(overrides=distill_overrides(tmp_path, teacher_run, "trainer.max_steps=30"))
+    dm, m, trainer = build(cfg)
+    before = {k: v.clone() for k, v in m.teacher.state_dict().items()}
+    trainer.fit(m, datamodule=dm)
+    assert not m.teacher.training
+    for k, v in m.teacher.state_dict().items():
+        assert torch.equal(v, before[k]), k
+    train_rows = [r for r in rows(tmp_path) if r.get("train/loss")]
+    assert len(train_rows) == 30
+    for key in ("loss", "attention", "hidden", "embedding", "soft_mlm"):
+        x = [float(r[f"train/{key}"]) for r in train_rows]
+        assert sum(x[-5:]) < sum(x[:5]), key
+    # a barely trained teacher's values are near 0, their relations near uniform: nothing to
+    # learn there from the first step
+    assert all(float(r["train/value_relation"]) < 1e-3 for r in train_rows)
+    assert any(r.get("train/flops_per_s") for r in rows(tmp_path))
+    state = torch.load(tmp_path / "checkpoints/last.ckpt", weights_only=True)["state_dict"]
+    assert not any(k.startswith("teacher") for k in state)  # the teacher is not saved
+
+
+@pytest.mark.slow
+def test_a_distillation_resumes_bitwise(tmp_path, teacher_run):
+    def run(name, *extra):
+        out = tmp_path / name
+        train(compose(overrides=distill_overrides(out, teacher_run, *RESUMABLE, *extra)))
+        return out / "checkpoints/last.ckpt"
+
+    whole = run("whole")
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        run("killed", "+callbacks.crash._target_=probe.CrashAt", "+callbacks.crash.step=4")
+    resumed = run("resumed", f"ckpt_path={tmp_path / 'killed/checkpoints/last.ckpt'}")
+    a = torch.load(whole, weights_only=True)
+    b = torch.load(resumed, weights_only=True)
+    assert a["global_step"] == b["global_step"] == 8
+    for name, tensor in a["state_dict"].items():
+        assert torch.equal(tensor, b["state_dict"][name]), name
+    with pytest.raises(UserError, match="trained with objective=distill from teacher"):
+        pretrain_tiny(tmp_path / "mlm", "trainer.max_steps=10", f"ckpt_path={resumed}")
+
+
+@pytest.mark.slow
+def test_a_student_from_the_teachers_layers_exports_and_fine_tunes(tmp_path, teacher_run):
+    from bert_lightning.training.finetune import finetune
+    from finetune_fixtures import sentiment_rows, write_csv
+
+    out = tmp_path / "student"
+    overrides = distill_overrides(out, teacher_run, "objective.student_layers=[1]")
+    overrides = [o for o in overrides if not o.startswith("model.")]  # the teacher's width
+    train(compose(overrides=overrides))
+    ckpt = out / "checkpoints" / "last.ckpt"
+    student, teacher = read_checkpoint(ckpt), read_checkpoint(teacher_run)
+    assert student.config.num_hidden_layers == 1 and student.kind == "pretraining"
+    assert student.tokenizer.get_vocab() == teacher.tokenizer.get_vocab()
+    assert all(k.startswith(("bert.", "cls.")) for k in student.state_dict)
+
+    hf = tmp_path / "hf"
+    subprocess.run(
+        [sys.executable, "-m", "bert_lightning", "export-hf", str(ckpt), str(hf)], check=True
+    )
+    _, info = transformers.BertForPreTraining.from_pretrained(hf, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+
+    write_csv(tmp_path / "train.csv", sentiment_rows(48))
+    results = finetune(
+        compose(
+            "finetune",
+            [
+                "debug=tiny",
+                f"paths.output_dir={tmp_path / 'ft'}",
+                f"pretrained={ckpt}",
+                f"task.train_file={tmp_path / 'train.csv'}",
+                "trainer.max_steps=3",
+            ],
+        )
+    )
+    assert results["pretrained"] == f"checkpoint {ckpt}"
+
+
+def test_a_student_reads_its_teachers_tokenizer(tmp_path, teacher_run):
+    from finetune_fixtures import write_our_ckpt, write_tokenizer
+
+    other = tmp_path / "other.ckpt"
+    write_our_ckpt(other, write_tokenizer(tmp_path / "tok.json"))
+    cfg = compose(overrides=distill_overrides(tmp_path, teacher_run, f"init_from={other}"))
+    with pytest.raises(
+        UserError,
+        match=f"init_from={other} and objective.teacher=.* have "
+        "different vocabularies; expected one tokenizer",
+    ):
+        build(cfg)
