@@ -192,8 +192,10 @@ def read_checkpoint(path: str | Path, kind: str | None = None, use: str = "") ->
         hparams = dict(raw["hyper_parameters"])
         config = BertConfig(**hparams["config"])
         # an RTD checkpoint's encoder is its discriminator (`bert.*`): its generator and
-        # replaced-token head have no place in a BERT model
-        keep = "model.bert." if RTD_KEY in hparams else "model."
+        # replaced-token head have no place in a BERT model; a student distilled without an
+        # MLM loss has an MLM head no loss trained
+        untrained = "teacher" in hparams and not (hparams.get("soft_mlm") or hparams.get("mlm"))
+        keep = "model.bert." if RTD_KEY in hparams or untrained else "model."
         state = join_qkv(
             {k[len("model.") :]: v for k, v in raw["state_dict"].items() if k.startswith(keep)}
         )

@@ -192,9 +192,8 @@ def test_the_layers_of_a_teacher_start_a_student_renumbered():
     ],
 )
 def test_distill_flops_match_torch_flop_counter(weights):
-    from torch.utils.flop_counter import FlopCounterMode
-
     from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.utils.flop_counter import FlopCounterMode
 
     m = module(weights, teacher_ckpt(hf_model(TEACHER))).train()
     b, _ = batch()
@@ -233,6 +232,10 @@ def test_mistakes_are_one_line(tmp_path):
         UserError, match=r"relation_heads=3 must divide both widths \(student 16, teacher 32\)"
     ):
         module(dict(NONE, attention=1.0), hf_encoder_only, relation_heads=3)
+    m = module(dict(NONE, attention=1.0), hf_encoder_only)
+    m._device_mesh = "a mesh"  # what Lightning's ModelParallelStrategy (trainer=fsdp) sets
+    with pytest.raises(UserError, match=r"objective=distill runs with DDP \(trainer=ddp\), not"):
+        m.configure_model()
 
 
 # --- runs --------------------------------------------------------------------------------
@@ -290,9 +293,11 @@ def test_a_30_step_run_lowers_every_loss_and_leaves_the_teacher_as_it_was(tmp_pa
 
 @pytest.mark.slow
 def test_a_distillation_resumes_bitwise(tmp_path, teacher_run):
+    also = ("objective.mlm=0.5", "objective.relation_heads=4")  # every option steps somewhere
+
     def run(name, *extra):
         out = tmp_path / name
-        train(compose(overrides=distill_overrides(out, teacher_run, *RESUMABLE, *extra)))
+        train(compose(overrides=distill_overrides(out, teacher_run, *RESUMABLE, *also, *extra)))
         return out / "checkpoints/last.ckpt"
 
     whole = run("whole")
@@ -322,6 +327,7 @@ def test_a_student_from_the_teachers_layers_exports_and_fine_tunes(tmp_path, tea
     assert student.config.num_hidden_layers == 1 and student.kind == "pretraining"
     assert student.tokenizer.get_vocab() == teacher.tokenizer.get_vocab()
     assert all(k.startswith(("bert.", "cls.")) for k in student.state_dict)
+    assert "cls.predictions.bias" in student.state_dict  # soft_mlm trained the MLM head
 
     hf = tmp_path / "hf"
     subprocess.run(
@@ -349,8 +355,8 @@ def test_a_student_from_the_teachers_layers_exports_and_fine_tunes(tmp_path, tea
 def test_a_student_reads_its_teachers_tokenizer(tmp_path, teacher_run):
     from finetune_fixtures import write_our_ckpt, write_tokenizer
 
-    other = tmp_path / "other.ckpt"
-    write_our_ckpt(other, write_tokenizer(tmp_path / "tok.json"))
+    other, tok = tmp_path / "other.ckpt", tmp_path / "tok.json"
+    write_our_ckpt(other, write_tokenizer(tok))
     cfg = compose(overrides=distill_overrides(tmp_path, teacher_run, f"init_from={other}"))
     with pytest.raises(
         UserError,
@@ -358,3 +364,32 @@ def test_a_student_reads_its_teachers_tokenizer(tmp_path, teacher_run):
         "different vocabularies; expected one tokenizer",
     ):
         build(cfg)
+    cfg = compose(overrides=distill_overrides(tmp_path, teacher_run, f"data.tokenizer.path={tok}"))
+    with pytest.raises(
+        UserError,
+        match=f"checkpoint {teacher_run} and data.tokenizer.path={tok} have different",
+    ):
+        build(cfg)
+
+
+@pytest.mark.slow
+def test_a_student_without_an_mlm_loss_is_an_encoder_without_heads(tmp_path, teacher_run):
+    out = tmp_path / "student"
+    train(compose(overrides=distill_overrides(out, teacher_run, "objective.soft_mlm=0.0")))
+    ckpt = out / "checkpoints" / "last.ckpt"
+    assert all(k.startswith("bert.") for k in read_checkpoint(ckpt).state_dict)
+    hf = tmp_path / "hf"
+    subprocess.run(
+        [sys.executable, "-m", "bert_lightning", "export-hf", str(ckpt), str(hf)], check=True
+    )
+    _, info = transformers.BertModel.from_pretrained(hf, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    r = subprocess.run(
+        [sys.executable, "-m", "bert_lightning", "fill-mask", str(ckpt), "the [MASK] sat"],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 2
+    assert r.stderr.strip() == (
+        f"error: {ckpt}: no MLM head (cls.predictions.*) in these weights; fill-mask needs one"
+    )

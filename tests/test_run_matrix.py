@@ -18,6 +18,7 @@ from run_matrix import (
     JOBS,
     MULTI,
     PRECISIONS,
+    REFUSED,
     REPEATS,
     SINGLE,
     STEPS,
@@ -95,6 +96,8 @@ def multi_launch(tmp_path_factory):
 @pytest.mark.parametrize("precision", PRECISIONS)
 @pytest.mark.parametrize("preset", MULTI)
 def test_multi_process_preset_steps_with_clipping(multi_launch, preset, precision, job):
+    if (preset, job) in REFUSED:
+        pytest.skip(f"objective={job} refuses trainer={preset} (tests/test_distill.py)")
     root, log = multi_launch
     assert_clipped_steps(case_dir(root, preset, precision, job), ranks=2, log=log)
 

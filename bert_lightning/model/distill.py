@@ -44,7 +44,8 @@ def relation_logits(a: torch.Tensor, b: torch.Tensor, heads: int, mask) -> torch
     def split(x):  # (B, T, H) -> (B, heads, T, H / heads)
         return x.float().unflatten(-1, (heads, H // heads)).transpose(1, 2)
 
-    s = split(a) @ split(b).transpose(-1, -2) / math.sqrt(H // heads)  # (B, heads, T, T)
+    with torch.autocast(a.device.type, enabled=False):  # a KL of bf16 logits is coarse
+        s = split(a) @ split(b).transpose(-1, -2) / math.sqrt(H // heads)  # (B, heads, T, T)
     return s if mask is None else s.masked_fill(~mask, torch.finfo(s.dtype).min)
 
 

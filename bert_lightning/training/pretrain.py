@@ -113,7 +113,7 @@ def starting_point(cfg: DictConfig, teacher: Checkpoint | None) -> Checkpoint | 
             "model's shape: leave model= out"
         )
     if differ:
-        log.info("%s gives the model's shape: %s (not model='s)", name, theirs)
+        log.info("the model has %s's shape: %s", name, theirs)
     return begin
 
 
