@@ -55,7 +55,7 @@ def teacher_ckpt(hf) -> Checkpoint:
 def module(weights: dict, teacher, **kwargs) -> DistillModule:
     torch.manual_seed(2)
     student = BertConfig(vocab_size=V, max_position_embeddings=64, **STUDENT, **NO_DROPOUT)
-    args = dict(temperature=2.0) | kwargs
+    args = dict(temperature=2.0, relation_heads=None, student_layers=None) | kwargs
     return DistillModule(
         asdict(student), OPTIM, "teacher", **weights, **args, teacher_ckpt=teacher
     ).eval()
@@ -160,9 +160,9 @@ def test_a_student_that_is_its_teacher_has_zero_losses_but_mlm():
     hf_t = hf_model(TEACHER)
     t = teacher_ckpt(hf_t)
     student = with_layers(t, [0, 1])
-    m = DistillModule(
-        asdict(student.config), OPTIM, "teacher", **ALL, temperature=2.0, teacher_ckpt=t
-    ).eval()
+    args = dict(temperature=2.0, relation_heads=None, student_layers=[0, 1])
+    m = DistillModule(asdict(student.config), OPTIM, "teacher", **ALL, **args, teacher_ckpt=t)
+    m.eval()
     m.model.load_state_dict(student.state_dict, strict=False)
     with torch.no_grad():
         out = m(batch()[0])
