@@ -250,8 +250,13 @@ def hydra_main(config_name: str) -> Callable[[Callable[[DictConfig], Any]], Call
             else:
                 reported_task.__wrapped__ = task
             main = hydra.main(str(CONFIG_DIR), config_name, version_base="1.3")(reported_task)
-            with composition_reported():
-                main()
+            try:
+                with composition_reported():
+                    main()
+            finally:  # Hydra leaves its record set: a later run in this process is not its own
+                from hydra.core.hydra_config import HydraConfig
+
+                HydraConfig.instance().cfg = None
 
         return run
 

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 import torch
-from test_errors import cli_error
+from test_errors import _logging_restored, cli_error  # noqa: F401  (autouse: the CLI test logs)
 
 from bert_lightning.checkpoint import read_checkpoint
 from bert_lightning.config import compose
