@@ -3,10 +3,12 @@ zero for a student that is its teacher, the FLOP formula, a run whose losses fal
 teacher stays as it was, a bitwise resume, and the student as an encoder like any other."""
 
 import csv
+import json
 import math
 import subprocess
 import sys
 from dataclasses import asdict
+from pathlib import Path
 
 import pytest
 import torch
@@ -393,3 +395,14 @@ def test_a_student_without_an_mlm_loss_is_an_encoder_without_heads(tmp_path, tea
     assert r.stderr.strip() == (
         f"error: {ckpt}: no MLM head (cls.predictions.*) in these weights; fill-mask needs one"
     )
+
+
+def test_the_distillation_table_in_the_docs_is_what_the_kept_cells_give():
+    """docs/downstream.md's distillation ablation: each arm's SST-2, Home Depot and average
+    are the suite's own, kept in bench/results/distill_ablation/downstream.json."""
+    root = Path(__file__).resolve().parents[1]
+    kept = json.loads((root / "bench/results/distill_ablation/downstream.json").read_text())
+    doc = (root / "docs/downstream.md").read_text()
+    for name, m in kept["models"].items():
+        row = [m["mean_std"]["sst2"][0], m["mean_std"]["home_depot"][0], m["average"][0]]
+        assert "| " + " | ".join(f"{v:.3f}" for v in row) + " |" in doc, name
