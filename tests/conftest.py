@@ -38,6 +38,23 @@ RESUMABLE = (
 )
 
 
+def killed_and_resumed_bitwise(run) -> Path:
+    """`run(name, *overrides)` -> its last.ckpt, three times: whole, killed before step 5
+    (probe.CrashAt), resumed from the killed run's last.ckpt. The resumed run ends at step 8
+    with the whole run's weights, bit for bit; returns its last.ckpt."""
+    whole = run("whole")
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        run("killed", "+callbacks.crash._target_=probe.CrashAt", "+callbacks.crash.step=4")
+    killed = whole.parents[2] / "killed" / "checkpoints" / "last.ckpt"
+    resumed = run("resumed", f"ckpt_path={killed}")
+    a = torch.load(whole, weights_only=True)
+    b = torch.load(resumed, weights_only=True)
+    assert a["global_step"] == b["global_step"] == 8
+    for name, tensor in a["state_dict"].items():
+        assert torch.equal(tensor, b["state_dict"][name]), name
+    return resumed
+
+
 def tiny_overrides(out_dir: Path, *extra: str) -> list[str]:
     """A train.py run small enough for a unit test (conf/debug/tiny.yaml: width 32, 2 layers,
     seq 32, vocab 600, 6 steps) on `out_dir/corpus.jsonl`, writing into `out_dir`."""

@@ -22,7 +22,14 @@ from bert_lightning.model import BertConfig, distill_flops
 from bert_lightning.model.distill import layer_map
 from bert_lightning.training.distill_module import DistillModule
 from bert_lightning.training.pretrain import build, train
-from conftest import OPTIM, RESUMABLE, pretrain_tiny, tiny_overrides, write_corpus
+from conftest import (
+    OPTIM,
+    RESUMABLE,
+    killed_and_resumed_bitwise,
+    pretrain_tiny,
+    tiny_overrides,
+    write_corpus,
+)
 
 transformers = pytest.importorskip("transformers")
 
@@ -302,15 +309,7 @@ def test_a_distillation_resumes_bitwise(tmp_path, teacher_run):
         train(compose(overrides=distill_overrides(out, teacher_run, *RESUMABLE, *also, *extra)))
         return out / "checkpoints/last.ckpt"
 
-    whole = run("whole")
-    with pytest.raises(RuntimeError, match="simulated crash"):
-        run("killed", "+callbacks.crash._target_=probe.CrashAt", "+callbacks.crash.step=4")
-    resumed = run("resumed", f"ckpt_path={tmp_path / 'killed/checkpoints/last.ckpt'}")
-    a = torch.load(whole, weights_only=True)
-    b = torch.load(resumed, weights_only=True)
-    assert a["global_step"] == b["global_step"] == 8
-    for name, tensor in a["state_dict"].items():
-        assert torch.equal(tensor, b["state_dict"][name]), name
+    resumed = killed_and_resumed_bitwise(run)
     with pytest.raises(UserError, match="trained with objective=distill from teacher"):
         pretrain_tiny(tmp_path / "mlm", "trainer.max_steps=10", f"ckpt_path={resumed}")
 

@@ -14,7 +14,7 @@ from bert_lightning.config import compose
 from bert_lightning.data.corpus import iter_documents
 from bert_lightning.data.tokenizer import load_tokenizer, save_tokenizer, train_wordpiece
 from bert_lightning.training.pretrain import build, train
-from conftest import RESUMABLE, TINY_BERT, tiny_overrides, write_corpus
+from conftest import RESUMABLE, TINY_BERT, killed_and_resumed_bitwise, tiny_overrides, write_corpus
 
 transformers = pytest.importorskip("transformers")
 
@@ -141,15 +141,7 @@ def test_a_run_started_from_weights_resumes_bitwise(tmp_path, mlm_start):
         train(compose(overrides=overrides(tmp_path / name, folder, *RESUMABLE, *extra)))
         return tmp_path / name / "checkpoints/last.ckpt"
 
-    whole = run("whole")
-    with pytest.raises(RuntimeError, match="simulated crash"):
-        run("killed", "+callbacks.crash._target_=probe.CrashAt", "+callbacks.crash.step=4")
-    resumed = run("resumed", f"ckpt_path={tmp_path / 'killed/checkpoints/last.ckpt'}")
-    a = torch.load(whole, weights_only=True)
-    b = torch.load(resumed, weights_only=True)
-    assert a["global_step"] == b["global_step"] == 8
-    for name, tensor in a["state_dict"].items():
-        assert torch.equal(tensor, b["state_dict"][name]), name
+    killed_and_resumed_bitwise(run)
 
 
 def test_a_model_on_the_command_line_that_contradicts_the_start_is_one_line(
