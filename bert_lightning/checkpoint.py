@@ -166,9 +166,6 @@ def load_hf_folder(folder: str | Path) -> Checkpoint:
             break
     else:
         raise MissingFileError(f"{folder}: neither tokenizer.json nor vocab.txt")
-    # HF files often fix padding/truncation (e.g. pad to 128): framing is our pipeline's job
-    tokenizer.no_padding()
-    tokenizer.no_truncation()
     config = config_from_hf(folder / "config.json")
     check_vocab(folder, config.vocab_size, tokenizer)
     return Checkpoint(

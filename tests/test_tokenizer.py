@@ -1,4 +1,5 @@
 import pytest
+from tokenizers import Tokenizer
 
 from bert_lightning.data.corpus import iter_documents
 from bert_lightning.data.tokenizer import (
@@ -36,6 +37,20 @@ def test_save_and_load_roundtrip(tiny_tokenizer, tmp_path):
     loaded = load_tokenizer(path)
     text = "Beginners BBQ Class Taking Place in Missoula!"
     assert loaded.encode(text).ids == tiny_tokenizer.encode(text).ids
+
+
+def test_a_published_files_padding_and_truncation_are_dropped(tiny_tokenizer, tmp_path):
+    """all-MiniLM-L6-v2's tokenizer.json truncates at 128: kept, a corpus read through it
+    would keep one block of every document."""
+    text = " ".join(["Beginners BBQ Class Taking Place in Missoula!"] * 40)
+    fixed = Tokenizer.from_str(tiny_tokenizer.to_str())
+    fixed.enable_truncation(16)
+    fixed.enable_padding(length=16)
+    save_tokenizer(fixed, tmp_path / "tokenizer.json")
+    assert len(fixed.encode(text).ids) == 16
+    loaded = load_tokenizer(tmp_path / "tokenizer.json")
+    assert loaded.encode(text).ids == tiny_tokenizer.encode(text).ids
+    assert len(loaded.encode(text).ids) > 300
 
 
 def test_bert_vocab_txt_gives_bert_ids(tmp_path):

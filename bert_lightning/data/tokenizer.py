@@ -144,7 +144,9 @@ def save_tokenizer(tok: Tokenizer, path: str | os.PathLike) -> None:
 
 
 def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
-    """`tokenizer.json` (ours or any BERT one) or a BERT `vocab.txt`."""
+    """`tokenizer.json` (ours or any BERT one) or a BERT `vocab.txt`. Padding and truncation
+    that a published file fixes (e.g. all-MiniLM-L6-v2's 128) are dropped: framing is the
+    pipeline's job, and a truncating tokenizer would keep one block of every document."""
     path = Path(path)
     if not path.is_file():
         raise MissingFileError(f"{path}: no such tokenizer file")
@@ -157,6 +159,8 @@ def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
     missing = [t for t in SPECIAL_TOKENS if tok.token_to_id(t) is None]
     if missing:
         raise UserError(f"{path}: tokenizer lacks the special tokens {missing}")
+    tok.no_padding()
+    tok.no_truncation()
     return tok
 
 
