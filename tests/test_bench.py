@@ -231,6 +231,85 @@ def test_gpu_pretraining_pays_gathers_its_files_then_pretrains_both_and_runs_the
     assert (out / "curve.md").read_text().splitlines()[0].startswith("| pretraining minutes")
 
 
+@pytest.mark.slow
+def test_gpu_distill_carries_a_teacher_and_brings_back_both_students(tmp_path):
+    """bench/gpu_distill_carry.py packs a teacher (fp16, xz), text and wheels; bench/gpu_distill.sh
+    on them (CPU, tiny shapes, 3-second budgets) distils and pretrains with MLM, each model
+    comes back in fp16 shards, and --unpack makes folders the suite reads, equal to the
+    checkpoints up to fp16 rounding."""
+    import gzip
+
+    from conftest import write_corpus
+    from finetune_fixtures import write_hf_folder, write_tokenizer
+
+    wb, wheels, teacher = tmp_path / "wiki_books", tmp_path / "wheels", tmp_path / "teacher"
+    wb.mkdir()
+    wheels.mkdir()
+    write_hf_folder(teacher, write_tokenizer(tmp_path / "tokenizer.json"))
+    lines = write_corpus(tmp_path / "corpus.jsonl", 40).read_text().splitlines(keepends=True)
+    for i, name in enumerate(
+        [
+            "wikipedia-train-00006",
+            "books-train-00002",
+            "wikipedia-train-00000",
+            "wikipedia-validation-00000",
+        ]
+    ):
+        with gzip.open(wb / f"{name}.jsonl.gz", "wt") as f:
+            f.writelines(lines[i * 10 : (i + 1) * 10])
+    carry, out = tmp_path / "carry", tmp_path / "out"
+    bench(
+        str(ROOT / "bench/gpu_distill_carry.py"),
+        str(carry),
+        str(wb),
+        str(wheels),
+        str(teacher),
+        cwd=tmp_path,
+    )
+    assert sorted(p.name for p in (carry / "teacher").iterdir()) == [
+        "config.json",
+        "model.safetensors.xz",
+        "tokenizer.json",
+    ]
+    env = dict(
+        os.environ,
+        PYTHON=sys.executable,
+        ACCELERATOR="cpu",
+        MINUTES="0.05",
+        BATCH="4",
+        WORK=str(tmp_path / "work"),
+    )
+    tiny = [
+        "model.hidden_size=32",
+        "model.num_hidden_layers=2",
+        "model.num_attention_heads=2",
+        "model.intermediate_size=64",
+        "data.max_seq_length=32",
+        "trainer.val_check_interval=2",
+    ]
+    r = subprocess.run(
+        ["bash", str(ROOT / "bench/gpu_distill.sh"), str(carry), str(out), *tiny],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert r.returncode == 0 and r.stdout.count("exit 0") == 2, r.stdout + r.stderr[-3000:]
+    bench(
+        str(ROOT / "bench/gpu_distill_carry.py"),
+        "--unpack",
+        str(out),
+        str(tmp_path / "hf"),
+        cwd=tmp_path,
+    )
+    for arm in ("distill", "mlm"):
+        back = read_checkpoint(tmp_path / "hf" / arm)
+        trained = read_checkpoint(tmp_path / "work" / arm / "checkpoints/last.ckpt")
+        assert back.config.hidden_size == 32 and back.state_dict.keys() <= trained.state_dict.keys()
+        for k, v in back.state_dict.items():
+            torch.testing.assert_close(v, trained.state_dict[k].float(), atol=2e-3, rtol=1e-3)
+
+
 def test_rtd_step_bench_times_both_objectives(tmp_path):
     """bench/rtd_step.py on a tiny batch: both step times, their ratio and the sampling share."""
     args = ["--size", "bert_tiny", "--vocab-size", "500", "--batch-size", "4", "--seq-len", "16"]
