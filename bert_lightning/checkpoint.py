@@ -21,6 +21,7 @@ from bert_lightning.data.tokenizer import load_tokenizer
 from bert_lightning.errors import MissingFileError, UserError
 from bert_lightning.interop import config_from_hf, hf_to_ours, join_qkv, load_into
 from bert_lightning.model import BertConfig, BertModel
+from bert_lightning.model.distill import principal_embeddings
 
 PRETRAINING, FINETUNING, HUGGING_FACE = "pretraining", "fine-tuning", "Hugging Face"
 RTD_KEY = "generator_hidden_size"  # in the hyper-parameters of an RTD pretraining checkpoint
@@ -268,3 +269,16 @@ def with_layers(ckpt: Checkpoint, layers: list[int]) -> Checkpoint:
     return replace(
         ckpt, config=config, state_dict=state, source=f"{ckpt.source}, layers {list(layers)}"
     )
+
+
+def with_principal_embeddings(ckpt: Checkpoint, config: BertConfig) -> Checkpoint:
+    """The start of a random `config`-shaped student whose embeddings are `ckpt`'s on their
+    principal directions (`model.distill.principal_embeddings`); position rows past the
+    student's `max_position_embeddings` are left out."""
+    state = principal_embeddings(ckpt.state_dict, config.hidden_size)
+    key = "bert.embeddings.position_embeddings.weight"
+    state[key] = state[key][: config.max_position_embeddings]  # (P, width)
+    if len(state[key]) < config.max_position_embeddings:
+        del state[key]
+    source = f"{ckpt.source}'s embeddings on {config.hidden_size} principal directions"
+    return replace(ckpt, config=config, state_dict=state, source=source)

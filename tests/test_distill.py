@@ -19,7 +19,7 @@ from bert_lightning.config import compose
 from bert_lightning.errors import UserError
 from bert_lightning.interop import hf_to_ours, ours_to_hf
 from bert_lightning.model import BertConfig, distill_flops
-from bert_lightning.model.distill import layer_map
+from bert_lightning.model.distill import layer_map, principal_embeddings
 from bert_lightning.training.distill_module import DistillModule
 from bert_lightning.training.pretrain import build, train
 from conftest import (
@@ -64,7 +64,8 @@ def teacher_ckpt(hf) -> Checkpoint:
 def module(weights: dict, teacher, **kwargs) -> DistillModule:
     torch.manual_seed(2)
     student = BertConfig(vocab_size=V, max_position_embeddings=64, **STUDENT, **NO_DROPOUT)
-    args = dict(temperature=2.0, relation_heads=None, student_layers=None) | kwargs
+    args = dict(temperature=2.0, relation_heads=None, student_layers=None)
+    args |= dict(embeddings_from_teacher=False) | kwargs
     return DistillModule(
         asdict(student), OPTIM, "teacher", **weights, **args, teacher_ckpt=teacher
     ).eval()
@@ -170,6 +171,7 @@ def test_a_student_that_is_its_teacher_has_zero_losses_but_mlm():
     t = teacher_ckpt(hf_t)
     student = with_layers(t, [0, 1])
     args = dict(temperature=2.0, relation_heads=None, student_layers=[0, 1])
+    args |= dict(embeddings_from_teacher=False)
     m = DistillModule(asdict(student.config), OPTIM, "teacher", **ALL, **args, teacher_ckpt=t)
     m.eval()
     m.model.load_state_dict(student.state_dict, strict=False)
@@ -190,6 +192,27 @@ def test_the_layers_of_a_teacher_start_a_student_renumbered():
     assert not any("layer.1." in k for k in s.state_dict)
     with pytest.raises(UserError, match=r"layers \[1, 1\]; expected distinct indices"):
         with_layers(t, [1, 1])
+
+
+def test_principal_embeddings_keep_most_of_the_teachers_word_geometry():
+    t = teacher_ckpt(hf_model(TEACHER)).state_dict
+    word = t["bert.embeddings.word_embeddings.weight"]  # (V, 32)
+    full = principal_embeddings(t, 32)  # a rotation: the tokens' dot products kept
+    got = full["bert.embeddings.word_embeddings.weight"]
+    torch.testing.assert_close(got @ got.T, word @ word.T, atol=1e-4, rtol=1e-4)
+    eight = principal_embeddings(t, 8)
+    assert {k: tuple(v.shape) for k, v in eight.items()} == {
+        "bert.embeddings.word_embeddings.weight": (V, 8),
+        "bert.embeddings.position_embeddings.weight": (64, 8),
+        "bert.embeddings.token_type_embeddings.weight": (2, 8),
+    }
+    kept = eight["bert.embeddings.word_embeddings.weight"].var(0).sum()
+    sigma = torch.linalg.svdvals(word - word.mean(0))
+    torch.testing.assert_close(kept, (sigma[:8] ** 2).sum() / (V - 1), rtol=1e-4, atol=0)
+    q, _ = torch.linalg.qr(torch.randn(32, 8, generator=torch.Generator().manual_seed(0)))
+    assert kept > 1.5 * (word @ q).var(0).sum()  # more than any direction picked at random
+    with pytest.raises(UserError, match="the student's width 48 must be at most the teacher's 32"):
+        principal_embeddings(t, 48)
 
 
 @pytest.mark.parametrize(
@@ -351,6 +374,23 @@ def test_a_student_from_the_teachers_layers_exports_and_fine_tunes(tmp_path, tea
         )
     )
     assert results["pretrained"] == f"checkpoint {ckpt}"
+
+
+def test_a_student_starts_from_its_teachers_principal_embeddings_and_trains(tmp_path, teacher_run):
+    option = "objective.embeddings_from_teacher=true"
+    overrides = distill_overrides(tmp_path, teacher_run, option, "trainer.max_steps=3")
+    dm, m, trainer = build(compose(overrides=overrides))
+    start = principal_embeddings(read_checkpoint(teacher_run).state_dict, 16)
+    for k, v in start.items():
+        assert torch.equal(m.model.state_dict()[k], v), k
+    trainer.fit(m, datamodule=dm)
+    assert len([r for r in rows(tmp_path) if r.get("train/loss")]) == 3
+    with pytest.raises(
+        UserError,
+        match="objective.student_layers and objective.embeddings_from_teacher each start the "
+        "student; give one",
+    ):
+        build(compose(overrides=[*overrides, "objective.student_layers=[1]"]))
 
 
 def test_a_student_reads_its_teachers_tokenizer(tmp_path, teacher_run):

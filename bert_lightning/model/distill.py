@@ -10,6 +10,9 @@ teacher's outputs on the same tokens (`objective=distill`, training/distill_modu
 - Sentence embeddings: one minus the cosine of the mean-pooled last hidden states.
 - DistilBERT (Sanh et al. 2019): KL to the teacher's MLM distribution at the masked positions,
   both softened by a temperature (scaled by its square, as Hinton et al.).
+
+And a start for a student narrower than its teacher: the teacher's embeddings on their
+principal directions (`principal_embeddings`).
 """
 
 from __future__ import annotations
@@ -91,3 +94,23 @@ def soft_mlm(student: torch.Tensor, teacher: torch.Tensor, temperature: float) -
     lt = (teacher.float() / temperature).log_softmax(-1)
     ls = (student.float() / temperature).log_softmax(-1)
     return F.kl_div(ls, lt, log_target=True, reduction="batchmean") * temperature**2
+
+
+EMBEDDINGS = ("word_embeddings", "position_embeddings", "token_type_embeddings")
+
+
+def principal_embeddings(teacher: dict[str, torch.Tensor], width: int) -> dict[str, torch.Tensor]:
+    """The teacher's word, position and token-type embedding tables (`bert.embeddings.*`,
+    (rows, H)) -> (rows, width) on the `width` principal directions of its word embeddings: one
+    projection for all three, so that their sum projects as they do. Most of a small student is
+    its embedding table; started so, every token has its place in the teacher's space."""
+    word = teacher["bert.embeddings.word_embeddings.weight"].float()  # (V, H)
+    if not 0 < width <= word.size(1):
+        raise UserError(
+            f"objective.embeddings_from_teacher: the student's width {width} must be at most "
+            f"the teacher's {word.size(1)}"
+        )
+    _, _, vh = torch.linalg.svd(word - word.mean(0), full_matrices=False)  # vh (H, H)
+    basis = vh[:width].T  # (H, width)
+    keys = [f"bert.embeddings.{name}.weight" for name in EMBEDDINGS]
+    return {k: teacher[k].float() @ basis for k in keys}  # (rows, width) each

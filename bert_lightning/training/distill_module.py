@@ -42,8 +42,9 @@ class DistillModule(EncoderModule):
     unless `build` already did (`teacher_ckpt`), held in eval mode without gradient and outside
     the module's children: it is in no checkpoint, optimizer or DDP bucket. The losses'
     weights (`LOSSES`; 0 computes nothing), `temperature` (of `soft_mlm`), `relation_heads`
-    (MiniLM's re-split heads; None: the student's head count) and `student_layers` (the
-    teacher's layers the student started from, recorded; `build` starts it) are
+    (MiniLM's re-split heads; None: the student's head count), `student_layers` (the
+    teacher's layers the student started from) and `embeddings_from_teacher` (recorded;
+    `build` starts the student from them) are
     `conf/objective/distill.yaml`'s. The other arguments as `BertPretrainModule`'s; NSP labels
     (`data=c4_nsp`) are not used."""
 
@@ -61,6 +62,7 @@ class DistillModule(EncoderModule):
         temperature: float,
         relation_heads: int | None,
         student_layers: list[int] | None,
+        embeddings_from_teacher: bool,
         tokenizer_json: str | None = None,
         objective: str = "mlm",
         compile: bool = False,

@@ -20,6 +20,7 @@ from bert_lightning.checkpoint import (
     load_start,
     read_checkpoint,
     with_layers,
+    with_principal_embeddings,
 )
 from bert_lightning.data.tokenizer import load_tokenizer, special_ids
 from bert_lightning.errors import UserError
@@ -91,8 +92,17 @@ def starting_point(cfg: DictConfig, teacher: Checkpoint | None) -> Checkpoint | 
     `model=`. Its shape is the model's: a `model=` on the command line that contradicts it is
     an error naming both."""
     layers = cfg.objective.get("student_layers")
-    if cfg.init_from and layers:
-        raise UserError("init_from= and objective.student_layers both start the student; give one")
+    starts = [
+        k
+        for k, v in (
+            ("init_from=", cfg.init_from),
+            ("objective.student_layers", layers),
+            ("objective.embeddings_from_teacher", cfg.objective.get("embeddings_from_teacher")),
+        )
+        if v
+    ]
+    if len(starts) > 1:
+        raise UserError(f"{' and '.join(starts)} each start the student; give one")
     if cfg.init_from:
         begin, name = read_checkpoint(cfg.init_from), f"init_from={cfg.init_from}"
     elif layers:
@@ -158,8 +168,10 @@ def build(cfg: DictConfig, start: ResumePoint | None = None):
         data=validation_settings(cfg.data),
         **({"teacher_ckpt": teacher} if teacher is not None else {}),
     )
-    if begin is not None and start is None:
+    if start is None and begin is not None:
         load_start(module.model, begin)
+    elif start is None and cfg.objective.get("embeddings_from_teacher"):
+        load_start(module.model, with_principal_embeddings(teacher, config))
     return dm, module, build_trainer(cfg)
 
 
