@@ -135,6 +135,9 @@ def workspace(tmp_path_factory):
     # docs/downstream.md's real-text section: the 30-minute MLM run
     (ws / "outputs/wb/curve30/ours_30min/checkpoints").mkdir(parents=True)
     (ws / "outputs/wb/curve30/ours_30min/checkpoints/last.ckpt").symlink_to(ckpt)
+    # docs/downstream.md's distillation: the 30-minute student
+    (ws / "outputs/distill_30min/checkpoints").mkdir(parents=True)
+    (ws / "outputs/distill_30min/checkpoints/last.ckpt").symlink_to(ckpt)
     (ws / "outputs/cpu_30min/transformers").mkdir(parents=True)
     (ws / "outputs/cpu_30min/transformers/hf_model").symlink_to(hf)
     (ws / "path/to/bert-base-uncased").mkdir(parents=True)
