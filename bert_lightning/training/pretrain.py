@@ -89,18 +89,16 @@ def same_tokenizer(a: Tokenizer, a_name: str, b: Tokenizer, b_name: str) -> None
 def starting_point(cfg: DictConfig, teacher: Checkpoint | None) -> Checkpoint | None:
     """The weights a run starts from: `init_from=` (a Hugging Face BERT folder or a `.ckpt` of
     ours), or the teacher's `objective.student_layers` (distillation); None: random weights of
-    `model=`. Its shape is the model's: a `model=` on the command line that contradicts it is
-    an error naming both."""
+    `model=` (with `objective.embeddings_from_teacher`, `build` then sets its embeddings). Its
+    shape is the model's: a `model=` on the command line that contradicts it is an error naming
+    both."""
     layers = cfg.objective.get("student_layers")
-    starts = [
-        k
-        for k, v in (
-            ("init_from=", cfg.init_from),
-            ("objective.student_layers", layers),
-            ("objective.embeddings_from_teacher", cfg.objective.get("embeddings_from_teacher")),
-        )
-        if v
-    ]
+    options = {
+        "init_from=": cfg.init_from,
+        "objective.student_layers": layers,
+        "objective.embeddings_from_teacher": cfg.objective.get("embeddings_from_teacher"),
+    }
+    starts = [k for k, v in options.items() if v]
     if len(starts) > 1:
         raise UserError(f"{' and '.join(starts)} each start the student; give one")
     if cfg.init_from:
