@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # GPU only. What a few GPU minutes buy a bert_mini: all-MiniLM-L6-v2 distilled into it
 # (experiment=distill_minilm, the TinyBERT hidden-state loss that won the CPU ablation) and MLM
-# from scratch (experiment=cpu_30min's recipe), each for $MINUTES (default 2.5) of one GPU, on
-# the same text and tokenizer (MiniLM's), batch 256 x 128:
+# from scratch (experiment=cpu_30min's recipe), for $MINUTES (default 2.5) and $MLM_MINUTES
+# (default $MINUTES) of one GPU, on the same text and tokenizer (MiniLM's), batch 256 x 128:
 #   bash bench/gpu_distill.sh CARRY OUT [overrides...]
 # CARRY (bench/gpu_distill_carry.py writes it, under 64 MiB): wheels/, teacher/ (the teacher's
 # tokenizer and config, its weights in fp16 as model.safetensors.xz), train.jsonl.xz and
@@ -25,10 +25,11 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
 work=${WORK:-/tmp/gpu_distill}
 $py bench/gpu_distill_carry.py --open "$carry" "$work" || exit 1
-minutes=${MINUTES:-2.5}
-budget=$($py -c "s=round($minutes*60); print(f'00:00:{s//60:02d}:{s%60:02d}')")
+budget() {  # minutes -> trainer.max_time
+  $py -c "s=round($1*60); print(f'trainer.max_time=00:00:{s//60:02d}:{s%60:02d}')"
+}
 common=(data=corpus "data.train_files=[$work/train.jsonl]" "data.val_files=[$work/val.jsonl]"
-  trainer.accelerator=${ACCELERATOR:-gpu} trainer.devices=1 "trainer.max_time=$budget"
+  trainer.accelerator=${ACCELERATOR:-gpu} trainer.devices=1
   data.batch_size=${BATCH:-256} data.num_proc=8 "data.cache_dir=$work/hf_cache"
   trainer.val_check_interval=500 ++trainer.limit_val_batches=20 callbacks.progress_bar.every=250
   trainer.enable_progress_bar=false)
@@ -45,5 +46,6 @@ arm() {  # name, overrides...
     2>&1 | tail -n 2 | tee -a "$out/summary.txt"
 }
 arm distill experiment=distill_minilm "objective.teacher=$work/teacher" objective.attention=0 \
-  objective.value_relation=0 objective.hidden=1
-arm mlm experiment=cpu_30min "data.tokenizer.path=$work/teacher/tokenizer.json"
+  objective.value_relation=0 objective.hidden=1 "$(budget "${MINUTES:-2.5}")"
+arm mlm experiment=cpu_30min "data.tokenizer.path=$work/teacher/tokenizer.json" \
+  "$(budget "${MLM_MINUTES:-${MINUTES:-2.5}}")"

@@ -8,11 +8,14 @@ per backend (`evaluate`'s: AUROC, Spearman, NDCG@10, the per-query ones).
 
     python bench/onnx_backends.py                     # all-MiniLM-L6-v2 cross-encoder, 3 rounds
     python bench/onnx_backends.py --model <run>/checkpoints/best-step<N>.ckpt --test test.csv
+    python bench/onnx_backends.py --vs student=<HF folder or .ckpt> --rounds 7
 
 The default model is serve.py's: all-MiniLM-L6-v2's encoder under an untrained ad_relevance
 head (its scores mean nothing; its forward pass is a fine-tuned one's). Each backend scores
 the same pairs through `inference.score_rows`, as `bert-lightning score` does; torch and ONNX
-Runtime get the same threads (`--threads`, default torch's)."""
+Runtime get the same threads (`--threads`, default torch's). `--vs NAME=PATH` puts another
+encoder under the same untrained head and times its int8 export in the same rounds: its pairs/s
+over the model's int8, round by round (a distilled student against its teacher)."""
 
 from __future__ import annotations
 
@@ -105,6 +108,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, help="torch's and ONNX Runtime's (default: torch's)")
     p.add_argument("--test", help="a file in the model's task format: its metrics per backend")
     p.add_argument("--json", default="onnx_backends.json")
+    p.add_argument("--vs", help="NAME=PATH: another encoder's int8, in the same rounds")
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -114,16 +118,23 @@ def main() -> None:
         models = {"torch": load_finetuned(ckpt)}
         models["onnx"] = load_finetuned(exported(ckpt, tmp / "onnx", None))
         models["int8"] = load_finetuned(exported(ckpt, tmp / "int8", "int8"))
+        if args.vs:
+            name, _, path = args.vs.partition("=")
+            other = relevance_ckpt(Path(path), tmp / f"{name}.ckpt")
+            models[f"int8, {name}"] = load_finetuned(exported(other, tmp / name, "int8"))
         pairs = home_depot_pairs(models["torch"].tokenizer(), args.pairs)
         runs = speed(models, pairs, args.rounds, args.one_at_a_time)
         rates, speedup = medians(runs)
+        vs_int8 = {
+            k: {b: paired_median(v, runs["int8"][b]) for b, v in runs[k].items()}
+            for k in list(models)[len(BACKENDS) :]
+        }
         scores = {
             k: np.array(score_rows(ft.model, ft.task, ft.tokenizer(), pairs))
             for k, ft in models.items()
+            if k in BACKENDS
         }
-        metrics = (
-            {k: test_metrics(ft, args.test) for k, ft in models.items()} if args.test else None
-        )
+        metrics = {k: test_metrics(models[k], args.test) for k in BACKENDS} if args.test else None
         texts = [f"{q} {a}" for q, a in pairs[:256]]
         cosines = embedding_cosines(Path(args.embedder or minilm_folder()), texts, tmp)
     summary = {
@@ -132,6 +143,7 @@ def main() -> None:
         "rounds": args.rounds,
         "pairs_per_s": rates,
         "speedup_vs_torch": speedup,
+        "speedup_vs_int8": vs_int8,
         "rounds_pairs_per_s": runs,
         "max_abs_score_diff_vs_torch": {
             k: float(np.abs(s - scores["torch"]).max()) for k, s in scores.items() if k != "torch"
@@ -142,10 +154,12 @@ def main() -> None:
     Path(args.json).write_text(json.dumps(summary, indent=2) + "\n")
     print("| backend | pairs/s, one at a time | pairs/s, batches of 32 | max abs score diff |")
     print("|---|---|---|---|")
-    for k in BACKENDS:
-        diff = summary["max_abs_score_diff_vs_torch"].get(k, 0.0)
+    for k in models:
+        diff = {"torch": 0.0} | summary["max_abs_score_diff_vs_torch"]
         cells = [f"{rates[k][b]} ({speedup[k][b]:.2f}x)" for b in ("batch 1", "batch 32")]
-        print(f"| {k} | {' | '.join(cells)} | {diff:.2e} |")
+        print(f"| {k} | {' | '.join(cells)} | {f'{diff[k]:.2e}' if k in diff else '-'} |")
+    if vs_int8:
+        print(f"\nover the model's int8, round by round: {vs_int8}")
     if metrics:
         names = [k for k, v in metrics["torch"].items() if isinstance(v, float)]
         print(f"\n| backend | {' | '.join(names)} |\n|---|{'---|' * len(names)}")

@@ -5,6 +5,7 @@ baseline, one client and `--max-batch-size 1` (one request per forward pass).
     python bench/serve.py                          # 16 clients, 60 s, each setup
     python bench/serve.py --model path/to/best.ckpt --clients 32 --seconds 30
     python bench/serve.py --backends torch,onnx,int8 --rounds 3   # PyTorch and ONNX Runtime
+    python bench/serve.py --backends int8 --vs student=DIR --rounds 3  # another encoder too
 
 The default model is an ad_relevance cross-encoder as finetune.py writes it: all-MiniLM-L6-v2's
 encoder with an untrained head. Its scores mean nothing, but its forward pass is a fine-tuned
@@ -13,7 +14,9 @@ word pieces drawn from padded_step.py's percentiles (median 6 and 19 with [CLS]/
 word of one piece. The server runs on the CPU in its own process tree; the clients (httpx,
 asyncio, one process) share the machine with it. RSS: the sum over the server's processes
 (shared pages counted in each), before and after the load. Targets: >= 2x the baseline's
-requests/s, p99 <= 250 ms, no errors."""
+requests/s, p99 <= 250 ms, no errors. `--vs NAME=PATH` serves another encoder (a Hugging Face
+folder or a checkpoint) under the same untrained head, each backend of it in the same rounds:
+its requests/s over the model's, round by round."""
 
 from __future__ import annotations
 
@@ -262,17 +265,24 @@ def main() -> None:
         "is torch's",
     )
     p.add_argument("--rounds", type=int, default=1, help="round r starts with backend r")
+    p.add_argument("--vs", help="NAME=PATH: another encoder under the same head, same backends")
     args = p.parse_args()
     backends = args.backends.split(",")
     with tempfile.TemporaryDirectory() as tmp:
         model = args.model or str(relevance_ckpt(minilm_folder(), Path(tmp) / "minilm.ckpt"))
         served = {b: backend_model(b, model, Path(tmp)) for b in backends}
+        if args.vs:
+            name, _, path = args.vs.partition("=")
+            other = relevance_ckpt(Path(path), Path(tmp) / f"{name}.ckpt")
+            served |= {
+                f"{b}, {name}": backend_model(b, str(other), Path(tmp) / name) for b in backends
+            }
         tok = read_checkpoint(model).tokenizer
         pairs = home_depot_pairs(tok)
         batched = (args.clients, args.max_batch_size, args.batch_timeout)
-        rows = []
+        rows, setups = [], list(served)
         for r in range(args.rounds):
-            for b in backends[r % len(backends) :] + backends[: r % len(backends)]:
+            for b in setups[r % len(setups) :] + setups[: r % len(setups)]:
                 log = Path(tmp) / f"{len(rows)}.log"
                 rows.append(run_setup(f"batched, {b}", served[b], pairs, *batched, args, log))
         log = Path(tmp) / "one.log"
@@ -282,8 +292,9 @@ def main() -> None:
             k: statistics.median(r[k] for r in rows if r["setup"] == f"batched, {b}")
             for k in ("requests_per_s", "p50_ms", "p99_ms")
         }
-        for b in backends
+        for b in setups
     }
+    per_round = rounds_of(rows[:-1], len(setups))
     first = medians[backends[0]]
     ratio = first["requests_per_s"] / max(rows[-1]["requests_per_s"], 1e-9)
     summary = {
@@ -292,9 +303,16 @@ def main() -> None:
         "server_threads": args.threads or "the server's default",
         "speedup": round(ratio, 2),
         "medians": medians,
-        "requests_per_s_vs_torch": paired_ratios(rows[:-1], backends)
+        "requests_per_s_vs_torch": {
+            b: paired_median([x[b] for x in per_round], [x["torch"] for x in per_round])
+            for b in setups
+        }
         if "torch" in medians
         else None,
+        "requests_per_s_vs_model": {
+            b: paired_median([x[b] for x in per_round], [x[b.split(", ")[0]] for x in per_round])
+            for b in setups[len(backends) :]
+        },
         "targets_met": ratio >= 2
         and (first["p99_ms"] or 1e9) <= 250
         and all(r["errors"] == 0 for r in rows),
@@ -306,22 +324,17 @@ def main() -> None:
     print(
         f"\nbatched ({backends[0]}) / one at a time: {ratio:.2f}x requests/s; pairs of "
         f"{summary['mean_pair_pieces']} word pieces on average; targets (>= 2x, p99 <= 250 ms, "
-        f"0 errors) {met}; medians per backend {medians}; wrote {args.json}"
+        f"0 errors) {met}; medians per backend {medians}; requests/s over the model's, "
+        f"round by round: {summary['requests_per_s_vs_model']}; wrote {args.json}"
     )
 
 
-def paired_ratios(rows: list[dict], backends: list[str]) -> dict:
-    """Each backend's median over rounds of its requests/s over torch's in the same round (a
-    round: one row per backend)."""
-    per_round = [
-        {
-            r["setup"].removeprefix("batched, "): r["requests_per_s"]
-            for r in rows[i : i + len(backends)]
-        }
-        for i in range(0, len(rows), len(backends))
+def rounds_of(rows: list[dict], n: int) -> list[dict]:
+    """The batched rows, one dict {setup: requests/s} per round of `n` setups."""
+    return [
+        {r["setup"].removeprefix("batched, "): r["requests_per_s"] for r in rows[i : i + n]}
+        for i in range(0, len(rows), n)
     ]
-    torch_rates = [x["torch"] for x in per_round]
-    return {b: paired_median([x[b] for x in per_round], torch_rates) for b in backends}
 
 
 def paired_median(rates: list[float], torch_rates: list[float]) -> float:

@@ -3,6 +3,7 @@ CPU), and the summary reads what they write: a GPU session must not find them br
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -334,10 +335,17 @@ def test_the_onnx_backends_bench_runs_each_backend(tmp_path):
         str(ROOT / "bench/onnx_backends.py"),
         *["--model", str(ckpt), "--embedder", str(tmp_path / "hf"), "--pairs", "32"],
         *["--one-at-a-time", "4", "--rounds", "2", "--json", str(tmp_path / "o.json")],
+        *["--vs", f"small={tmp_path / 'hf'}"],
         cwd=tmp_path,
     )
     got = json.loads((tmp_path / "o.json").read_text())
-    assert list(got["pairs_per_s"]) == ["torch", "onnx", "int8"]
+    assert list(got["pairs_per_s"]) == ["torch", "onnx", "int8", "int8, small"]
+    runs = got["rounds_pairs_per_s"]
+    for b in ("batch 1", "batch 32"):
+        each = [s / m for s, m in zip(runs["int8, small"][b], runs["int8"][b], strict=True)]
+        assert got["speedup_vs_int8"]["int8, small"][b] == round(statistics.median(each), 2)
+    assert list(got["max_abs_score_diff_vs_torch"]) == ["onnx", "int8"]
+    assert "| int8, small |" in out
     assert got["max_abs_score_diff_vs_torch"]["onnx"] <= 1e-4
     assert got["embedding_cosine_to_torch"]["onnx"]["min"] > 0.9999
     assert "| int8 |" in out

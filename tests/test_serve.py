@@ -265,11 +265,12 @@ def test_the_server_batches_concurrent_requests_and_survives_bad_ones(tmp_path, 
 @pytest.mark.slow
 def test_the_load_test_runs_both_setups_without_errors(tmp_path, tok):
     """bench/serve.py for a couple of seconds on a tiny checkpoint, served by PyTorch and, from
-    its int8 export, by ONNX Runtime."""
+    its int8 export, by ONNX Runtime; and a second encoder (`--vs`) by both in the same round."""
     ckpt, _ = relevance_ckpt(tmp_path, tok)
+    write_hf_folder(tmp_path / "other", tok, layers=1)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "bench")]))
     args = ["--model", str(ckpt), "--seconds", "2", "--warmup", "0.5", "--clients", "4"]
-    args += ["--backends", "torch,int8"]
+    args += ["--backends", "torch,int8", "--vs", f"small={tmp_path / 'other'}"]
     r = subprocess.run(
         [sys.executable, str(ROOT / "bench/serve.py"), *args, "--json", str(tmp_path / "b.json")],
         env=env,
@@ -283,12 +284,19 @@ def test_the_load_test_runs_both_setups_without_errors(tmp_path, tok):
     summary = json.loads((tmp_path / "b.json").read_text())
     rows = summary["rows"]
     assert [row["setup"] for row in rows] == [
-        "batched, torch", "batched, int8", "one at a time, torch"
+        "batched, torch", "batched, int8", "batched, torch, small", "batched, int8, small",
+        "one at a time, torch",
     ]  # fmt: skip
-    assert [(row["errors"], row["requests"] > 0) for row in rows] == [(0, True)] * 3
-    assert rows[2]["mean_batch"] == 1 and rows[0]["rss_after_mib"] > 0
-    ratio = round(rows[1]["requests_per_s"] / rows[0]["requests_per_s"], 2)  # one round: its own
-    assert summary["requests_per_s_vs_torch"] == {"torch": 1.0, "int8": ratio}
+    assert [(row["errors"], row["requests"] > 0) for row in rows] == [(0, True)] * 5
+    assert rows[4]["mean_batch"] == 1 and rows[0]["rss_after_mib"] > 0
+    rate = [row["requests_per_s"] for row in rows]
+    ratio = lambda a, b: round(rate[a] / rate[b], 2)  # one round: its own ratio
+    assert summary["requests_per_s_vs_torch"] == {
+        "torch": 1.0, "int8": ratio(1, 0), "torch, small": ratio(2, 0), "int8, small": ratio(3, 0)
+    }  # fmt: skip
+    assert summary["requests_per_s_vs_model"] == {
+        "torch, small": ratio(2, 0), "int8, small": ratio(3, 1)
+    }  # fmt: skip
 
 
 @pytest.mark.slow
