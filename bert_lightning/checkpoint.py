@@ -271,6 +271,35 @@ def with_layers(ckpt: Checkpoint, layers: list[int]) -> Checkpoint:
     )
 
 
+VOCAB_ROWS = ("bert.embeddings.word_embeddings.weight", "cls.predictions.bias")  # one row an id
+
+
+def padded_vocab(n: int) -> int:
+    """A vocabulary of `n` tokens as a model holds it: a multiple of 64 (fast matmuls)."""
+    return -(-n // 64) * 64
+
+
+def with_new_words(ckpt: Checkpoint, tok: Tokenizer, pieces: dict[str, list[int]]) -> Checkpoint:
+    """`ckpt` for `tok`, its tokenizer with new words (`extend_wordpiece`): each new word's
+    embedding row and MLM bias the mean of its pieces', the vocabulary padded to a multiple of
+    64 with the mean row (ids no text has)."""
+    size = max(padded_vocab(tok.get_vocab_size()), ckpt.config.vocab_size)
+    ids = [tok.token_to_id(w) for w in pieces]
+    state = dict(ckpt.state_dict)
+    for key in VOCAB_ROWS:
+        if key not in state:
+            continue
+        old = state[key]  # (V, ...)
+        pad = old.mean(0, keepdim=True).expand(size - len(old), *old.shape[1:])  # (size - V, ...)
+        rows = torch.cat([old, pad])  # (size, ...)
+        if ids:
+            rows[ids] = torch.stack([old[p].mean(0) for p in pieces.values()])  # (N, ...)
+        state[key] = rows
+    config = replace(ckpt.config, vocab_size=size)
+    source = f"{ckpt.source} with {len(ids)} new words"
+    return replace(ckpt, config=config, state_dict=state, tokenizer=tok, source=source)
+
+
 def with_principal_embeddings(ckpt: Checkpoint, config: BertConfig) -> Checkpoint:
     """The start of a random `config`-shaped student whose embeddings are `ckpt`'s on their
     principal directions (`model.distill.principal_embeddings`); position rows past the

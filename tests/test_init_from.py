@@ -12,7 +12,12 @@ from test_errors import _logging_restored, cli_error  # noqa: F401  (autouse: th
 from bert_lightning.checkpoint import read_checkpoint
 from bert_lightning.config import compose
 from bert_lightning.data.corpus import iter_documents
-from bert_lightning.data.tokenizer import load_tokenizer, save_tokenizer, train_wordpiece
+from bert_lightning.data.tokenizer import (
+    extend_wordpiece,
+    load_tokenizer,
+    save_tokenizer,
+    train_wordpiece,
+)
 from bert_lightning.training.pretrain import build, train
 from conftest import RESUMABLE, TINY_BERT, killed_and_resumed_bitwise, tiny_overrides, write_corpus
 
@@ -157,4 +162,62 @@ def test_a_model_on_the_command_line_that_contradicts_the_start_is_one_line(
         f"intermediate_size=64, max_position_embeddings=512) contradicts init_from={folder} "
         "(hidden_size=24, num_hidden_layers=3, num_attention_heads=3, intermediate_size=48, "
         "max_position_embeddings=64); the start gives the model's shape: leave model= out"
+    )
+
+
+def test_extend_wordpiece_adds_the_most_frequent_words_cut_into_three_pieces():
+    pairs = " ".join(a + b for a in "abcd" for b in "abcd")  # aa ab ... dd: the letters, no merge
+    tok = train_wordpiece(lambda: iter([pairs]), vocab_size=13)
+    assert [t.value for t in tok.model.tokenize("zzzz")] == ["[UNK]"]  # never seen: not added
+    texts = ["Dabcd dabcd dcba", "dcba ab DCBA dabcd", "cab cab bca bca zzzz zzzz zzzz"]
+    pieces = {w: [t.id for t in tok.model.tokenize(w)] for w in ("dabcd", "dcba", "cab", "bca")}
+    assert [len(p) for p in pieces.values()] == [5, 4, 3, 3]
+    new, added = extend_wordpiece(tok, texts, 3)
+    # counts: dabcd 3, dcba 3 (lowercased), cab 2, bca 2 (a tie: alphabetical), ab is one piece
+    assert added == {w: pieces[w] for w in ("dabcd", "dcba", "bca")}
+    n = tok.get_vocab_size()
+    assert [new.token_to_id(w) for w in added] == [n, n + 1, n + 2]
+    assert new.encode("Dabcd bca cab", add_special_tokens=False).tokens == [
+        "dabcd", "bca", *[tok.id_to_token(i) for i in pieces["cab"]]
+    ]  # fmt: skip
+
+
+def test_new_words_start_from_their_pieces_train_export_and_resume(tmp_path, mlm_start):
+    folder, hf, tok = mlm_start
+    run = tmp_path / "run"
+    cfg = compose(overrides=overrides(run, folder, "data.tokenizer.extend=5"))
+    model = loaded(cfg)
+    new = load_tokenizer(run / "tokenizer.json")
+    words = [new.id_to_token(i) for i in range(tok.get_vocab_size(), new.get_vocab_size())]
+    assert len(words) == 5 and all(len(tok.model.tokenize(w)) >= 3 for w in words)
+    V = model.config.vocab_size
+    assert V % 64 == 0 and V - 64 < new.get_vocab_size() <= V
+    theirs = hf.bert.embeddings.word_embeddings.weight
+    emb = model.bert.embeddings.word_embeddings.weight  # (V, width)
+    for word in words:
+        want = theirs[[t.id for t in tok.model.tokenize(word)]].mean(0)
+        torch.testing.assert_close(emb[new.token_to_id(word)], want)
+    torch.testing.assert_close(emb[-1], theirs.mean(0))  # a padding row: no text has its id
+    assert torch.equal(emb[: len(theirs)], theirs)
+
+    train(cfg)
+    from bert_lightning.commands.export_hf import export_hf
+
+    export_hf(str(run / "checkpoints/last.ckpt"), str(tmp_path / "hf"))
+    vocab = (tmp_path / "hf/vocab.txt").read_text().split("\n")[:-1]
+    assert vocab[-5:] == words and len(vocab) == new.get_vocab_size()
+    back = transformers.BertForMaskedLM.from_pretrained(tmp_path / "hf")
+    assert back.config.vocab_size == V
+    # resumed with more steps: the words come from the checkpoint, not counted again
+    more = overrides(run, folder, "data.tokenizer.extend=5", "trainer.max_steps=8")
+    train(compose(overrides=[*more, f"ckpt_path={run / 'checkpoints/last.ckpt'}"]))
+    assert read_checkpoint(run / "checkpoints/last.ckpt").step == 8
+
+
+def test_new_words_need_a_start_of_their_own(tmp_path, capsys):
+    write_corpus(tmp_path / "corpus.jsonl", 20)
+    args = tiny_overrides(tmp_path, f"hydra.run.dir={tmp_path / 'h'}", "data.tokenizer.extend=5")
+    assert cli_error(capsys, "pretrain", *args) == (
+        "error: data.tokenizer.extend=5 adds words to init_from='s tokenizer; give init_from= "
+        "(a distilled student keeps its teacher's tokenizer)"
     )

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from itertools import islice
@@ -29,6 +31,7 @@ class TokenizerConfig:
     vocab_size: int
     min_frequency: int
     max_docs: int | None  # train on the first documents of the stream (None: all)
+    extend: int  # new words for a given tokenizer (`extend_wordpiece`); 0: none
 
 
 def _check_specials(vocab: dict[str, int]) -> None:
@@ -135,6 +138,37 @@ def train_wordpiece(
     vocab = trainable.get_vocab()
     log.info("trained a WordPiece vocabulary of %d tokens", len(vocab))
     return _bert_tokenizer(vocab)
+
+
+def extend_wordpiece(
+    tok: Tokenizer, texts: Iterable[str], n: int
+) -> tuple[Tokenizer, dict[str, list[int]]]:
+    """A domain's vocabulary: the `n` most frequent words of `texts` that `tok` cuts into 3 or
+    more pieces (none unknown) become whole-word tokens after its last id; also each new word's
+    pieces, whose embedding rows start its own. Ties go in alphabetical order."""
+    if not isinstance(tok.model, models.WordPiece):
+        raise UserError(f"data.tokenizer.extend needs a WordPiece tokenizer, not {tok.model}")
+    counts: Counter[str] = Counter()
+    for text in texts:
+        counts.update(
+            w for w, _ in tok.pre_tokenizer.pre_tokenize_str(tok.normalizer.normalize_str(text))
+        )
+    vocab, unk = tok.get_vocab(), tok.token_to_id("[UNK]")
+    new: dict[str, list[int]] = {}
+    for word, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+        if len(new) == n:
+            break
+        pieces = [t.id for t in tok.model.tokenize(word)] if word not in vocab else []
+        if len(pieces) >= 3 and unk not in pieces:
+            new[word] = pieces
+    raw = json.loads(tok.to_str())
+    first = tok.get_vocab_size()
+    raw["model"]["vocab"] |= {w: first + i for i, w in enumerate(new)}
+    log.info(
+        "data.tokenizer.extend=%d: %d new words (of %d distinct), e.g. %s",
+        n, len(new), len(counts), list(new)[:10],
+    )  # fmt: skip
+    return Tokenizer.from_str(json.dumps(raw)), new
 
 
 def save_tokenizer(tok: Tokenizer, path: str | os.PathLike) -> None:

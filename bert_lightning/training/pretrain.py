@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict, fields, replace
+from itertools import islice
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
@@ -18,11 +19,13 @@ from bert_lightning.checkpoint import (
     Checkpoint,
     ResumePoint,
     load_start,
+    padded_vocab,
     read_checkpoint,
     with_layers,
+    with_new_words,
     with_principal_embeddings,
 )
-from bert_lightning.data.tokenizer import load_tokenizer, special_ids
+from bert_lightning.data.tokenizer import extend_wordpiece, load_tokenizer, special_ids
 from bert_lightning.errors import UserError
 from bert_lightning.model import BertConfig
 from bert_lightning.training.instantiate import check_types, instantiate
@@ -60,7 +63,8 @@ SHAPE = [
 
 def model_config(cfg: DictConfig, tok: Tokenizer, begin: Checkpoint | None = None) -> BertConfig:
     """`model=` for `tok`, or the shape of the weights a run starts from (`begin`) with the
-    settings a run may change (dropout) from `model`."""
+    settings a run may change (dropout) from `model`, its vocabulary grown to `tok`'s (new
+    words: `data.tokenizer.extend`)."""
     if begin is None:
         return instantiate(
             cfg.model,
@@ -68,7 +72,10 @@ def model_config(cfg: DictConfig, tok: Tokenizer, begin: Checkpoint | None = Non
             vocab_size=tok.get_vocab_size(),
             pad_token_id=special_ids(tok)["[PAD]"],
         )
-    return replace(begin.config, **{k: cfg.model[k] for k in FREE_ON_RESUME if k in cfg.model})
+    config = replace(begin.config, **{k: cfg.model[k] for k in FREE_ON_RESUME if k in cfg.model})
+    if tok.get_vocab_size() > config.vocab_size:
+        config = replace(config, vocab_size=padded_vocab(tok.get_vocab_size()))
+    return config
 
 
 def model_overrides() -> list[str]:
@@ -147,7 +154,18 @@ def build(cfg: DictConfig, start: ResumePoint | None = None):
         check_same_objective(start, cfg.ckpt_path, cfg.objective)
         check_same_model(start, cfg.ckpt_path, asdict(model_config(cfg, resumed, begin)))
     tokenizer = resumed or (given.tokenizer if given is not None else None)
-    dm = instantiate(cfg.data, "data", out_dir=str(out_dir), given_tokenizer=tokenizer)
+    data = lambda tok: instantiate(cfg.data, "data", out_dir=str(out_dir), given_tokenizer=tok)
+    dm = data(tokenizer)
+    extend = OmegaConf.select(cfg, "data.tokenizer.extend", default=0)
+    if extend and start is None:  # a resumed run has the words in its tokenizer
+        if begin is None or teacher is not None:
+            raise UserError(
+                f"data.tokenizer.extend={extend} adds words to init_from='s tokenizer; give "
+                "init_from= (a distilled student keeps its teacher's tokenizer)"
+            )
+        docs = islice(dm.tokenizer_documents(), cfg.data.tokenizer.max_docs)
+        begin = with_new_words(begin, *extend_wordpiece(begin.tokenizer, docs, extend))
+        dm = data(begin.tokenizer)
     tok = dm.tokenizer
     config = model_config(cfg, tok, begin)
     for name, c in (("model", config), ("objective.teacher", teacher and teacher.config)):
