@@ -363,3 +363,34 @@ def test_the_onnx_speedup_is_the_median_of_each_rounds_ratio(monkeypatch):
     assert speedup == {"torch": {"b": 1.0}, "int8": {"b": 2.0}}
     runs["int8"]["b"] = [300.0, 150.0, 300.0]  # ratios 3, 3, 3.33; medians' ratio 3.33
     assert medians(runs)[1]["int8"] == {"b": 3.0}
+
+
+def test_paired_runs_scores_both_runs_on_their_shared_test_rows(tmp_path):
+    """bench/paired_runs.py on two tiny ranking runs (one split, two learning rates): each
+    run's per-query figures are the ones its own test wrote, and the difference is paired."""
+    from bert_lightning.config import compose
+    from bert_lightning.training.finetune import finetune
+    from finetune_fixtures import overrides, task_files, write_tokenizer
+
+    write_tokenizer(tmp_path / "tokenizer.json")
+    files = task_files(tmp_path, "ad_relevance")
+    own = {}
+    for name, lr in (("a", "1e-3"), ("b", "1e-2")):
+        out = f"paths.output_dir={tmp_path / name}"
+        cfg = compose(
+            "finetune", overrides(tmp_path, "ad_relevance", *files, out, f"optim.lr={lr}")
+        )
+        own[name] = finetune(cfg)["ranking"]["fine-tuned"]
+    bench(
+        str(ROOT / "bench/paired_runs.py"),
+        *[str(tmp_path / "a"), str(tmp_path / "b"), "--json", str(tmp_path / "p.json")],
+        cwd=tmp_path,
+    )
+    got = json.loads((tmp_path / "p.json").read_text())
+    assert list(got) == ["a", "b", "a - b"]
+    for name in ("a", "b"):
+        for m, c in got[name].items():
+            assert c["mean"] == pytest.approx(own[name][m]["mean"], abs=1e-6), (name, m)
+    for m in ("ndcg@10", "mrr"):  # defined for the same queries in both: a difference of means
+        want = got["a"][m]["mean"] - got["b"][m]["mean"]
+        assert got["a - b"][m]["mean"] == pytest.approx(want, abs=1e-6)
