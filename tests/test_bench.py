@@ -394,3 +394,23 @@ def test_paired_runs_scores_both_runs_on_their_shared_test_rows(tmp_path):
     for m in ("ndcg@10", "mrr"):  # defined for the same queries in both: a difference of means
         want = got["a"][m]["mean"] - got["b"][m]["mean"]
         assert got["a - b"][m]["mean"] == pytest.approx(want, abs=1e-6)
+
+
+def test_task_text_writes_the_training_splits_distinct_texts_and_nothing_else(tmp_path):
+    """bench/task_text.py: the texts a ranking run trains on, once each; the test queries'
+    rows (other groups) stay out."""
+    from bert_lightning.config import compose
+    from bert_lightning.tasks.base import load_splits
+    from bert_lightning.tasks.kinds import make_task
+    from finetune_fixtures import task_files
+
+    files = ["task=ad_relevance", *task_files(tmp_path, "ad_relevance")]
+    out = bench(str(ROOT / "bench/task_text.py"), str(tmp_path / "t.jsonl"), *files, cwd=tmp_path)
+    got = [json.loads(line)["text"] for line in (tmp_path / "t.jsonl").read_text().splitlines()]
+    cfg = compose("finetune", [*files, "paths.output_dir=."])
+    _, tables = load_splits(make_task(OmegaConf.to_container(cfg.task)), cfg.seed)
+    train = tables["train"]
+    assert sorted(got) == sorted(set(train["text"]) | set(train["pair"]))
+    assert len(got) == len(set(got)) and f"{len(got)} texts of {len(train['group'])}" in out
+    held_out = set(tables["test"]["text"]) - set(train["text"])
+    assert held_out and not held_out & set(got)

@@ -107,6 +107,7 @@ def workspace(tmp_path_factory):
     rows = pd.DataFrame(regression_rows(48)).rename(columns={"text": "title", "target": "bid"})
     rows.to_parquet(ws / "bids.parquet")
     (ws / "texts.txt").write_text("the cat sat\non the mat\n")
+    (ws / "hd_text.jsonl").write_bytes(corpus.read_bytes())  # bench/task_text.py's output
     (ws / "wiki").mkdir()
     for source in ("wikipedia", "books"):  # data=corpus's validation files (docs/data.md)
         shard = ws / "wiki" / f"{source}-validation-00000.jsonl.gz"
@@ -138,6 +139,9 @@ def workspace(tmp_path_factory):
     # docs/downstream.md's distillation: the 30-minute student
     (ws / "outputs/distill_30min/checkpoints").mkdir(parents=True)
     (ws / "outputs/distill_30min/checkpoints/last.ckpt").symlink_to(ckpt)
+    # docs/pretraining-objectives.md's task-adaptive pretraining: its run
+    (ws / "outputs/tapt/checkpoints").mkdir(parents=True)
+    (ws / "outputs/tapt/checkpoints/last.ckpt").symlink_to(ckpt)
     (ws / "outputs/cpu_30min/transformers").mkdir(parents=True)
     (ws / "outputs/cpu_30min/transformers/hf_model").symlink_to(hf)
     (ws / "path/to/bert-base-uncased").mkdir(parents=True)
