@@ -147,8 +147,14 @@ def test_resuming_with_another_model_names_the_settings(tmp_path, capsys):
     err = pretrain_error(capsys, tmp_path, f"ckpt_path={ckpt}", same, "optim.head_lr=0.1")
     assert err == (
         "error: optim.head_lr=0.1, but the run it continues had None: a resumed run keeps its "
-        "optimizer's parameter groups (a rate may change, not whether the heads have one of "
+        "optimizer's parameter groups (a rate may change, not whether the heads have rates of "
         "their own)"
+    )
+    err = pretrain_error(capsys, tmp_path, f"ckpt_path={ckpt}", same, "optim.layer_decay=0.8")
+    assert err == (
+        "error: optim.layer_decay=0.8, but the run it continues had 1.0: a resumed run keeps "
+        "its optimizer's parameter groups (a rate may change, not whether the layers have "
+        "rates of their own)"
     )
     tuned, _ = relevance_ckpt(tmp_path, write_tokenizer(tmp_path / "tokenizer.json"))
     ads = write_csv(tmp_path / "ads.csv", ad_rows())

@@ -203,6 +203,26 @@ def test_bi_encoder_trains_beside_its_baselines(tmp_path):
         export_hf(best, str(tmp_path / "hf_out"))
 
 
+def test_layer_decay_fine_tunes_each_layer_at_its_rate(tmp_path):
+    """`optim.layer_decay` in a fine-tuning run: metrics.csv logs each group's rate, the top
+    layer of debug=tiny's 2 at lr x 0.5, the lower at x 0.25, the embeddings at x 0.125; the
+    classifier at lr."""
+    tok = write_tokenizer(tmp_path / "tokenizer.json")
+    write_our_ckpt(tmp_path / "pre.ckpt", tok)
+    files = task_files(tmp_path, "seq_classification")
+    extra = [f"pretrained={tmp_path / 'pre.ckpt'}", "optim.layer_decay=0.5", "optim.lr=1e-3"]
+    extra += ["optim.warmup_ratio=0", "trainer.max_epochs=1"]
+    cfg = compose("finetune", overrides(tmp_path, "seq_classification", *files, *extra))
+    assert finetune(cfg)["steps"] > 0
+    with open(tmp_path / "run" / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    first = next(r for r in rows if r.get("lr/model"))
+    lr = float(first["lr/model"])
+    for name, factor in (("layer1", 0.5), ("layer0", 0.25), ("embeddings", 0.125)):
+        for suffix in ("", "_no_decay"):
+            assert float(first[f"lr/model_{name}{suffix}"]) == pytest.approx(lr * factor)
+
+
 def test_dropout_overrides_the_pretrained_models(tmp_path):
     """`dropout=` sets the encoder's dropout for fine-tuning (a checkpoint pretrained without
     dropout, as experiment=cpu_30min's, fine-tunes with BERT's 0.1)."""

@@ -1,3 +1,5 @@
+import re
+
 import torch
 from hydra.utils import instantiate
 
@@ -46,6 +48,42 @@ def test_head_lr_is_the_rate_of_what_is_outside_the_encoder():
     assert sum(len(g["params"]) for g in groups) == len(list(model.parameters()))
     built["lr_scheduler"]["scheduler"].step()
     assert [g["lr"] for g in groups] == [1e-3, 1e-3, 0.1, 0.1]  # one schedule, two rates
+
+
+def test_layer_decay_gives_each_layer_the_factors_power():
+    """Of L = 3 layers: layer i at lr x 0.5^(3 - i), the embeddings at 0.5^4, the pooler and a
+    head without a rate of its own at lr; 1.0 leaves today's two groups."""
+    from bert_lightning.model.heads import BertBiEncoder
+
+    config = BertConfig(**{**SMALL.__dict__, "num_hidden_layers": 3})
+    model = BertBiEncoder(config)
+    build = instantiate(OPTIM, lr=0.8, warmup_steps=0, layer_decay=0.5)
+    groups = build(model, run_steps=10)["optimizer"].param_groups
+    rates = {g["name"]: g["lr"] for g in groups}
+    assert rates == {
+        "model": 0.8, "model_no_decay": 0.8,
+        "model_layer2": 0.4, "model_layer2_no_decay": 0.4,
+        "model_layer1": 0.2, "model_layer1_no_decay": 0.2,
+        "model_layer0": 0.1, "model_layer0_no_decay": 0.1,
+        "model_embeddings": 0.05, "model_embeddings_no_decay": 0.05,
+    }  # fmt: skip
+    named = {id(p): n for n, p in model.named_parameters()}
+    for g in groups:
+        for p in g["params"]:
+            n = named[id(p)]
+            where = re.match(r"bert\.(?:encoder\.layer\.(\d)|(embeddings))\.", n)
+            want = "" if where is None else f"_layer{where[1]}" if where[1] else "_embeddings"
+            assert g["name"].removesuffix("_no_decay") == "model" + want, n
+            assert (g["weight_decay"] > 0) == (p.ndim >= 2), n
+    assert sum(len(g["params"]) for g in groups) == len(list(model.parameters()))
+    with_head = instantiate(OPTIM, lr=0.8, warmup_steps=0, layer_decay=0.5, head_lr=0.3)
+    groups = with_head(model, run_steps=10)["optimizer"].param_groups
+    assert [(g["name"], g["lr"]) for g in groups if "head" in g["name"]] == [
+        ("head", 0.3), ("head_no_decay", 0.3)
+    ]  # fmt: skip
+    assert {g["name"]: g["lr"] for g in groups}["encoder_layer0"] == 0.1
+    plain = instantiate(OPTIM)(model, run_steps=10)["optimizer"].param_groups
+    assert [g["name"] for g in plain] == ["model", "model_no_decay"]
 
 
 def test_no_peak_flops_where_unknown():

@@ -10,6 +10,7 @@ config as a plain dict (checkpoints stay loadable with `weights_only=True`) and 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 
 import torch
@@ -23,27 +24,60 @@ FUSED_DEVICES = ("cpu", "cuda", "mps", "xpu")  # where torch has a fused AdamW k
 
 
 def param_groups(
-    model: torch.nn.Module, weight_decay: float, lr: float, head_lr: float | None = None
+    model: torch.nn.Module,
+    weight_decay: float,
+    lr: float,
+    head_lr: float | None = None,
+    layer_decay: float = 1.0,
 ) -> list[dict]:
     """BERT's rule: decay matrices (linear and embedding weights), not biases or LayerNorm.
     `head_lr`: the rate of the parameters outside the encoder (`model.bert`): a new head fits
     its data fast while the encoder moves at `lr`, so the encoder's features are not bent to
-    make up for an unfit head (Kumar et al. 2022, "Fine-Tuning can Distort Pretrained Features")."""
+    make up for an unfit head (Kumar et al. 2022, "Fine-Tuning can Distort Pretrained Features").
+    `layer_decay` (ELECTRA's layer-wise rate decay): of L layers, layer i learns at
+    `lr * layer_decay ** (L - i)` and the embeddings at `lr * layer_decay ** (L + 1)`, so the
+    lower layers, whose features are the most general, move least; the rest at `lr`."""
     head = set()
     if head_lr is not None:
         head = {id(p) for p in model.parameters()} - {id(p) for p in model.bert.parameters()}
+    depth = encoder_depths(model.bert) if layer_decay != 1.0 else {}  # id -> power of the decay
+    L = model.bert.config.num_hidden_layers
+    names = {0: "", **{L - i: f"_layer{i}" for i in range(L)}, L + 1: "_embeddings"}
     groups = []
     for rate, in_head in ((lr, False), (head_lr, True)):
         params = [p for p in model.parameters() if p.requires_grad and (id(p) in head) == in_head]
         # the names of metrics.csv's columns (lr/model, lr/encoder_no_decay, lr/head, ...)
         part = "head" if in_head else "model" if head_lr is None else "encoder"
-        for decay in (True, False):
-            chosen = [p for p in params if (p.ndim >= 2) == decay]
-            if chosen:
-                wd = weight_decay if decay else 0.0
-                name = part if decay else f"{part}_no_decay"
-                groups.append({"params": chosen, "weight_decay": wd, "lr": rate, "name": name})
+        for k in sorted({depth.get(id(p), 0) for p in params}):
+            at_k = [p for p in params if depth.get(id(p), 0) == k]
+            for decay in (True, False):
+                chosen = [p for p in at_k if (p.ndim >= 2) == decay]
+                if chosen:
+                    wd = weight_decay if decay else 0.0
+                    name = part + names[k] + ("" if decay else "_no_decay")
+                    groups.append(
+                        {
+                            "params": chosen,
+                            "weight_decay": wd,
+                            "lr": rate * layer_decay**k,
+                            "name": name,
+                        }
+                    )
     return groups
+
+
+def encoder_depths(bert: torch.nn.Module) -> dict[int, int]:
+    """{id(parameter): its distance below the top} for the embeddings (L + 1) and each layer i
+    (L - i) of an encoder of L layers; what is above them (the pooler) is not in it (0)."""
+    L = bert.config.num_hidden_layers
+    out = {}
+    for name, p in bert.named_parameters():
+        layer = re.match(r"encoder\.layer\.(\d+)\.", name)
+        if layer:
+            out[id(p)] = L - int(layer[1])
+        elif name.startswith("embeddings."):
+            out[id(p)] = L + 1
+    return out
 
 
 def warmup_linear_decay(warmup_steps: int, total_steps: int):
@@ -105,6 +139,7 @@ def adamw(
     warmup_ratio: float | None,
     total_steps: int | None,
     head_lr: float | None,
+    layer_decay: float,
     fused: bool = True,
     progress: Callable[[], float] | None = None,
 ) -> dict:
@@ -118,7 +153,7 @@ def adamw(
     device = next(model.parameters()).device.type
     fused = fused and device in FUSED_DEVICES
     opt = torch.optim.AdamW(
-        param_groups(model, weight_decay, lr, head_lr),
+        param_groups(model, weight_decay, lr, head_lr, layer_decay),
         lr=lr,
         betas=tuple(betas),
         eps=eps,

@@ -224,12 +224,14 @@ def continued_optim(optim: dict, start: ResumePoint | None, max_steps: int) -> d
     unless `optim.total_steps` is set. Past that total the learning rate stays 0: a warning says
     so and how to stretch the decay."""
     saved = (start.hparams.get("optim") or {}) if start else {}
-    if start and (saved.get("head_lr") is None) != (optim.get("head_lr") is None):
-        raise UserError(
-            f"optim.head_lr={optim.get('head_lr')}, but the run it continues had "
-            f"{saved.get('head_lr')}: a resumed run keeps its optimizer's parameter groups "
-            "(a rate may change, not whether the heads have one of their own)"
-        )
+    for key, one, whose in (("head_lr", None, "the heads"), ("layer_decay", 1.0, "the layers")):
+        was, now = saved.get(key, one), optim.get(key, one)
+        if start and (was == one) != (now == one):
+            raise UserError(
+                f"optim.{key}={now}, but the run it continues had {was}: a resumed run keeps "
+                f"its optimizer's parameter groups (a rate may change, not whether {whose} "
+                "have rates of their own)"
+            )
     if start is None or optim.get("total_steps") is not None:
         return optim
     total = saved.get("total_steps")
