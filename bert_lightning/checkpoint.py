@@ -271,6 +271,39 @@ def with_layers(ckpt: Checkpoint, layers: list[int]) -> Checkpoint:
     )
 
 
+def interpolated(ft: Checkpoint, start: Checkpoint, alpha: float) -> Checkpoint:
+    """WiSE-FT's weights (Wortsman et al. 2022): each encoder tensor of the fine-tuned `ft`
+    moved back towards `start`'s, `(1 - alpha) * start + alpha * ft` (`torch.lerp`: exactly
+    `start` at 0, exactly `ft` at 1); the task head (and a pooler the start lacked, which
+    fine-tuning began from new) stays the fine-tuned one."""
+    if not 0 <= alpha <= 1:
+        raise UserError(f"alpha={alpha}; expected 0 <= alpha <= 1")
+    state = {}
+    for key, value in ft.state_dict.items():
+        begin = start.state_dict.get(key) if key.startswith("bert.") else None
+        new = not key.startswith("bert.") or key.startswith("bert.pooler.") and begin is None
+        if not new and (begin is None or begin.shape != value.shape):
+            there = "none" if begin is None else tuple(begin.shape)
+            raise UserError(
+                f"{start.source} is not where {ft.source} started: its {key} is {there}, "
+                f"the fine-tuned one {tuple(value.shape)}"
+            )
+        state[key] = value if new else torch.lerp(begin.to(value.dtype), value, alpha)
+    source = f"{ft.source} at alpha {alpha} from {start.source}"
+    return replace(ft, state_dict=state, source=source)
+
+
+def write_finetuned(path: str | Path, like: str | Path, ckpt: Checkpoint, record: dict) -> None:
+    """`ckpt`'s weights as a `.ckpt` that every reader of `like` (the fine-tuned checkpoint
+    they come from) takes: its hyper-parameters and tokenizer, no optimizer or loop state (a
+    model, not a run to resume), and `record` (how it was made)."""
+    raw = torch_load(like)
+    out = {k: raw[k] for k in ("hyper_parameters", "tokenizer", "global_step") if k in raw}
+    out["state_dict"] = {f"model.{k}": v.contiguous() for k, v in ckpt.state_dict.items()}
+    with atomic_path(path) as tmp:
+        torch.save(out | record, tmp)
+
+
 VOCAB_ROWS = ("bert.embeddings.word_embeddings.weight", "cls.predictions.bias")  # one row an id
 
 

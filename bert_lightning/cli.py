@@ -18,6 +18,7 @@ COMMANDS = [
     "pretrain",
     "finetune",
     "evaluate",
+    "interpolate",
     "score",
     "fill_mask",
     "embed",

@@ -245,12 +245,28 @@ def task_metrics(
     zero_shot=None,
 ) -> dict:
     """The task's loss and metrics of a fine-tuned model on a file in its task's format, as a
-    run's test computes them (the task's reading, encoding, loss and metrics over the test
-    loader, `data.tables.eval_loader`), and its `test_report` (`zero_shot`: a baseline
+    run's test computes them (`table_metrics`), and its `test_report` (`zero_shot`: a baseline
     encoder's, `Task.test_report`): `results.json`'s numbers for a test file."""
+    table = ft.task.prepare(ft.task.read(path))
+    out = table_metrics(ft, table, batch_size, max_seq_length, progress)
+    tok, length = Tokenizer.from_str(ft.tokenizer_json), max_seq_length or ft.max_seq_length
+    score = partial(table_scores, ft.model, ft.task, tok, table, length, batch_size)
+    return out | ft.task.test_report(table, score, zero_shot)
+
+
+@torch.inference_mode()
+def table_metrics(
+    ft: Finetuned,
+    table: dict,
+    batch_size: int = SCORE_BATCH,
+    max_seq_length: int | None = None,
+    progress=False,
+) -> dict:
+    """The task's loss and metrics of a fine-tuned model on a task table, as a run's
+    validation and test compute them (the task's encoding, loss and metrics over
+    `data.tables.eval_loader`)."""
     task, device = ft.task, device_of(ft.model)
     tok, length = Tokenizer.from_str(ft.tokenizer_json), max_seq_length or ft.max_seq_length
-    table = task.prepare(task.read(path))
     rows = task.encode(table, tok, length)
     metrics = task.metrics().to(device)
     loss_sum = 0.0
@@ -261,9 +277,7 @@ def task_metrics(
         loss_sum += float(task.loss(logits, batch)) * batch["input_ids"].size(0)
         task.update(metrics, logits, batch)
     out = {"rows": len(rows), "loss": loss_sum / len(rows)}
-    out |= {k: float(v) for k, v in task.compute(metrics).items()}
-    score = partial(table_scores, ft.model, task, tok, table, length, batch_size)
-    return out | task.test_report(table, score, zero_shot)
+    return out | {k: float(v) for k, v in task.compute(metrics).items()}
 
 
 @torch.inference_mode()

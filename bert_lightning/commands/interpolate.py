@@ -1,0 +1,102 @@
+"""`bert-lightning interpolate CKPT OUT`: WiSE-FT (Wortsman et al. 2022), a fine-tuned model's
+encoder moved back towards the weights it started from, `(1 - a) * start + a * fine-tuned`
+(the task head stays the fine-tuned one): it keeps more of what the start knew beyond the
+fine-tuning data, at no cost at inference. `--alpha A` writes one; without it, a = 0, 0.1,
+..., 1 are scored on the run's own validation split (or `--validation FILE`) and the best by
+the task's main metric (`task.monitor`) is written. The start is the run's `pretrained=`
+(its `config_resolved.yaml`), or `--start`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from bert_lightning.checkpoint import (
+    FINETUNING,
+    interpolated,
+    read_checkpoint,
+    write_finetuned,
+)
+from bert_lightning.errors import MissingFileError, UserError
+from bert_lightning.inference import load_finetuned, table_metrics
+from bert_lightning.tasks.base import load_splits
+from bert_lightning.tasks.kinds import make_task
+
+ALPHAS = [i / 10 for i in range(11)]
+
+
+def run_config(ckpt_path: str | Path):
+    """The config of the fine-tuning run that wrote `ckpt_path` (<run>/checkpoints/*.ckpt),
+    None if its folder has none."""
+    path = Path(ckpt_path).resolve().parent.parent / "config_resolved.yaml"
+    return OmegaConf.load(path) if path.is_file() else None
+
+
+def validation_table(ckpt_path, task, cfg, validation: str | None) -> dict:
+    """`--validation FILE` in the task's format, else the validation split the run drew."""
+    if validation:
+        return task.prepare(task.read(validation))
+    if cfg is None:
+        raise MissingFileError(
+            f"{ckpt_path}: no config_resolved.yaml in its run folder to draw the run's "
+            "validation split from; give --validation FILE or --alpha"
+        )
+    _, tables = load_splits(make_task(OmegaConf.to_container(cfg.task, resolve=True)), cfg.seed)
+    return tables["validation"]
+
+
+def interpolate(
+    ckpt_path: str,
+    out: str,
+    alpha: float | None = None,
+    start: str | None = None,
+    validation: str | None = None,
+) -> dict:
+    """Writes `out`; returns the alpha written and, for a sweep, each alpha's score."""
+    ft = read_checkpoint(ckpt_path, FINETUNING, "interpolate")
+    cfg = run_config(ckpt_path)
+    start = start or (cfg.get("pretrained") if cfg is not None else None)
+    if not start:
+        raise UserError(
+            f"{ckpt_path}: where its weights started is not known (no pretrained= in its run's "
+            "config_resolved.yaml: random weights, or a moved checkpoint); give --start"
+        )
+    begin = read_checkpoint(start)
+    report: dict = {"start": str(start)}
+    if alpha is None:
+        task = make_task(ft.hparams["task"])
+        table = validation_table(ckpt_path, task, cfg, validation)
+        metric, sign = task.cfg.monitor, 1 if task.cfg.mode == "max" else -1
+        scores = {}
+        for a in ALPHAS:
+            model = load_finetuned(ckpt_path, pre=interpolated(ft, begin, a))
+            scores[a] = table_metrics(model, table)[metric]
+            print(f"alpha {a:.1f}: validation {metric} {scores[a]:.4f}", flush=True)
+        alpha = max(ALPHAS, key=lambda a: (sign * scores[a], a))  # a tie: nearer fine-tuned
+        report |= {"metric": metric, "validation": scores}
+    report["alpha"] = alpha
+    write_finetuned(out, ckpt_path, interpolated(ft, begin, alpha), {"interpolation": report})
+    return report
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "interpolate",
+        help="a fine-tuned model's encoder moved back towards its start (WiSE-FT), one alpha "
+        "or the best of 0, 0.1, ..., 1 on the run's validation split",
+    )
+    p.add_argument("ckpt", help="a .ckpt written by finetune.py")
+    p.add_argument("out", help="the .ckpt to write")
+    p.add_argument(
+        "--alpha", type=float, help="0: the start's encoder, 1: the fine-tuned one (default: "
+        "the best of 0, 0.1, ..., 1 on the validation split)"
+    )  # fmt: skip
+    p.add_argument("--start", help="the weights it started from (default: the run's pretrained=)")
+    p.add_argument("--validation", help="a file in the task's format (default: the run's split)")
+
+    def run(a) -> None:
+        r = interpolate(a.ckpt, a.out, a.alpha, a.start, a.validation)
+        print(f"alpha {r['alpha']:.2f} from {r['start']} -> {a.out}")
+
+    p.set_defaults(func=run)
