@@ -273,8 +273,8 @@ def table_metrics(
     loader = eval_loader(rows, batch_size, tok.token_to_id("[PAD]"))
     for batch in tqdm(loader, disable=not progress, desc="evaluate"):
         batch = {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
-        logits = ft.model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
-        loss_sum += float(task.loss(logits, batch)) * batch["input_ids"].size(0)
+        logits, loss = task.logits_and_loss(ft.model, batch)
+        loss_sum += float(loss) * batch["input_ids"].size(0)
         task.update(metrics, logits, batch)
     out = {"rows": len(rows), "loss": loss_sum / len(rows)}
     return out | {k: float(v) for k, v in task.compute(metrics).items()}

@@ -166,6 +166,36 @@ def test_pointwise_plus_pairwise_is_the_weighted_sum():
         make_task(task_cfg("ad_relevance", loss="rankwise"))  # refused before any step
 
 
+def test_in_batch_contrastive_loss_by_hand_and_in_any_row_order():
+    """Query 0: an ad of target 1 and one of 0; query 1: two ads of target 1. The positives
+    (rows 0, 2, 3) each hold their query against the batch's ads, the other ads of their query
+    at least as relevant left out (row 3 for row 2, row 2 for row 3)."""
+    g = torch.Generator().manual_seed(0)
+    u, v = torch.randn(4, 8, generator=g), torch.randn(4, 8, generator=g)
+    t, group = torch.tensor([1.0, 0.0, 1.0, 1.0]), torch.tensor([0, 0, 1, 1])
+    cos = lambda i, j: float(torch.nn.functional.cosine_similarity(u[i], v[j], dim=0))
+    want = 0.0
+    for i, candidates in ((0, [0, 1, 2, 3]), (2, [0, 1, 2]), (3, [0, 1, 3])):
+        want -= 5 * cos(i, i) - math.log(sum(math.exp(5 * cos(i, j)) for j in candidates))
+    task = make_task(task_cfg("ad_relevance", label_type="graded", architecture="bi_encoder",
+                              contrastive_weight=2.0, contrastive_scale=5.0))  # fmt: skip
+    s = torch.zeros(4, 1)  # logits of 0: BCE log 2 a row
+    batch = {"target": t, "group": group}
+    assert task.loss(s, batch, (u, v)) == pytest.approx(math.log(2) + 2 * want / 3, rel=1e-5)
+    perm = torch.tensor([3, 1, 0, 2])
+    shuffled = {"target": t[perm], "group": group[perm]}
+    assert task.loss(s, shuffled, (u[perm], v[perm])) == pytest.approx(
+        float(task.loss(s, batch, (u, v))), rel=1e-6
+    )
+    # no row at or above contrastive_min: nothing to contrast
+    none = {"target": torch.zeros(4), "group": group}
+    assert task.loss(s, none, (u, v)) == pytest.approx(math.log(2))
+    with pytest.raises(
+        UserError, match=r"^task.contrastive_weight=1.0 needs task.architecture=bi_encoder"
+    ):
+        make_task(task_cfg("ad_relevance", contrastive_weight=1.0))
+
+
 def test_pointwise_loss_is_bce_on_the_score():
     task = make_task(task_cfg("ad_relevance", label_type="graded"))
     s, t = torch.tensor([0.8, 0.1]), torch.tensor([1.0, 0.5])

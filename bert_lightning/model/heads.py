@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from bert_lightning.errors import UserError
@@ -117,8 +118,17 @@ class BertBiEncoder(nn.Module):
         return pool_tokens(out.last_hidden_state, mask, self.pooling)  # (B, H)
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None):
-        cos = self.cosine(input_ids, token_type_ids, attention_mask)  # (B,)
+        return self.score(*self.pair_embeddings(input_ids, token_type_ids, attention_mask))
+
+    def score(self, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """(B, 1) logits of pooled queries `u` and ads `v` (B, H)."""
+        cos = F.cosine_similarity(u.float(), v.float(), dim=-1)  # (B,)
         return self.classifier(cos[:, None].to(self.classifier.weight.dtype))  # (B, 1)
+
+    def pair_embeddings(self, input_ids, token_type_ids=None, attention_mask=None):
+        """(u, v), (B, H) each: the pooled query and ad of `[CLS] query [SEP] ad [SEP]` rows
+        (what an in-batch contrastive loss compares across rows)."""
+        return pair_embeddings(self.embed, input_ids, token_type_ids, attention_mask)
 
     def cosine(self, input_ids, token_type_ids=None, attention_mask=None) -> torch.Tensor:
         """(B,) cosine of the pooled query and ad of `[CLS] query [SEP] ad [SEP]` rows."""
@@ -126,9 +136,16 @@ class BertBiEncoder(nn.Module):
 
 
 def pair_cosine(embed, input_ids, token_type_ids=None, attention_mask=None) -> torch.Tensor:
-    """(B,) cosine of the query and the ad of `[CLS] query [SEP] ad [SEP]` rows (token types 0
-    then 1), each read alone as `[CLS] query [SEP]` and `[CLS] ad [SEP]` by `embed(ids, mask)`
-    -> (B, H): a bi-encoder's, in torch or exported."""
+    """(B,) cosine of the query and the ad of each row (`pair_embeddings`): a bi-encoder's, in
+    torch or exported."""
+    u, v = pair_embeddings(embed, input_ids, token_type_ids, attention_mask)  # (B, H) each
+    return F.cosine_similarity(u.float(), v.float(), dim=-1)  # (B,)
+
+
+def pair_embeddings(embed, input_ids, token_type_ids=None, attention_mask=None):
+    """(u, v), (B, H) each: the query and the ad of `[CLS] query [SEP] ad [SEP]` rows (token
+    types 0 then 1), each read alone as `[CLS] query [SEP]` and `[CLS] ad [SEP]` by
+    `embed(ids, mask)` -> (B, H)."""
     if token_type_ids is None:
         raise ValueError("a bi-encoder needs token_type_ids: 0 on the query, 1 on the ad")
     mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
@@ -143,5 +160,4 @@ def pair_cosine(embed, input_ids, token_type_ids=None, attention_mask=None) -> t
     a_mask = torch.cat(
         [mask[:, :1], (torch.arange(Ta, device=mask.device) < second[:, None]).long()], 1
     )  # (B, 1 + Ta)
-    u, v = embed(q_ids, q_mask), embed(a_ids, a_mask)  # (B, H) each
-    return torch.nn.functional.cosine_similarity(u.float(), v.float(), dim=-1)  # (B,)
+    return embed(q_ids, q_mask), embed(a_ids, a_mask)  # (B, H) each

@@ -51,11 +51,20 @@ class AdRelevanceConfig(TableConfig):
     pairwise_weight: float
     pairs: Literal["query", "batch"]
     margin: float
+    contrastive_weight: float
+    contrastive_scale: float
+    contrastive_min: float
     baselines: bool
 
     def __post_init__(self):
         if self.pooling is None:
             self.pooling = "mean" if self.architecture == "bi_encoder" else "cls"
+        if self.contrastive_weight and self.architecture != "bi_encoder":
+            raise UserError(
+                f"task.contrastive_weight={self.contrastive_weight} needs "
+                "task.architecture=bi_encoder (a cross-encoder reads each query with its ad: "
+                "no query to hold against the batch's other ads)"
+            )
 
 
 class AdRelevance(Task):
@@ -69,7 +78,9 @@ class AdRelevance(Task):
     weight) over pairs with target_i > target_j: of one query, or with `pairs: batch` of the
     whole batch, across queries too, a global order as Spearman reads it; `listwise`: softmax
     cross-entropy over each query's rows (`listwise_loss`); `pointwise+pairwise` or
-    `pointwise+listwise`: BCE + the ranking term, which `pairwise_weight` multiplies."""
+    `pointwise+listwise`: BCE + the ranking term, which `pairwise_weight` multiplies. A
+    bi-encoder adds `contrastive_weight` x an in-batch contrastive term (`in_batch_loss`) to
+    any of them."""
 
     config_class = AdRelevanceConfig
 
@@ -177,12 +188,24 @@ class AdRelevance(Task):
         tables = [baselines_table(results)] if "baselines" in results else []
         return "\n\n".join([*tables, ranking_table(results["ranking"])])
 
-    def loss(self, logits, batch):
+    @property
+    def uses_pair_embeddings(self) -> bool:
+        return bool(self.cfg.contrastive_weight)
+
+    def loss(self, logits, batch, pairs=None):
         """BCE for each row's level, read by Spearman across queries; a pairwise or listwise
-        term for the order within a query, read by NDCG (times `pairwise_weight`)."""
+        term for the order within a query, read by NDCG (times `pairwise_weight`); with
+        `contrastive_weight`, the in-batch term of the pooled queries and ads (`pairs`: (u,
+        v); None, as from an ONNX export: without it)."""
         s, t = logits.float()[:, 0], batch["target"].float()  # (B,), (B,)
         c = self.cfg
         total = F.binary_cross_entropy_with_logits(s, t) if "pointwise" in c.loss else 0.0
+        if c.contrastive_weight and pairs is not None:
+            u, v = pairs
+            contrast = in_batch_loss(
+                u, v, t, batch["group"], c.contrastive_scale, c.contrastive_min
+            )
+            total = total + c.contrastive_weight * contrast
         if c.loss == "pointwise":
             return total
         group = batch["group"] if c.pairs == "query" else torch.zeros_like(batch["group"])
@@ -259,6 +282,24 @@ def lambda_weights(s, t, group) -> torch.Tensor:
     ideal = ((t / torch.log2(1.0 + rank(t)))[None, :] * same).sum(1)  # (B,): its group's IDCG
     swap = (t[:, None] - t[None, :]).abs() * (discount[:, None] - discount[None, :]).abs()
     return swap / ideal[:, None].clamp(min=1e-12) * same
+
+
+def in_batch_loss(u, v, t, group, scale: float, min_target: float) -> torch.Tensor:
+    """sentence-transformers' MultipleNegativesRankingLoss for graded rows: each positive row i
+    (target >= `min_target`) holds its query u_i against every ad v_j of the batch, softmax
+    cross-entropy over `scale` x cos(u_i, v_j) with its own ad the answer. The other ads of its
+    query at least as relevant as its own are left out (not negatives); less relevant ones and
+    every other query's ads are. The mean over positive rows (0 with none); the order of the
+    rows does not change it."""
+    sim = scale * F.normalize(u.float(), dim=-1) @ F.normalize(v.float(), dim=-1).T  # (B, B)
+    B = len(t)
+    own = torch.eye(B, dtype=torch.bool, device=t.device)  # (B, B)
+    left_out = (group[:, None] == group[None, :]) & (t[None, :] >= t[:, None]) & ~own  # (B, B)
+    positive = t >= min_target  # (B,)
+    if not positive.any():
+        return sim.sum() * 0.0
+    logits = sim.masked_fill(left_out, float("-inf"))[positive]  # (P, B)
+    return F.cross_entropy(logits, own[positive].float().argmax(1))
 
 
 def listwise_loss(s, t, group) -> torch.Tensor:

@@ -150,6 +150,23 @@ class Task:
     def num_labels(self) -> int:
         return 1
 
+    @property
+    def uses_pair_embeddings(self) -> bool:
+        """The loss also reads the pooled queries and ads (`loss(logits, batch, (u, v))`)."""
+        return False
+
+    def logits_and_loss(self, model, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """`model`'s logits on `batch` and the task's loss, as training computes them: from the
+        pooled queries and ads where the loss reads them (a bi-encoder's in-batch term; an
+        ONNX export, which gives logits only, gets the loss without it)."""
+        inputs = (batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
+        if not (self.uses_pair_embeddings and hasattr(model, "pair_embeddings")):
+            logits = model(*inputs)
+            return logits, self.loss(logits, batch)
+        pairs = model.pair_embeddings(*inputs)  # (B, H) each
+        logits = model.score(*pairs)  # (B, 1)
+        return logits, self.loss(logits, batch, pairs)
+
     def build_model(self, config) -> nn.Module:
         return self.head(config, self.num_labels, self.cfg.pooling)
 

@@ -69,14 +69,14 @@ class FinetuneModule(EncoderModule):
         return self.model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
 
     def training_step(self, batch, batch_idx):
-        loss = self.task.loss(self(batch), batch)
+        _, loss = self.task.logits_and_loss(self.model, batch)
         self.log("train/loss", loss, prog_bar=True, batch_size=batch["input_ids"].size(0))
         return loss
 
     def _eval_step(self, split: str, batch):
-        logits = self(batch)
+        logits, loss = self.task.logits_and_loss(self.model, batch)
         B = batch["input_ids"].size(0)
-        self.log(f"{split}/loss", self.task.loss(logits, batch), batch_size=B, sync_dist=True)
+        self.log(f"{split}/loss", loss, batch_size=B, sync_dist=True)
         self.task.update(self.split_metrics[split], logits, batch)
 
     def _eval_epoch_end(self, split: str):
