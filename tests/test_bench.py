@@ -325,30 +325,44 @@ def test_rtd_step_bench_times_both_objectives(tmp_path):
 
 @pytest.mark.slow
 def test_the_onnx_backends_bench_runs_each_backend(tmp_path):
-    """bench/onnx_backends.py on a tiny fine-tuned checkpoint and a tiny embedding model."""
-    from finetune_fixtures import relevance_ckpt, write_hf_folder, write_tokenizer
+    """bench/onnx_backends.py on a tiny fine-tuned checkpoint and a tiny embedding model: each
+    backend's speed, its scores' difference to PyTorch's on the test file's rows, and another
+    encoder timed beside the model's int8."""
+    from finetune_fixtures import (
+        ad_rows,
+        relevance_ckpt,
+        write_csv,
+        write_hf_folder,
+        write_tokenizer,
+    )
 
     tok = write_tokenizer(tmp_path / "tokenizer.json")
     ckpt, _ = relevance_ckpt(tmp_path, tok)
     write_hf_folder(tmp_path / "hf", tok)
+    test = write_csv(
+        tmp_path / "test.csv", [{**r, "label": int(r["label"] >= 2)} for r in ad_rows(4)]
+    )
     out = bench(
         str(ROOT / "bench/onnx_backends.py"),
         *["--model", str(ckpt), "--embedder", str(tmp_path / "hf"), "--pairs", "32"],
         *["--one-at-a-time", "4", "--rounds", "2", "--json", str(tmp_path / "o.json")],
-        *["--vs", f"small={tmp_path / 'hf'}"],
+        *["--vs", f"small={tmp_path / 'hf'}", "--fp32-top", "2", "--test", str(test)],
         cwd=tmp_path,
     )
     got = json.loads((tmp_path / "o.json").read_text())
-    assert list(got["pairs_per_s"]) == ["torch", "onnx", "int8", "int8, small"]
+    top = "int8, top 2 fp32"
+    assert list(got["pairs_per_s"]) == ["torch", "onnx", "int8", top, "int8, small"]
     runs = got["rounds_pairs_per_s"]
     for b in ("batch 1", "batch 32"):
         each = [s / m for s, m in zip(runs["int8, small"][b], runs["int8"][b], strict=True)]
         assert got["speedup_vs_int8"]["int8, small"][b] == round(statistics.median(each), 2)
-    assert list(got["max_abs_score_diff_vs_torch"]) == ["onnx", "int8"]
-    assert "| int8, small |" in out
-    assert got["max_abs_score_diff_vs_torch"]["onnx"] <= 1e-4
+    diff = got["score_diff_vs_torch"]
+    assert list(diff) == ["onnx", "int8", top] and got["score_diff_rows"] == 12
+    assert diff["onnx"]["max"] <= 1e-4 and diff[top]["max"] <= 1e-4  # every layer kept fp32
+    assert diff["int8"]["mean"] <= diff["int8"]["p99"] <= diff["int8"]["max"]
+    assert 0 <= diff["int8"]["crosses_0.5"] <= 1
     assert got["embedding_cosine_to_torch"]["onnx"]["min"] > 0.9999
-    assert "| int8 |" in out
+    assert "| int8, small |" in out and list(got["test_metrics"]) == ["torch", "onnx", "int8", top]
     assert got["speedup_vs_torch"]["torch"] == {"batch 1": 1.0, "batch 32": 1.0}
 
 

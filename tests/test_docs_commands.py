@@ -107,7 +107,7 @@ def workspace(tmp_path_factory):
     rows = pd.DataFrame(regression_rows(48)).rename(columns={"text": "title", "target": "bid"})
     rows.to_parquet(ws / "bids.parquet")
     (ws / "texts.txt").write_text("the cat sat\non the mat\n")
-    (ws / "hd_text.jsonl").write_bytes(corpus.read_bytes())  # bench/task_text.py's output
+    write_corpus(ws / "hd_text.jsonl", 80)  # bench/task_text.py's output: 50 held out, 30 train
     (ws / "wiki").mkdir()
     for source in ("wikipedia", "books"):  # data=corpus's validation files (docs/data.md)
         shard = ws / "wiki" / f"{source}-validation-00000.jsonl.gz"

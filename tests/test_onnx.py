@@ -154,6 +154,35 @@ def test_int8_is_smaller_and_scores_near_fp32(tmp_path, tok):
     assert scales and all(i.dims[0] > 1 for i in scales)  # per output channel
 
 
+@pytest.mark.parametrize("arch", ["cross_encoder", "bi_encoder"])
+def test_fp32_top_keeps_the_top_layers_and_the_head_out_of_int8(tmp_path, tok, arch):
+    """Of debug=tiny's 2 layers, `fp32_top=1` quantizes layer 0's Linear layers only; with both
+    kept it scores as the fp32 export does (within ONNX Runtime's fp32 rounding)."""
+    ckpt = finetuned_ckpt(tmp_path / "ft.ckpt", tok, *ADS, f"task.architecture={arch}")
+    fp32 = exported(ckpt, tmp_path / "fp32")
+    top = export_onnx(ckpt, tmp_path / "top", quantize="int8", pooling="mean",
+                      max_seq_length=None, overwrite=False, fp32_top=1)  # fmt: skip
+    assert spec_of(top)["fp32_top"] == 1
+    nodes = onnx.load(top / "model.onnx").graph.node
+    plain = {n.name for n in nodes if n.op_type in ("MatMul", "Gemm") and "qkv" in n.name}
+    assert [("layer.1" in n) for n in plain] == [True]  # layer 0's qkv is quantized
+    assert any(n.op_type == "MatMulInteger" and "layer.0" in n.name for n in nodes)
+    assert not any(n.op_type == "MatMulInteger" and "layer.1" in n.name for n in nodes)
+    both = export_onnx(ckpt, tmp_path / "both", quantize="int8", pooling="mean",
+                       max_seq_length=None, overwrite=False, fp32_top=2)  # fmt: skip
+    pairs = [(r["query"], r["ad"]) for r in ROWS]
+    got = [load_finetuned(f) for f in (fp32, both)]
+    s32, s_both = (np.array(score_rows(m.model, m.task, m.tokenizer(), pairs)) for m in got)
+    assert np.abs(s_both - s32).max() < 1e-4  # ONNX Runtime's fp32 of the quantizer's graph
+    for bad, why in ((3, "int8"), (1, None)):
+        with pytest.raises(
+            UserError,
+            match=rf"^--fp32-top {bad}: needs --quantize int8 and at most the model's 2 layers$",
+        ):
+            export_onnx(ckpt, tmp_path / f"bad{bad}", quantize=why, pooling="mean",
+                        max_seq_length=None, overwrite=False, fp32_top=bad)  # fmt: skip
+
+
 def test_export_refuses_an_existing_folder_and_says_what_to_install(tmp_path, tok, monkeypatch):
     ckpt = finetuned_ckpt(tmp_path / "ft.ckpt", tok, *ADS)
     (tmp_path / "taken").mkdir()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import warnings
 from dataclasses import asdict
 from pathlib import Path
@@ -25,10 +26,11 @@ OPSET = 18
 
 def export_onnx(
     path, out_dir, *, quantize: str | None, pooling: str, max_seq_length: int | None,
-    overwrite: bool,
+    overwrite: bool, fp32_top: int = 0,
 ) -> Path:  # fmt: skip
     """Writes `out_dir` whole or not at all. `pooling`, `max_seq_length`: of an embedding model
-    (a fine-tuned model keeps its own head and length)."""
+    (a fine-tuned model keeps its own head and length). `fp32_top`: with int8, the top layers
+    (and the pooler and head above them) left in fp32, where a score's error grows most."""
     onnx_runtime()
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
@@ -37,6 +39,11 @@ def export_onnx(
     if out_dir.exists() and not overwrite:
         raise UserError(f"{out_dir} exists; choose a new folder (or --overwrite)")
     pre = read_checkpoint(path)
+    L = pre.config.num_hidden_layers
+    if fp32_top and (quantize != "int8" or not 0 < fp32_top <= L):
+        raise UserError(
+            f"--fp32-top {fp32_top}: needs --quantize int8 and at most the model's {L} layers"
+        )
     if pre.kind == FINETUNING:
         ft = load_finetuned(path, "export-onnx", pre)
         model, tok_json, length = ft.model, ft.tokenizer_json, ft.max_seq_length
@@ -53,7 +60,7 @@ def export_onnx(
         length = tok.truncation["max_length"]
         spec = {"use": "embed", "pooling": pooling}
     spec |= {"output": output, "max_seq_length": length}
-    spec |= {"quantized": quantize, "source": str(path)}
+    spec |= {"quantized": quantize, "fp32_top": fp32_top, "source": str(path)}
     for m in model.modules():
         if isinstance(m, BertModel):
             m.unpad = False  # the padded path: no shape that depends on the mask's values
@@ -88,6 +95,7 @@ def export_onnx(
                 weight_type=QuantType.QInt8,
                 op_types_to_quantize=["MatMul", "Gemm"],  # not the embeddings' Gather
                 per_channel=True,  # per tensor, a few large weights cost the rest their precision
+                nodes_to_exclude=top_nodes(onnx.load(onnx_path).graph, L, fp32_top),
             )
             os.replace(tmp / "int8.onnx", onnx_path)
         (tmp / "tokenizer.json").write_text(tok_json)
@@ -95,6 +103,18 @@ def export_onnx(
         spec["inputs"] = inputs  # a bi-encoder's side reads no token types
         (tmp / SPEC).write_text(json.dumps(spec, indent=2) + "\n")
     return out_dir
+
+
+def top_nodes(graph, layers: int, top: int) -> list[str]:
+    """The MatMul and Gemm nodes of the top `top` of `layers` encoder layers and of all above
+    them (the pooler, the head); none for 0."""
+    out = []
+    for node in graph.node:
+        if top and node.op_type in ("MatMul", "Gemm"):
+            layer = re.search(r"/encoder/layer\.(\d+)/", node.name)
+            if layer is None or int(layer[1]) >= layers - top:
+                out.append(node.name)
+    return out
 
 
 def register(sub) -> None:
@@ -108,6 +128,13 @@ def register(sub) -> None:
     p.add_argument("out_dir", help="the folder to create")
     p.add_argument(
         "--quantize", choices=["int8"], help="int8 weights of the Linear layers (dynamic)"
+    )
+    p.add_argument(
+        "--fp32-top",
+        type=int,
+        default=0,
+        help="with --quantize int8: the top N layers and the head stay fp32 (scores nearer "
+        "PyTorch's, a little slower)",
     )
     p.add_argument(
         "--pooling",
@@ -130,6 +157,7 @@ def _main(args) -> None:
         pooling=args.pooling,
         max_seq_length=args.max_seq_length,
         overwrite=args.overwrite,
+        fp32_top=args.fp32_top,
     )
     spec = json.loads((out / SPEC).read_text())
     what = spec.get("head") or f"embeddings ({spec['pooling']})"

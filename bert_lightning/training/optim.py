@@ -40,9 +40,10 @@ def param_groups(
     head = set()
     if head_lr is not None:
         head = {id(p) for p in model.parameters()} - {id(p) for p in model.bert.parameters()}
-    depth = encoder_depths(model.bert) if layer_decay != 1.0 else {}  # id -> power of the decay
-    L = model.bert.config.num_hidden_layers
-    names = {0: "", **{L - i: f"_layer{i}" for i in range(L)}, L + 1: "_embeddings"}
+    depth, names = {}, {0: ""}  # id(parameter) -> the power of the decay; power -> name part
+    if layer_decay != 1.0:
+        depth, L = encoder_depths(model.bert), model.bert.config.num_hidden_layers
+        names |= {L - i: f"_layer{i}" for i in range(L)} | {L + 1: "_embeddings"}
     groups = []
     for rate, in_head in ((lr, False), (head_lr, True)):
         params = [p for p in model.parameters() if p.requires_grad and (id(p) in head) == in_head]
