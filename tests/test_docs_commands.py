@@ -139,6 +139,10 @@ def workspace(tmp_path_factory):
     # docs/downstream.md's distillation: the 30-minute student
     (ws / "outputs/distill_30min/checkpoints").mkdir(parents=True)
     (ws / "outputs/distill_30min/checkpoints/last.ckpt").symlink_to(ckpt)
+    # docs/downstream.md's GPU students, unpacked into Hugging Face folders
+    (ws / "outputs/gpu").mkdir(parents=True)
+    for arm in ("distill", "mlm"):
+        (ws / "outputs/gpu" / arm).symlink_to(hf)
     # docs/pretraining-objectives.md's task-adaptive pretraining: its run
     (ws / "outputs/tapt/checkpoints").mkdir(parents=True)
     (ws / "outputs/tapt/checkpoints/last.ckpt").symlink_to(ckpt)

@@ -4,6 +4,7 @@ scores the start's zero-shot cosine); the best a on the run's validation split; 
 wherever a fine-tuned checkpoint does."""
 
 import json
+import logging
 
 import pandas as pd
 import pytest
@@ -15,6 +16,7 @@ from bert_lightning.checkpoint import read_checkpoint
 from bert_lightning.cli import main
 from bert_lightning.commands.interpolate import ALPHAS, interpolate
 from bert_lightning.config import compose
+from bert_lightning.data.tokenizer import load_tokenizer
 from bert_lightning.inference import load_finetuned, score_rows, table_metrics, zero_shot_cosines
 from bert_lightning.serving import PairsRequest, ScorePairs
 from bert_lightning.tasks.base import load_splits
@@ -34,7 +36,9 @@ ROWS = [(r["query"], r["ad"]) for r in ad_rows(4)]
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """Two Home Depot runs from one tiny Hugging Face folder: a bi-encoder, a cross-encoder."""
+    """Two Home Depot runs from one tiny Hugging Face folder: a bi-encoder, a cross-encoder
+    (the root logger's handlers restored after them, as `_logging_restored` does per test)."""
+    handlers = logging.root.handlers[:]
     tmp = tmp_path_factory.mktemp("interpolate")
     tok = write_tokenizer(tmp / "tokenizer.json")
     write_hf_folder(tmp / "hf", tok)
@@ -45,6 +49,7 @@ def runs(tmp_path_factory):
         extra += ["optim.lr=1e-2", f"paths.output_dir={tmp / arch}", "trainer.max_epochs=2"]
         finetune(compose("finetune", overrides(tmp, "ad_relevance", "dataset=home_depot", *extra)))
         out[arch] = next((tmp / arch / "checkpoints").glob("best-step*.ckpt"))
+    logging.root.handlers[:] = handlers
     return tmp, out
 
 
@@ -132,7 +137,7 @@ def test_a_start_that_is_not_known_or_not_the_start_is_one_line(runs, tmp_path, 
         "config_resolved.yaml: random weights, or a moved checkpoint); give --start"
     )
     other = tmp_path / "other"
-    write_hf_folder(other, write_tokenizer(tmp_path / "t.json"), layers=1)
+    write_hf_folder(other, load_tokenizer(tmp / "tokenizer.json"), layers=1)
     err = cli_error(
         capsys,
         "interpolate",
