@@ -438,7 +438,7 @@ def test_a_student_without_an_mlm_loss_is_an_encoder_without_heads(tmp_path, tea
 
 def test_the_distillation_tables_in_the_docs_are_what_the_kept_cells_give():
     """docs/downstream.md's distillation tables: the ablation's SST-2, Home Depot and average,
-    and the 30-minute rows of every task, are the suite's own, kept in
+    and the 30-minute, GPU and teacher rows of every task, are the suite's own, kept in
     bench/results/distill_*/downstream.json."""
     root = Path(__file__).resolve().parents[1]
     doc = (root / "docs/downstream.md").read_text()
@@ -450,7 +450,15 @@ def test_the_distillation_tables_in_the_docs_are_what_the_kept_cells_give():
     for name, m in kept["models"].items():
         cells = [*(m["mean_std"][t] for t in kept["tasks"]), m["average"]]
         assert "| " + " | ".join(f"{a:.3f} ± {b:.3f}" for a, b in cells) + " |" in doc, name
-    kept = json.loads((root / "bench/results/distill_30min_pca/downstream.json").read_text())
-    m = kept["models"]["distill_30min_pca"]  # one seed
-    cells = [*(m["mean_std"][t][0] for t in kept["tasks"]), m["average"][0]]
-    assert "| " + " | ".join(f"{v:.3f}" for v in cells) + " |" in doc
+    kept = json.loads((root / "bench/results/distill_gpu/downstream.json").read_text())
+    for name, m in kept["models"].items():
+        cells = [*(m["mean_std"][t] for t in kept["tasks"]), m["average"]]
+        assert "| " + " | ".join(f"{a:.3f} ± {b:.3f}" for a, b in cells) + " |" in doc, name
+    for folder, name in (
+        ("distill_30min_pca", "distill_30min_pca"),
+        ("distill_teacher", "teacher"),
+    ):
+        kept = json.loads((root / f"bench/results/{folder}/downstream.json").read_text())
+        m = kept["models"][name]  # one seed
+        cells = [*(m["mean_std"][t][0] for t in kept["tasks"]), m["average"][0]]
+        assert "| " + " | ".join(f"{v:.3f}" for v in cells) + " |" in doc, name
