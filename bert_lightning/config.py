@@ -106,7 +106,25 @@ def gpu_workers(accelerator: str, n: int) -> int:
     return workers_up_to(n) if on_gpu(accelerator) else 0
 
 
+def share_of_time(max_time: str | None, n: int, otherwise: int) -> str | int:
+    """`${share_of_time:${trainer.max_time},N,STEPS}`: an Nth of a `DD:HH:MM:SS` budget, in
+    that form: a time-based `trainer.val_check_interval` that validates N times in any budget
+    (a curve of N points); STEPS where the run has no time budget."""
+    if max_time is None:
+        return int(otherwise)
+    try:
+        days, hours, minutes, seconds = (float(x) for x in str(max_time).split(":"))
+    except ValueError:
+        raise UserError(f"trainer.max_time={max_time!r}; expected DD:HH:MM:SS") from None
+    total = ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+    m, s = divmod(max(1, int(total / int(n))), 60)
+    h, m = divmod(m, 60)
+    d, h = divmod(h, 24)
+    return f"{d:02d}:{h:02d}:{m:02d}:{s:02d}"
+
+
 OmegaConf.register_new_resolver("bundled", bundled, replace=True)
+OmegaConf.register_new_resolver("share_of_time", share_of_time, replace=True)
 OmegaConf.register_new_resolver("workers_up_to", workers_up_to, replace=True)
 OmegaConf.register_new_resolver("device_precision", device_precision, replace=True)
 OmegaConf.register_new_resolver("gpu_workers", gpu_workers, replace=True)

@@ -1,3 +1,4 @@
+import contextlib
 import gzip
 import json
 import os
@@ -111,32 +112,61 @@ def c4_shard(path: Path, docs) -> str:
 
 def subprocess_env() -> dict:
     """The environment of a test's subprocess run: the tests' and the project's modules
-    importable, one thread a process, nothing fetched from a hub."""
+    importable, one thread a process, nothing fetched from a hub, the stacks written on
+    SIGABRT (`bounded_output`)."""
     e = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT)]))
-    e.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", WANDB_SILENT="true")
+    e.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", WANDB_SILENT="true", PYTHONFAULTHANDLER="1")
     return e
 
 
-def run_in_session(cmd: list[str], env: dict, bound: float) -> subprocess.CompletedProcess:
+def run_in_session(
+    cmd: list[str], env: dict, bound: float, cwd: str | Path | None = None
+) -> subprocess.CompletedProcess:
     """`cmd` in a session (process group) of its own, as a process manager starts a job:
     returns once it has exited and every process of its group is gone; fails the test when
-    one is still there `bound` seconds after the start, or 10 s after the output closed."""
+    one is still there `bound` seconds after the start (with every process's Python stacks,
+    `bounded_output`), or 10 s after the output closed."""
     p = subprocess.Popen(
         cmd,
-        env=env,
+        env=env | {"PYTHONFAULTHANDLER": "1"},  # `bounded_output`'s stacks
+        cwd=cwd,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
     )
-    try:
-        stdout, stderr = p.communicate(timeout=bound)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        _, stderr = p.communicate()
-        pytest.fail(f"a process of the run was still there after {bound} s: {stderr[-2000:]}")
+    stdout, stderr = bounded_output(p, bound)
     assert session_ends(p.pid), f"a process of the run outlived its output: {stderr[-2000:]}"
     return subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr)
+
+
+def bounded_output(p: subprocess.Popen, bound: float) -> tuple[str, str]:
+    """(stdout, stderr) of `p`, started in a session of its own with PYTHONFAULTHANDLER=1, once it
+    exits. If it has not within `bound` s, the test fails with the Python stacks of every
+    process of its group (SIGABRT: faulthandler writes each thread's stack to stderr), so that
+    a hang shows where it hangs and a slow run what it was doing."""
+    try:
+        return p.communicate(timeout=bound)
+    except subprocess.TimeoutExpired:
+        signal_group(p.pid, signal.SIGABRT)
+        try:
+            _, stderr = p.communicate(timeout=15)
+        except subprocess.TimeoutExpired:  # stuck in C code: nothing more to read
+            signal_group(p.pid, signal.SIGKILL)
+            _, stderr = p.communicate()
+        signal_group(p.pid, signal.SIGKILL)  # the group's other processes
+        first = stderr.find("Fatal Python error")
+        stacks = stderr[first:] if first >= 0 else stderr[-4000:]
+        pytest.fail(
+            f"{' '.join(map(str, p.args))[:300]}: still running after {bound} s; the Python "
+            f"stacks of its processes:\n{stacks[-30000:]}",
+            pytrace=False,
+        )
+
+
+def signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, sig)
 
 
 def session_ends(sid: int, seconds: float = 10.0) -> bool:

@@ -8,20 +8,23 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 import torch
 from omegaconf import OmegaConf
 
 from bert_lightning.checkpoint import read_checkpoint
+from bert_lightning.tasks.base import load_splits
+from bert_lightning.tasks.kinds import make_task
+from conftest import run_in_session
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def bench(*args: str, cwd: Path) -> str:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "bench")]))
-    r = subprocess.run(
-        [sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
-    )
+    r = run_in_session([sys.executable, *args], env, 600, cwd=cwd)
     assert r.returncode == 0, r.stderr[-3000:]
     return r.stdout
 
@@ -217,13 +220,7 @@ def test_gpu_pretraining_pays_gathers_its_files_then_pretrains_both_and_runs_the
     )
     script = str(ROOT / "bench/gpu_pretraining_pays.sh")
     out = tmp_path / "pays"
-    r = subprocess.run(
-        ["bash", script, str(carry / "data"), str(out), "debug=tiny"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    r = run_in_session(["bash", script, str(carry / "data"), str(out), "debug=tiny"], env, 600)
     assert r.returncode == 0, r.stderr[-3000:]
     assert read_checkpoint(out / "rtd_0.05min/checkpoints/last.ckpt").rtd
     assert not read_checkpoint(out / "ours_0.05min/checkpoints/last.ckpt").rtd
@@ -288,12 +285,8 @@ def test_gpu_distill_carries_a_teacher_and_brings_back_both_students(tmp_path):
         "data.max_seq_length=32",
         "trainer.val_check_interval=2",
     ]
-    r = subprocess.run(
-        ["bash", str(ROOT / "bench/gpu_distill.sh"), str(carry), str(out), *tiny],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
+    r = run_in_session(
+        ["bash", str(ROOT / "bench/gpu_distill.sh"), str(carry), str(out), *tiny], env, 600
     )
     assert r.returncode == 0 and r.stdout.count("exit 0") == 2, r.stdout + r.stderr[-3000:]
     bench(
@@ -408,6 +401,67 @@ def test_paired_runs_scores_both_runs_on_their_shared_test_rows(tmp_path):
     for m in ("ndcg@10", "mrr"):  # defined for the same queries in both: a difference of means
         want = got["a"][m]["mean"] - got["b"][m]["mean"]
         assert got["a - b"][m]["mean"] == pytest.approx(want, abs=1e-6)
+
+
+def test_recipe_arms_gives_each_arm_minus_the_zero_shot_encoder_in_and_out_of_domain(tmp_path):
+    """bench/recipe_arms.py on two tiny bi-encoder runs of one split, the first run's own
+    encoder as the zero-shot one: a bi-encoder's score is its cosine scaled, so the first arm
+    orders every query as its zero-shot cosine does (a difference of 0); the second differs by
+    its own figures' difference; a file read as the "other" set gives the same; seeds pool."""
+    from bert_lightning.config import compose
+    from bert_lightning.training.finetune import finetune
+    from finetune_fixtures import overrides, task_files, write_tokenizer
+
+    write_tokenizer(tmp_path / "tokenizer.json")
+    files = task_files(tmp_path, "ad_relevance")
+    bi = ["task.architecture=bi_encoder", "task.pooling=mean", "task.baselines=true"]
+    best = {}
+    for name, lr in (("a", "1e-3"), ("b", "1e-2")):
+        out = f"paths.output_dir={tmp_path / name}"
+        cfg = compose(
+            "finetune", overrides(tmp_path, "ad_relevance", *files, *bi, out, f"optim.lr={lr}")
+        )
+        best[name] = str(tmp_path / name / finetune(cfg)["best_checkpoint"])
+    test_file = tmp_path / "test.tsv"
+    cfg = compose("finetune", overrides(tmp_path, "ad_relevance", *files, *bi))
+    _, tables = load_splits(make_task(OmegaConf.to_container(cfg.task)), cfg.seed)
+    t, lo, hi = tables["test"], cfg.task.grade_min, cfg.task.grade_max
+    grades = [lo + y * (hi - lo) for y in t["target"]]
+    pd.DataFrame({"query": t["text"], "ad": t["pair"], "label": grades}).to_csv(
+        test_file, sep="\t", index=False
+    )
+    args = ["--zero-shot", best["a"], "--json", str(tmp_path / "s1.json")]
+    args += ["--other", str(test_file), f"a={best['a']}", f"b={best['b']}"]
+    printed = bench(str(ROOT / "bench/recipe_arms.py"), *args, cwd=tmp_path)
+    got = json.loads((tmp_path / "s1.json").read_text())
+    for where in ("home_depot", "other"):
+        diff = got[where]["a - zero_shot"]
+        assert all(v == 0 or v != v for m in diff["per_query"].values() for v in m)  # v != v: NaN
+        assert diff["global_spearman"] == pytest.approx(0, abs=1e-6)
+        own = got[where]["per_query"]
+        want = own["b"]["ndcg@10"]["mean"] - own["zero_shot"]["ndcg@10"]["mean"]
+        assert np.nanmean(got[where]["b - zero_shot"]["per_query"]["ndcg@10"]) == pytest.approx(
+            want, abs=1e-6
+        )
+    assert got["other"]["b - zero_shot"] == got["home_depot"]["b - zero_shot"]
+    assert "home_depot (seeds [" in printed and "\nb " in printed
+    (tmp_path / "s2.json").write_text((tmp_path / "s1.json").read_text())
+    pooled = bench(str(ROOT / "bench/recipe_arms.py"), "--combine", str(tmp_path / "s1.json"),
+                   str(tmp_path / "s2.json"), cwd=tmp_path)  # fmt: skip
+    assert "± 0.000" in pooled
+
+
+def test_first_step_times_a_runs_first_step_and_its_validations(tmp_path):
+    from conftest import tiny_overrides, write_corpus
+
+    write_corpus(tmp_path / "corpus.jsonl")
+    run = tiny_overrides(tmp_path, "trainer.val_check_interval=3")
+    out = bench(str(ROOT / "bench/first_step.py"), "--json", str(tmp_path / "f.json"), *run,
+                cwd=tmp_path)  # fmt: skip
+    got = json.loads((tmp_path / "f.json").read_text())
+    assert got["exit"] == 0 and got["validation_steps"] == [0, 3, 6]
+    assert 0 < got["first_step_s"] < got["wall_s"] and 0 < got["validation_s"] < got["wall_s"]
+    assert f"first step after {got['first_step_s']:.0f} s; 3 validations" in out
 
 
 def test_task_text_writes_the_training_splits_distinct_texts_and_nothing_else(tmp_path):

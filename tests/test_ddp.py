@@ -1,6 +1,5 @@
 import csv
 import os
-import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
@@ -9,7 +8,7 @@ import lightning as L
 import pytest
 import torch
 
-from conftest import tiny_overrides, write_corpus
+from conftest import run_in_session, tiny_overrides, write_corpus
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -18,7 +17,7 @@ def run_script(script: str, args: list[str], cwd: Path) -> None:
     """`python SCRIPT ARGS` in `cwd`, tests/ importable (the callbacks below); must succeed."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT)]))
     cmd = [sys.executable, str(ROOT / script), *args]
-    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    proc = run_in_session(cmd, env, 600, cwd=cwd)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 

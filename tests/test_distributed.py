@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import subprocess_env, tiny_overrides, write_corpus
+from conftest import bounded_output, subprocess_env, tiny_overrides, write_corpus
 from probe import read_probes
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -146,10 +146,11 @@ def test_torchrun_two_nodes_on_localhost(tmp_path, reference):
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
+            start_new_session=True,
         )
         for n in range(2)
     ]
-    errors = [p.communicate(timeout=300)[1] for p in nodes]
+    errors = [bounded_output(p, 300)[1] for p in nodes]
     for p, err in zip(nodes, errors, strict=True):
         assert p.returncode == 0, err[-3000:]
     probes = read_probes(out)

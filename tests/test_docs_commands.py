@@ -11,7 +11,6 @@ import gzip
 import os
 import re
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from bert_lightning import cli
 from bert_lightning.config import compose, package_dir
 from bert_lightning.training.finetune import finetune
 from bert_lightning.training.pretrain import train
-from conftest import tiny_overrides, write_corpus
+from conftest import run_in_session, tiny_overrides, write_corpus
 from finetune_fixtures import (
     ad_rows,
     regression_rows,
@@ -200,13 +199,8 @@ def run_command(args: list[str], tmp: Path, ws: dict) -> None:
         multirun = [o for o in overrides if o != "-m"] + [o for o in tiny if o != out]
         multirun.append(f"hydra.sweep.dir={tmp / 'sweep'}")
         env = dict(os.environ, PYTHONPATH=str(ROOT))
-        r = subprocess.run(
-            [sys.executable, str(ROOT / script), "-m", *multirun],
-            cwd=ws["ws"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
+        r = run_in_session(
+            [sys.executable, str(ROOT / script), "-m", *multirun], env, 600, ws["ws"]
         )
         assert r.returncode == 0, r.stderr[-3000:]
         return

@@ -32,7 +32,7 @@ DDP_RUN = [  # 2 CPU processes, 8 steps, last.ckpt every 4
     "trainer.val_check_interval=4",
     "callbacks.model_checkpoint.every_n_train_steps=4",
 ]
-BOUND = 120  # seconds within which every process of a failed run must be gone
+BOUND = 300  # seconds within which every process of a failed run must be gone
 
 
 def train_ddp(out: Path, *extra: str) -> subprocess.CompletedProcess:

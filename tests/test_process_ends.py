@@ -18,7 +18,7 @@ from finetune_fixtures import overrides as finetune_overrides
 from finetune_fixtures import task_files, write_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
-BOUND = 120  # seconds within which a run and every process it started must be gone
+BOUND = 300  # seconds within which a run and every process it started must be gone
 WORKERS = ["data.num_workers=2"]
 BUDGET = ["trainer.max_steps=-1", "trainer.max_time=00:00:00:03"]
 
@@ -126,3 +126,16 @@ def test_a_fine_tuning_run_ends_with_all_its_processes(tmp_path, end):
     cmd = [sys.executable, str(ROOT / "finetune.py"), *args, f"hydra.run.dir={tmp_path / 'run'}"]
     r = run_in_session(cmd, subprocess_env(), BOUND)
     assert r.returncode == code, r.stderr[-3000:]
+
+
+def test_a_run_past_its_bound_fails_with_the_python_stacks_of_every_process_of_its_group():
+    """A hang is told from slowness the first time it happens: where each process waits."""
+    child = "import time\ndef napping_child():\n    time.sleep(60)\nnapping_child()"
+    parent = f"import subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', {child!r}])"
+    parent += "\ndef napping_parent():\n    time.sleep(60)\nnapping_parent()"
+    with pytest.raises(pytest.fail.Exception) as failed:
+        run_in_session([sys.executable, "-c", parent], subprocess_env(), 3)
+    message = str(failed.value)
+    assert "still running after 3 s" in message
+    assert message.count("Fatal Python error: Aborted") == 2, message
+    assert "in napping_parent" in message and "in napping_child" in message, message

@@ -4,6 +4,7 @@ and nothing that looks usable, and a fresh run prints step lines and no warnings
 
 import csv
 import logging
+import re
 import runpy
 import shutil
 import sys
@@ -16,6 +17,7 @@ import torch
 from hydra.utils import instantiate
 
 from bert_lightning.config import compose, resumed_run
+from bert_lightning.progress import eta_text
 from bert_lightning.training.callbacks import StepProgressBar
 from bert_lightning.training.pretrain import train
 from conftest import shipped, tiny_overrides, write_corpus
@@ -114,7 +116,7 @@ def test_a_fresh_run_prints_step_lines_and_no_warnings(tmp_path, capsys, caplog)
 
     printed = capsys.readouterr().out.splitlines()  # pytest's stdout is no terminal
     steps = [line for line in printed if line.startswith("step ")]
-    assert [line.split()[1] for line in steps] == ["2/6", "4/6", "6/6"]
+    assert [line.split()[1] for line in steps] == ["1/6", "2/6", "4/6", "6/6"]  # 1: it began
     assert all(" loss " in line and " eta " in line for line in steps), steps
     validations = [line for line in printed if line.startswith("validation at step ")]
     assert [line.split(":")[0] for line in validations] == [
@@ -123,12 +125,23 @@ def test_a_fresh_run_prints_step_lines_and_no_warnings(tmp_path, capsys, caplog)
         "validation at step 6",
     ]
     assert all("loss" in line and "ppl" in line for line in validations)
+    assert all(re.search(r" ppl \S+ \(\d+\.\d s\)$", line) for line in validations), validations
     assert not any("Epoch" in line for line in printed)
 
     summary = [r.getMessage() for r in caplog.records if "Trainable params" in r.getMessage()]
     assert len(summary) == 1 and "flops" not in summary[0].lower()
     assert "nsp_acc" not in summary[0]  # an MLM-only run has no NSP metrics
     assert "💡" not in caplog.text
+
+
+def test_the_bar_switched_off_leaves_the_lines_on_a_terminal_too(tmp_path, capsys, monkeypatch):
+    """`trainer.enable_progress_bar=false` (as scripts run fine-tuning) is not silence."""
+    out = tmp_path / "run"
+    write_corpus(out / "corpus.jsonl")
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    run(out, "trainer.enable_progress_bar=false", "callbacks.progress_bar.every=3")
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("step ")]
+    assert [line.split()[1] for line in printed] == ["1/6", "3/6", "6/6"]
 
 
 @pytest.mark.slow
@@ -148,6 +161,7 @@ def test_train_log_has_the_lines_the_console_shows_once(tmp_path, monkeypatch, c
     printed = [line for line in console if line.startswith(("step ", "validation at step "))]
     assert [line.split(" loss ")[0] for line in printed] == [
         "validation at step 0:",
+        "step 1/6",
         "step 2/6",
         "validation at step 3:",
         "step 4/6",
@@ -165,8 +179,8 @@ def test_the_bar_counts_the_steps_of_a_run_bound_by_epochs():
 
 
 def test_off_a_terminal_a_slow_run_prints_a_line_every_n_seconds(monkeypatch, capsys):
-    """A step every 10 s with `every=1000` and `seconds=25`: a line at 30 s, 60 s, 90 s, not
-    silence until step 1000."""
+    """A step every 10 s with `every=1000` and `seconds=25`: a line at the first step (training
+    has begun), then at 30 s, 60 s, 90 s, not silence until step 1000."""
     from bert_lightning.training import callbacks
 
     now = [0.0]
@@ -181,9 +195,7 @@ def test_off_a_terminal_a_slow_run_prints_a_line_every_n_seconds(monkeypatch, ca
         now[0], trainer.global_step = 10.0 * step, step
         bar.on_train_batch_end(trainer, None, None, None, step)
     lines = capsys.readouterr().out.splitlines()
-    assert lines == [
-        f"step {s}/100 loss 2.5 eta {callbacks.eta_text(10 * (100 - s))}" for s in (3, 6, 9)
-    ]
+    assert lines == [f"step {s}/100 loss 2.5 eta {eta_text(10 * (100 - s))}" for s in (1, 3, 6, 9)]
 
 
 @pytest.mark.slow

@@ -6,7 +6,6 @@ import importlib.util
 import json
 import math
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -26,6 +25,8 @@ from run_matrix import (
     case_dir,
     run_case,
 )
+
+from conftest import run_in_session
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -79,14 +80,7 @@ def multi_launch(tmp_path_factory):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT)]))
     env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
-    r = subprocess.run(
-        [*cmd, str(ROOT / "tests" / "run_matrix.py"), str(root)],
-        env=env,
-        cwd=root,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    r = run_in_session([*cmd, str(ROOT / "tests" / "run_matrix.py"), str(root)], env, 900, root)
     # each case asserts its own probes; the launcher's exit code alone would hide which failed
     return root, r.stderr[-4000:]
 

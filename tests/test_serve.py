@@ -9,7 +9,6 @@ import json
 import logging
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -37,7 +36,7 @@ from bert_lightning.serving import (
     TextsRequest,
     endpoints,
 )
-from conftest import session_ends
+from conftest import run_in_session, session_ends
 from finetune_fixtures import (
     ad_rows,
     finetuned_ckpt,
@@ -271,13 +270,8 @@ def test_the_load_test_runs_both_setups_without_errors(tmp_path, tok):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "bench")]))
     args = ["--model", str(ckpt), "--seconds", "2", "--warmup", "0.5", "--clients", "4"]
     args += ["--backends", "torch,int8", "--vs", f"small={tmp_path / 'other'}"]
-    r = subprocess.run(
-        [sys.executable, str(ROOT / "bench/serve.py"), *args, "--json", str(tmp_path / "b.json")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    cmd = [sys.executable, str(ROOT / "bench/serve.py"), *args, "--json", str(tmp_path / "b.json")]
+    r = run_in_session(cmd, env, 600)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "| batched, int8 | 4 | 32 | 0.01 |" in r.stdout
     assert "| one at a time, torch | 1 | 1 | 0.0 |" in r.stdout
@@ -368,13 +362,7 @@ def test_the_soak_test_counts_bad_requests_as_refusals_not_errors(tmp_path, tok)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "bench")]))
     args = ["--model", str(ckpt), "--minutes", "2", "--seconds-per-minute", "1.5"]
     args += ["--clients", "4", "--bad-share", "0.5", "--json", str(tmp_path / "soak.json")]
-    r = subprocess.run(
-        [sys.executable, str(ROOT / "bench/serve_soak.py"), *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    r = run_in_session([sys.executable, str(ROOT / "bench/serve_soak.py"), *args], env, 600)
     assert r.returncode == 0, r.stderr[-3000:]
     soak = json.loads((tmp_path / "soak.json").read_text())
     assert soak["errors"] == 0 and [row["minute"] for row in soak["rows"]] == [1, 2]

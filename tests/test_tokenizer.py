@@ -4,6 +4,8 @@ from tokenizers import Tokenizer
 from bert_lightning.data.corpus import iter_documents
 from bert_lightning.data.tokenizer import (
     SPECIAL_TOKENS,
+    ContinuationChars,
+    _bert_tokenizer,
     load_tokenizer,
     save_tokenizer,
     special_ids,
@@ -17,6 +19,24 @@ def test_training_is_reproducible(tiny_tokenizer):
     again = train_wordpiece(lambda: iter(docs), vocab_size=800)
     assert again.get_vocab() == tiny_tokenizer.get_vocab()
     assert tiny_tokenizer.get_vocab_size() == 800
+
+
+def test_the_continuation_characters_are_those_of_every_pre_tokenized_word():
+    """The first pass's shortcut finds what BERT's pre-tokenizer's words hold after their
+    first character, punctuation of any script, CJK and accents included."""
+    tricky = [
+        "x", "a-b c.d", "¿Qué? «citation» 東京タワー über—naïve", "e\u2028f\tg\nh",
+        "[brackets] ^caret \\ back-slash ]x [y -z", "Ⅻ ǅ ½ 3.14 ×÷ ‿⁀ ⟨a⟩",
+    ]  # fmt: skip
+    probe = _bert_tokenizer({t: i for i, t in enumerate(SPECIAL_TOKENS)})
+    norm, pre = probe.normalizer, probe.pre_tokenizer
+    found, by_words = ContinuationChars(), set()
+    for text in [*tricky, *iter_documents([SAMPLE])]:
+        text = norm.normalize_str(text)
+        found.add(text)
+        for word, _ in pre.pre_tokenize_str(text):
+            by_words.update(word[1:])
+    assert found.found == by_words and len(by_words) > 40
 
 
 def test_specials_and_templates(tiny_tokenizer):

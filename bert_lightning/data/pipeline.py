@@ -23,6 +23,7 @@ from bert_lightning.data.corpus import BadRecordError, iter_documents
 from bert_lightning.data.masking import MLMCollator
 from bert_lightning.data.tokenizer import batch_encode, special_ids
 from bert_lightning.errors import UserError
+from bert_lightning.progress import Ticks
 
 # packed: documents concatenated and cut into full blocks, attending across their joins;
 # packed_isolated: each document framed [CLS] ... [SEP] before the cut, and attention kept
@@ -40,10 +41,18 @@ def map_procs(docs: datasets.Dataset, num_proc: int | None) -> int | None:
     return num_proc if num_proc and len(docs) >= 10_000 else None
 
 
+def file_stamps(files: list[str]) -> list[tuple[str, int, float]]:
+    """Each file's path, size and modification time: what a cache of its contents is keyed by,
+    so that an edited file is read again."""
+    return [(os.path.abspath(f), os.path.getsize(f), os.path.getmtime(f)) for f in files]
+
+
 def text_rows(files: list[str], stamp: list | None = None, **read):
-    """Generator for `(Iterable)Dataset.from_generator`; `stamp` (sizes and mtimes) only feeds
-    the cache fingerprint, so that an edited file is read again."""
+    """Generator for `(Iterable)Dataset.from_generator`; `stamp` (`file_stamps`) only feeds the
+    cache fingerprint."""
+    ticks = Ticks(f"reading {len(files)} files")
     for text in iter_documents(files, **read):
+        ticks()
         yield {"text": text}
 
 
@@ -51,7 +60,7 @@ def read_documents(files: list[str], read: dict, cache_dir: str | None = None) -
     """The `text` of every document of `files`; `read`: the options of `iter_documents`."""
     if next(iter_documents(files, **read), None) is None:
         raise UserError(f"no documents with text in {files}")
-    stamp = [(f, os.path.getsize(f), os.path.getmtime(f)) for f in files]
+    stamp = file_stamps(files)
     try:
         return datasets.Dataset.from_generator(
             text_rows,
@@ -65,8 +74,10 @@ def read_documents(files: list[str], read: dict, cache_dir: str | None = None) -
         raise
 
 
-def encode(batch, tokenizer: Tokenizer):
+def encode(batch, tokenizer: Tokenizer, ticks: Ticks | None = None):
     """A `map` batch of documents -> their token ids (no special tokens)."""
+    if ticks:
+        ticks(len(batch["text"]))
     return {"input_ids": batch_encode(tokenizer, batch["text"])}
 
 
@@ -82,8 +93,10 @@ def framing(tokenizer: Tokenizer, packing: str, max_seq_length: int) -> dict:
     }
 
 
-def frame_batch(batch, cls_id: int, sep_id: int, block: int, packing: str):
+def frame_batch(batch, cls_id: int, sep_id: int, block: int, packing: str, ticks=None):
     """Token ids of documents -> `[CLS] ... [SEP]` examples of at most `block + 2` tokens."""
+    if ticks:
+        ticks(len(batch["input_ids"]))
     if packing == "document":
         return {"input_ids": [[cls_id, *ids[:block], sep_id] for ids in batch["input_ids"]]}
     if packing == "packed_isolated":  # blocks of whole-framed documents, no extra [CLS]/[SEP]
@@ -95,16 +108,23 @@ def frame_batch(batch, cls_id: int, sep_id: int, block: int, packing: str):
     return {"input_ids": [[cls_id, *flat[i * block : (i + 1) * block], sep_id] for i in range(n)]}
 
 
+def shown_total(docs: datasets.Dataset, procs: int | None) -> int | None:
+    """The documents a `map`'s progress counts towards: each of `procs` processes counts its
+    own share, whose size the lines leave out."""
+    return None if procs else len(docs)
+
+
 def tokenize(
     docs: datasets.Dataset, tokenizer: Tokenizer, num_proc: int | None = None
 ) -> datasets.Dataset:
     """`text` -> `input_ids`, one row per document."""
+    procs = map_procs(docs, num_proc)
     return docs.map(
         encode,
         batched=True,
-        fn_kwargs={"tokenizer": tokenizer},
+        fn_kwargs={"tokenizer": tokenizer, "ticks": Ticks("tokenizing", shown_total(docs, procs))},
         remove_columns=docs.column_names,
-        num_proc=map_procs(docs, num_proc),
+        num_proc=procs,
         new_fingerprint=fingerprint(docs._fingerprint, tokenizer.to_str()),
         desc="tokenizing",
     )
@@ -112,12 +132,13 @@ def tokenize(
 
 def frame(tokens: datasets.Dataset, how: dict, num_proc: int | None = None) -> datasets.Dataset:
     """Documents' `input_ids` -> framed examples; `how`: `framing(...)`."""
+    procs = map_procs(tokens, num_proc)
     return tokens.map(
         frame_batch,
         batched=True,
         batch_size=1000,
-        fn_kwargs=how,
-        num_proc=map_procs(tokens, num_proc),
+        fn_kwargs=how | {"ticks": Ticks("framing", shown_total(tokens, procs))},
+        num_proc=procs,
         new_fingerprint=fingerprint(tokens._fingerprint, how),
         desc=f"framing ({how['packing']})",
     )

@@ -24,6 +24,8 @@ from bert_lightning.data.corpus import interleave_documents, resolve_files
 from bert_lightning.data.masking import MaskingConfig, MLMCollator
 from bert_lightning.data.pipeline import (
     PACKINGS,
+    file_stamps,
+    fingerprint,
     hold_out,
     mask_once,
     mlm_examples,
@@ -32,6 +34,7 @@ from bert_lightning.data.pipeline import (
 from bert_lightning.data.prepare import TokenBlocks, cache_folder, prepare
 from bert_lightning.data.sampling import EpochSampler, SeededExamples
 from bert_lightning.data.tokenizer import (
+    SPECIAL_TOKENS,
     TokenizerConfig,
     load_tokenizer,
     save_tokenizer,
@@ -45,6 +48,11 @@ from bert_lightning.signals import ignore_stop_signals
 log = logging.getLogger(__name__)
 
 CACHE_FORMATS = ("arrow", "tokens")  # tokens: flat token arrays (data/prepare.py)
+
+
+def tokenizer_cache(cache_dir: str | None) -> Path:
+    """Where trained tokenizers are kept: beside the datasets cache (`data.cache_dir`)."""
+    return Path(cache_dir or datasets.config.HF_DATASETS_CACHE) / "bert_lightning_tokenizers"
 
 
 def world_and_rank(trainer) -> tuple[int, int]:
@@ -66,6 +74,7 @@ class BertDataModule(L.LightningDataModule):
         self,
         *,
         val_docs: int,
+        max_eval_samples: int | None,
         max_seq_length: int,
         packing: str,
         batch_size: int,
@@ -87,7 +96,11 @@ class BertDataModule(L.LightningDataModule):
             raise UserError(f"data.packing={packing!r}; expected one of {PACKINGS}")
         if max_seq_length < 3:
             raise UserError(f"data.max_seq_length={max_seq_length}; expected at least 3")
-        self.val_docs = val_docs
+        if max_eval_samples is not None and max_eval_samples < 1:
+            raise UserError(
+                f"data.max_eval_samples={max_eval_samples}; expected >= 1 or null (all)"
+            )
+        self.val_docs, self.max_eval_samples = val_docs, max_eval_samples
         self.max_seq_length, self.packing = max_seq_length, packing
         self.batch_size, self.num_workers = batch_size, num_workers
         self.masking = from_dict(MaskingConfig, masking, "data.masking")
@@ -114,20 +127,41 @@ class BertDataModule(L.LightningDataModule):
         elif saved and saved.is_file():
             return load_tokenizer(saved)
         else:
-            if next(self.tokenizer_documents(), None) is None:
-                raise UserError(
-                    f"no documents with text in {self.source()} (empty files, or every "
-                    "record skipped by data.on_bad_record=skip)"
-                )
-            tokenizer = train_wordpiece(
-                self.tokenizer_documents,
-                vocab_size=self.tokenizer_cfg.vocab_size,
-                min_frequency=self.tokenizer_cfg.min_frequency,
-                max_docs=self.tokenizer_cfg.max_docs,
-            )
+            tokenizer = self.trained_tokenizer()
         if saved:
             save_tokenizer(tokenizer, saved)
         return tokenizer
+
+    def trained_tokenizer(self) -> Tokenizer:
+        """A WordPiece tokenizer trained on `tokenizer_documents()`, or the one trained on the
+        same files with the same settings before (`tokenizer_key`), read from the cache, so a
+        second run on a corpus goes straight to its cached blocks."""
+        key = self.tokenizer_key()
+        cached = tokenizer_cache(self.cache_dir) / f"wordpiece-{key}.json" if key else None
+        if cached and cached.is_file():
+            log.info("tokenizer: %s, trained before on the same files and settings", cached)
+            return load_tokenizer(cached)
+        if next(self.tokenizer_documents(), None) is None:
+            raise UserError(
+                f"no documents with text in {self.source()} (empty files, or every "
+                "record skipped by data.on_bad_record=skip)"
+            )
+        cfg = self.tokenizer_cfg
+        tokenizer = train_wordpiece(
+            self.tokenizer_documents,
+            vocab_size=cfg.vocab_size,
+            min_frequency=cfg.min_frequency,
+            max_docs=cfg.max_docs,
+        )
+        if cached:
+            save_tokenizer(tokenizer, cached)
+            log.info("tokenizer: cached as %s for the next run on these files", cached)
+        return tokenizer
+
+    def tokenizer_key(self) -> str | None:
+        """What a trained tokenizer depends on, hashed: None where it is not cached (a
+        stream's documents may change; `PretrainDataModule` keys its files)."""
+        return None
 
     def read_options(self) -> dict:
         return {
@@ -151,6 +185,15 @@ class BertDataModule(L.LightningDataModule):
             if not sys.stderr.isatty():  # its bars' carriage returns would fill a log file
                 datasets.disable_progress_bars()
             self.train_set, self.val_set = self.build()
+
+    def bounded(self, examples: datasets.Dataset) -> datasets.Dataset:
+        """At most `max_eval_samples` validation examples, evenly spaced over the set (each
+        validation file keeps its share), so that validating costs a small part of a budget."""
+        n, total = self.max_eval_samples, len(examples)
+        if n is None or total <= n:
+            return examples
+        log.info("validating on %d of %d examples (data.max_eval_samples; null: all)", n, total)
+        return examples.select([i * total // n for i in range(n)])
 
     def _loader(self, ds, sampler=None) -> StatefulDataLoader:
         return StatefulDataLoader(
@@ -213,6 +256,14 @@ class PretrainDataModule(BertDataModule):
     def source(self):
         return self.train_files
 
+    def tokenizer_key(self) -> str:
+        """The training files (paths, sizes, modification times: a changed file trains a new
+        tokenizer), how they are read and the tokenizer's settings."""
+        cfg = self.tokenizer_cfg
+        settings = (cfg.vocab_size, cfg.min_frequency, cfg.max_docs, SPECIAL_TOKENS)
+        read = sorted(self.read_options().items())
+        return fingerprint(file_stamps(self.train_files), read, settings)
+
     def tokenizer_documents(self):
         """The stream a tokenizer is trained on (its first `tokenizer.max_docs` documents): the
         files interleaved, so that every source is in the vocabulary, not only the first."""
@@ -260,7 +311,9 @@ class PretrainDataModule(BertDataModule):
 
     def validation(self, docs: datasets.Dataset) -> datasets.Dataset:
         """Held-out documents -> examples masked once, with the seed."""
-        return mask_once(self.examples(docs, self.tokenizer), self.collator(), self.seed)
+        return mask_once(
+            self.bounded(self.examples(docs, self.tokenizer)), self.collator(), self.seed
+        )
 
     def held_out(self, files: list[str]) -> datasets.Dataset:
         """The documents of `files` as validation examples (`bert-lightning evaluate` scores a

@@ -113,7 +113,7 @@ class StreamingDataModule(BertDataModule):
             self.max_seq_length,
             self.num_proc,
         )
-        return None, mask_once(examples, self.collator(), self.seed)
+        return None, mask_once(self.bounded(examples), self.collator(), self.seed)
 
     def train_dataloader(self):
         world, rank = world_and_rank(self.trainer)

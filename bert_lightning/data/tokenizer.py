@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
+import time
+import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -16,6 +19,7 @@ from tokenizers.trainers import WordPieceTrainer
 
 from bert_lightning.atomic import atomic_path
 from bert_lightning.errors import MissingFileError, UserError
+from bert_lightning.progress import progress
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +106,38 @@ def load_vocab_txt(path: str | os.PathLike) -> Tokenizer:
         raise UserError(f"{path}: {e}") from None
 
 
+def separates(c: str) -> bool:
+    """Whether BERT's pre-tokenizer cuts at `c`: whitespace, or punctuation (ASCII's, or a
+    Unicode P* category), which becomes a word of its own."""
+    return (
+        c.isspace()
+        or (c.isascii() and c.isprintable() and not c.isalnum())
+        or (unicodedata.category(c).startswith("P"))
+    )
+
+
+class ContinuationChars:
+    """The characters that follow another within a word of BERT's pre-tokenizer (`##c`), from
+    normalized texts: each word's first character removed by one regular expression, what is
+    left but the separators. It finds what pre-tokenizing every word finds, without a Python
+    object per word (a third of the time, most of it normalizing)."""
+
+    def __init__(self):
+        self.found: set[str] = set()
+        self.seen: set[str] = set()
+        self.separators: set[str] = set()
+        self.first = None  # a word's first character: one not after a non-separator
+
+    def add(self, text: str) -> None:
+        new = set(text) - self.seen
+        if new or self.first is None:
+            self.seen |= new
+            self.separators |= {c for c in new if separates(c)}
+            cls = "".join(re.escape(c) for c in sorted(self.separators))
+            self.first = re.compile(f"(?<![^{cls}])[^{cls}]" if cls else "^.", re.DOTALL)
+        self.found |= set(self.first.sub("", text)) - self.separators
+
+
 def train_wordpiece(
     texts: Callable[[], Iterator[str]],
     vocab_size: int,
@@ -116,15 +152,19 @@ def train_wordpiece(
     """
     probe = _bert_tokenizer({t: i for i, t in enumerate(SPECIAL_TOKENS)})
     norm, pre = probe.normalizer, probe.pre_tokenizer
-    continuation: set[str] = set()
+    log.info(
+        "training a WordPiece tokenizer of %d tokens on %s documents, in two passes",
+        vocab_size, f"the first {max_docs:,}" if max_docs else "all",
+    )  # fmt: skip
+    start = time.monotonic()
+    chars = ContinuationChars()
     docs = 0
-    for text in islice(texts(), max_docs):
+    for text in progress(islice(texts(), max_docs), "tokenizer, pass 1 of 2", max_docs):
         docs += 1
-        for word, _ in pre.pre_tokenize_str(norm.normalize_str(text)):
-            continuation.update(word[1:])
+        chars.add(norm.normalize_str(text))
     if not docs:  # it would hold the special tokens only
         raise ValueError("no documents to train a WordPiece tokenizer on")
-    alphabet = sorted("##" + c for c in continuation)
+    alphabet = sorted("##" + c for c in chars.found)
 
     trainable = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     trainable.normalizer, trainable.pre_tokenizer = norm, pre
@@ -134,9 +174,16 @@ def train_wordpiece(
         special_tokens=SPECIAL_TOKENS + alphabet,
         show_progress=False,
     )
-    trainable.train_from_iterator(islice(texts(), max_docs), trainer)
+    second = progress(islice(texts(), max_docs), "tokenizer, pass 2 of 2", docs)
+    trainable.train_from_iterator(second, trainer)
     vocab = trainable.get_vocab()
-    log.info("trained a WordPiece vocabulary of %d tokens", len(vocab))
+    took = time.monotonic() - start
+    log.info(
+        "trained a WordPiece vocabulary of %d tokens on %d documents in %.0f s",
+        len(vocab),
+        docs,
+        took,
+    )
     return _bert_tokenizer(vocab)
 
 

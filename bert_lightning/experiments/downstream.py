@@ -29,7 +29,8 @@ from bert_lightning.config import compose
 from bert_lightning.data.tokenizer import save_tokenizer
 from bert_lightning.errors import MissingFileError, UserError
 from bert_lightning.fields import from_dict
-from bert_lightning.training.callbacks import eta_text, save_figure
+from bert_lightning.progress import eta_text
+from bert_lightning.training.callbacks import save_figure
 from bert_lightning.training.finetune import finetune
 
 # BertConfig fields that do not shape a model (the random row keeps the rest): the random row

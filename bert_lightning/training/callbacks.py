@@ -16,6 +16,7 @@ from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.utilities import rank_zero_only
 
 from bert_lightning.atomic import atomic_path
+from bert_lightning.progress import eta_text
 from bert_lightning.training.optim import budget_timer
 
 log = logging.getLogger(__name__)
@@ -116,13 +117,6 @@ def _fmt(v) -> str:
     return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
 
 
-def eta_text(seconds: float) -> str:
-    """`1h05m` or `4m09s`: a progress line's time left."""
-    m, s = divmod(int(seconds), 60)
-    h, m = divmod(m, 60)
-    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
-
-
 class StepProgressBar(ProgressBar):
     """Progress over the run's optimizer steps, not epochs (pretraining is bound by steps, and
     has no epoch count to show); the total is the fit's optimizer steps, also
@@ -144,6 +138,7 @@ class StepProgressBar(ProgressBar):
         self.every, self.refresh, self.seconds, self.tty = every, refresh, seconds, tty
         self.enabled, self.bar = True, None
         self.t0, self.step0, self.shown_step, self.last_line = 0.0, 0, -1, 0.0
+        self.val_start = 0.0
 
     def disable(self) -> None:
         self.enabled = False
@@ -176,11 +171,12 @@ class StepProgressBar(ProgressBar):
                 total=total, initial=done, desc=desc, unit=unit, dynamic_ncols=True, file=sys.stdout
             )
 
-    def _line(self, done: int, total: int | None) -> list[str] | None:
-        """Off a terminal, the start of a line when one is due (every `every`, `seconds` after
-        the last one, at the end): `done/total`; None when not."""
+    def _line(self, done: int, total: int | None, due=False) -> list[str] | None:
+        """Off a terminal, the start of a line when one is due (`due`, every `every`,
+        `seconds` after the last one, at the end): `done/total`; None when not."""
         now = time.perf_counter()
-        if done % self.every and done != total and now - self.last_line < self.seconds:
+        due = due or not done % self.every or done == total
+        if not due and now - self.last_line < self.seconds:
             return None
         self.last_line = now
         return [f"{done}/{total}" if total else str(done)]
@@ -209,20 +205,25 @@ class StepProgressBar(ProgressBar):
                 self.bar.set_postfix(self._shown(metrics, "train/"), refresh=False)
             return
         total = self._total(trainer)
-        line = self._line(step, total)
+        line = self._line(step, total, due=step == self.step0 + 1)  # the first: training began
         if line is None:
             return
         shown = self._shown(self.get_metrics(trainer, pl_module), "train/")
         line = ["step", *line, *(f"{k} {v}" for k, v in shown.items())]
         self.print(" ".join([*line, *self._eta(step, total, budget_timer(trainer))]))
 
+    def on_validation_start(self, trainer, pl_module):
+        self.val_start = time.perf_counter()
+
     def on_validation_end(self, trainer, pl_module):
+        """The metrics, and what the validation took (its share of a budget)."""
         if not self.enabled or trainer.sanity_checking:
             return
         shown = self._shown(trainer.callback_metrics, "val/")  # every val metric, not the bar's
         if shown:
             text = " ".join(f"{k} {v}" for k, v in shown.items())
-            self.print(f"validation at step {trainer.global_step}: {text}")
+            took = time.perf_counter() - self.val_start
+            self.print(f"validation at step {trainer.global_step}: {text} ({took:.1f} s)")
 
     def print(self, *args, **kwargs) -> None:
         text = " ".join(map(str, args))

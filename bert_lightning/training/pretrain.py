@@ -43,9 +43,10 @@ log = logging.getLogger(__name__)
 
 def validation_settings(data: DictConfig) -> dict:
     """The `data` settings a validation loss depends on (length, framing, batch size, seed,
-    masking, and how long documents are read): recorded in the checkpoint for `evaluate`."""
+    masking, how long documents are read, how many examples): recorded in the checkpoint for
+    `evaluate`."""
     framing = ("max_seq_length", "packing", "batch_size", "seed", "masking")
-    keys = [k for k in (*framing, "max_doc_chars", "long_docs") if k in data]
+    keys = [k for k in (*framing, "max_doc_chars", "long_docs", "max_eval_samples") if k in data]
     values = {k: data[k] for k in keys}  # read in place: `seed` is `${seed}` of the whole config
     return {
         k: OmegaConf.to_container(v) if OmegaConf.is_config(v) else v for k, v in values.items()

@@ -1,8 +1,9 @@
 """The one trainer builder of both runs (pretraining and fine-tuning): loggers and callbacks
 are dicts of `_target_` entries in the `logger` / `callbacks` groups, instantiated by one loop,
 then handed to the `trainer` group's Trainer. The progress bar and the model summary are
-callbacks too (`callbacks/_progress.yaml`), kept only where `trainer.enable_progress_bar` /
-`trainer.enable_model_summary` ask for them."""
+callbacks too (`callbacks/_progress.yaml`): the summary kept only where
+`trainer.enable_model_summary` asks for it, the progress shown as lines, not a bar, where
+`trainer.enable_progress_bar` is off."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from bert_lightning.atomic import write_text
 from bert_lightning.errors import UserError, first_line
+from bert_lightning.training.callbacks import StepProgressBar
 from bert_lightning.training.instantiate import instantiate
 
 log = logging.getLogger(__name__)
@@ -66,8 +68,14 @@ def build_trainer(cfg: DictConfig) -> L.Trainer:
     loggers = [instantiate(c, f"logger.{k}") for k, c in (cfg.get("logger") or {}).items()]
     callbacks = [instantiate(c, f"callbacks.{k}") for k, c in (cfg.get("callbacks") or {}).items()]
     # Lightning refuses a progress bar callback when the bar is off, and adds its own when none
-    # is given: that one counts epochs, which a step-bound run (max_epochs=-1) has no total of
-    if not cfg.trainer.get("enable_progress_bar", True):
+    # is given: that one counts epochs, which a step-bound run (max_epochs=-1) has no total of.
+    # Off, ours keeps its lines (on a terminal too): a run is never silent for minutes
+    bar = cfg.trainer.get("enable_progress_bar", True)
+    ours = [c for c in callbacks if isinstance(c, StepProgressBar)]
+    if not bar and ours:
+        for c in ours:
+            c.tty = False
+    elif not bar:
         callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
     if not cfg.trainer.get("enable_model_summary", True):
         callbacks = [c for c in callbacks if not isinstance(c, ModelSummary)]
@@ -78,6 +86,7 @@ def build_trainer(cfg: DictConfig) -> L.Trainer:
             logger=loggers,
             callbacks=[*callbacks, SaveResolvedConfig(cfg)],
             default_root_dir=str(cfg.paths.output_dir),
+            enable_progress_bar=bool(bar or ours),
         )
     except InstantiationException as e:  # Lightning refusing a precision, a strategy, a device
         cause = e.__cause__
