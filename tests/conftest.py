@@ -1,6 +1,7 @@
 import contextlib
 import gzip
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -191,6 +192,15 @@ def tiny_tokenizer():
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture(autouse=True)
+def _root_log_handlers():
+    """A Hydra run in process sets the root logger's handlers, on the streams of that test's
+    capture: they go with the test, so that no later test's log line writes to a closed one."""
+    before = logging.root.handlers[:]
+    yield
+    logging.root.handlers[:] = before
 
 
 # tiny models gain nothing from intra-op threads, and lose a lot on a busy machine
