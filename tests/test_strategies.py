@@ -1,6 +1,7 @@
 """The scale-out options of the `trainer` group and `model_compile`, checked without GPUs."""
 
 import json
+import logging
 
 import pytest
 import torch
@@ -83,3 +84,22 @@ def test_bf16_on_a_cpu_without_bf16_instructions_says_so(
         "AMX): emulated, several times slower than trainer.precision=32-true here"
     )
     assert (message in caplog.messages) == warned
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the message is for a machine without GPUs")
+def test_the_cards_eight_gpu_command_without_gpus_says_what_runs_instead(tmp_path, caplog):
+    from bert_lightning.training.trainer import build_trainer
+
+    cfg = compose(
+        overrides=["model=bert_base", "trainer.devices=8", f"paths.output_dir={tmp_path}"]
+    )
+    with caplog.at_level(logging.WARNING):
+        build_trainer(cfg)
+    assert (
+        "no GPU found: trainer.devices=8 runs 8 CPU processes, precision 32-true, 600 steps at "
+        "lr 0.001 (the schedule of the config given; BERT-base's recipe on C4: "
+        "experiment=bert_base_c4; a CPU recipe: experiment=cpu_30min)"
+    ) in caplog.text
+    caplog.clear()
+    build_trainer(compose(overrides=["trainer.devices=1", f"paths.output_dir={tmp_path}"]))
+    assert "no GPU found" not in caplog.text

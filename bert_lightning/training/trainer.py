@@ -94,7 +94,24 @@ def build_trainer(cfg: DictConfig) -> L.Trainer:
             raise UserError(f"trainer: {first_line(cause)}") from e
         raise
     warn_emulated_bf16(trainer)
+    say_no_gpu(cfg, trainer)
     return trainer
+
+
+def say_no_gpu(cfg: DictConfig, trainer: L.Trainer) -> None:
+    """`trainer.accelerator=auto` that found no GPU, asked for several devices (the card's
+    `model=bert_base trainer.devices=8`): one line on what runs instead and why, and the
+    learning rate and steps it runs with, which the user's command may not have chosen."""
+    if cfg.trainer.accelerator != "auto" or not isinstance(trainer.accelerator, CPUAccelerator):
+        return
+    if trainer.num_devices < 2:
+        return
+    rank_zero_only(log.warning)(
+        f"no GPU found: trainer.devices={trainer.num_devices} runs {trainer.num_devices} CPU "
+        f"processes, precision {trainer.precision}, {cfg.trainer.max_steps} steps at lr "
+        f"{cfg.optim.lr} (the schedule of the config given; BERT-base's recipe on C4: "
+        "experiment=bert_base_c4; a CPU recipe: experiment=cpu_30min)"
+    )
 
 
 def warn_emulated_bf16(trainer: L.Trainer) -> None:
