@@ -145,6 +145,10 @@ def workspace(tmp_path_factory):
     # docs/pretraining-objectives.md's task-adaptive pretraining: its run
     (ws / "outputs/tapt/checkpoints").mkdir(parents=True)
     (ws / "outputs/tapt/checkpoints/last.ckpt").symlink_to(ckpt)
+    # docs/downstream.md's task-adaptive section: its text and its run
+    (ws / "outputs/tapt/run/checkpoints").mkdir(parents=True)
+    (ws / "outputs/tapt/run/checkpoints/last.ckpt").symlink_to(ckpt)
+    (ws / "outputs/tapt/hd_text.jsonl").symlink_to(ws / "hd_text.jsonl")
     (ws / "outputs/cpu_30min/transformers").mkdir(parents=True)
     (ws / "outputs/cpu_30min/transformers/hf_model").symlink_to(hf)
     (ws / "path/to/bert-base-uncased").mkdir(parents=True)
