@@ -89,6 +89,19 @@ class SignalRank(L.Callback):
             os.killpg(os.getpgid(0), sig) if self.group else os.kill(os.getpid(), sig)
 
 
+class SignalAtValidation(L.Callback):
+    """Sends `sig` to every process of the run as the first validation of the fit after step 0
+    starts (the one at step `val_check_interval`)."""
+
+    def __init__(self, sig: str):
+        self.sig, self.sent = sig, False
+
+    def on_validation_start(self, trainer, pl_module):
+        if trainer.state.fn == "fit" and trainer.global_step > 0 and not self.sent:
+            self.sent = True
+            os.killpg(os.getpgid(0), getattr(signal, self.sig))
+
+
 class FirstBatch(L.Callback):
     """Saves the first training batch (`first_batch.pt` in the run folder): the masked batch a
     test recomputes a loss on."""

@@ -91,6 +91,14 @@ def test_a_time_budgeted_run_saves_its_final_step(tmp_path):
     assert last_step(tmp_path) == steps
 
 
+def test_a_signal_during_validation_stops_the_run_as_the_validation_ends(tmp_path):
+    """Not acted on before, a stop signal in a validation of the fit let the run go on."""
+    stop = ["+callbacks.stop._target_=probe.SignalAtValidation", "+callbacks.stop.sig=SIGTERM"]
+    rc, stderr = pretrain(tmp_path, *WORKERS, *stop, "trainer.val_check_interval=3")
+    assert rc == 128 + signal.SIGTERM, stderr[-3000:]
+    assert "SIGTERM at step 3: " in stderr and last_step(tmp_path) == 3, stderr[-3000:]
+
+
 @pytest.mark.slow
 def test_a_time_budgeted_nsp_run_with_loader_workers_ends(tmp_path):
     rc, stderr = pretrain(tmp_path, "data=c4_nsp", *WORKERS, *BUDGET)

@@ -62,7 +62,9 @@ class SaveOnInterrupt(L.Callback):
     """SIGINT (Ctrl-C), SIGTERM (most schedulers' preemption notice) or SIGUSR1 (SLURM's
     `--signal=USR1@<seconds>`) ends the run once the optimizer step in progress is done:
     `last.ckpt` is written at that step (atomically) and the run stops with one line naming the
-    step and the checkpoint to resume from; the resumed run continues as if never stopped.
+    step and the checkpoint to resume from; the resumed run continues as if never stopped. A
+    signal during a validation of the fit (the last of a time budget's too) stops the run when
+    that validation ends (it is bounded: `data.max_eval_samples`).
 
     Several processes agree on the step: after each optimizer step they take the largest
     signal number any rank received (one scalar all-reduce, beside the one Lightning makes
@@ -91,8 +93,16 @@ class SaveOnInterrupt(L.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         stepped, self.seen_step = trainer.global_step != self.seen_step, trainer.global_step
-        if not stepped:  # accumulating: the step is not done yet
-            return
+        if stepped:  # not while accumulating: the step is not done yet
+            self._stop_if_signalled(trainer)
+
+    def on_validation_end(self, trainer, pl_module):
+        """A signal during a validation of the fit (the last one of a budget included) stops the
+        run as it ends, at the step it validated."""
+        if trainer.state.fn == "fit" and not trainer.sanity_checking:
+            self._stop_if_signalled(trainer)
+
+    def _stop_if_signalled(self, trainer) -> None:
         signum = self.received
         if trainer.world_size > 1:
             mine = torch.tensor(signum, device=trainer.strategy.root_device)
@@ -117,6 +127,18 @@ class SaveOnInterrupt(L.Callback):
 
     def on_exception(self, trainer, pl_module, exception):
         self._restore()
+        shut_down_workers(trainer)
+
+
+def shut_down_workers(trainer) -> None:
+    """The workers of the run's loaders, ended now. They ignore the stop signals (the main
+    process saves first); a persistent validation loader's stay alive with the exception's
+    frames, and at exit multiprocessing would end them with SIGTERM and wait for them forever."""
+    for loaders in (trainer.train_dataloader, trainer.val_dataloaders):
+        for loader in loaders if isinstance(loaders, list | tuple) else [loaders]:
+            workers = getattr(loader, "_iterator", None)
+            if workers is not None and hasattr(workers, "_shutdown_workers"):
+                workers._shutdown_workers()
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
