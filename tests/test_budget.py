@@ -109,3 +109,21 @@ def test_steps_and_a_time_limit_train_at_the_lower_of_their_rates(tmp_path, fake
     steps = min(max_steps, 10)
     assert rates(tmp_path) == pytest.approx([lr(s) for s in range(steps)])
     assert torch.load(tmp_path / "checkpoints/last.ckpt", weights_only=True)["global_step"] == steps
+
+
+def test_share_of_time_validates_a_budget_n_times(tmp_path):
+    """`${share_of_time:${trainer.max_time},N,STEPS}` (the budgeted experiments' validation
+    cadence): an Nth of the budget, a time-based interval Lightning validates at; STEPS
+    without a budget."""
+    from bert_lightning.config import share_of_time
+
+    assert share_of_time("00:00:30:00", 10, 1000) == "00:00:03:00"
+    assert share_of_time("01:02:00:00", 10, 1000) == "00:02:36:00"
+    assert share_of_time(None, 10, 1000) == 1000
+    write_corpus(tmp_path / "corpus.jsonl", 60)
+    every = "trainer.val_check_interval='${share_of_time:${trainer.max_time},3,1000}'"
+    budget = ["trainer.max_steps=-1", "trainer.max_time=00:00:00:04", every]
+    train(compose(overrides=tiny_overrides(tmp_path, *budget, "validate_before_fit=false")))
+    with open(tmp_path / "metrics.csv") as f:
+        validations = [r for r in csv.DictReader(f) if r.get("val/loss")]
+    assert len(validations) >= 3  # after each 1.3 s, and the budget's last step
