@@ -32,6 +32,7 @@ LAYERS = {  # module path -> layer, lowest first; the longest matching prefix wi
     "signals": 0,
     "fields": 0,
     "model": 1,
+    "progress": 1,  # progress lines of the steps before training (tqdm), for data and up
     "data": 2,
     "checkpoint": 3,
     "interop": 3,
