@@ -5,8 +5,8 @@ and, with `--other FILE`, a second query-product set it never trained on (CrowdF
 encoder and BM25. Per arm: per-query Spearman and NDCG@10 minus the zero-shot encoder's (paired
 95% bootstrap intervals) and global Spearman minus its.
 
-    python bench/recipe_arms.py --zero-shot FOLDER --other cf.csv --column ad=product_title \\
-        --column label=median_relevance --column query=query --grades 1,4 --json s1234.json \\
+    python bench/recipe_arms.py --zero-shot FOLDER --other cf.csv --encoding utf-8 \\
+        --column ad=product_title --column label=median_relevance --grades 1,4 --json s1234.json \\
         recipe=RUN/checkpoints/best.ckpt contrastive=... wise=wise.ckpt
 
 Runs of several seeds (one JSON each, the same arms) pool with `--combine A.json B.json ...`:
@@ -26,9 +26,16 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
+from bert_lightning.commands.evaluate import task_options
 from bert_lightning.commands.interpolate import run_config
 from bert_lightning.errors import UserError
-from bert_lightning.inference import load_finetuned, table_scores, zero_shot_cosines
+from bert_lightning.inference import (
+    add_table_arguments,
+    load_finetuned,
+    table_options,
+    table_scores,
+    zero_shot_cosines,
+)
 from bert_lightning.tasks.ad_relevance import score_metrics
 from bert_lightning.tasks.base import load_splits
 from bert_lightning.tasks.kinds import make_task
@@ -70,12 +77,8 @@ def measure(args) -> dict:
     models = {name: load_finetuned(path) for name, path in arms.items()}
     out = {"seed": cfg.seed, "arms": arms}
     out["home_depot"] = compare(models, tables["test"], args.zero_shot)
-    if args.other:
-        options = dict(c.split("=", 1) for c in args.column)
-        options = {f"{k}_column": v for k, v in options.items()}
-        if args.grades:
-            low, high = map(float, args.grades.split(","))
-            options |= {"grade_min": low, "grade_max": high}
+    if args.other:  # read as `bert-lightning evaluate` reads a file, with its options
+        options = table_options(args) | task_options(args, next(iter(models.values())).task)
         other = {n: ft.with_table_options(options) for n, ft in models.items()}
         task = next(iter(other.values())).task
         table = task.prepare(task.read(args.other))
@@ -127,6 +130,7 @@ def main() -> None:
     p.add_argument("--other", help="a second set, scored as `evaluate` scores a file")
     p.add_argument("--column", action="append", default=[], help="KEY=NAME of --other")
     p.add_argument("--grades", help="MIN,MAX of --other's labels")
+    add_table_arguments(p)  # --format, --encoding, --header, --names of --other
     p.add_argument("--json", help="write the measurement here")
     p.add_argument("--combine", nargs="+", help="pool these measurements (one per seed)")
     args = p.parse_args()
