@@ -117,11 +117,14 @@ def shown_total(docs: datasets.Dataset, procs: int | None) -> int | None:
 def tokenize(
     docs: datasets.Dataset, tokenizer: Tokenizer, num_proc: int | None = None
 ) -> datasets.Dataset:
-    """`text` -> `input_ids`, one row per document."""
+    """`text` -> `input_ids`, one row per document; batches of 100 documents, so that a
+    progress line is never long due (a batch of a thousand book-length documents takes
+    minutes)."""
     procs = map_procs(docs, num_proc)
     return docs.map(
         encode,
         batched=True,
+        batch_size=100,
         fn_kwargs={"tokenizer": tokenizer, "ticks": Ticks("tokenizing", shown_total(docs, procs))},
         remove_columns=docs.column_names,
         num_proc=procs,
