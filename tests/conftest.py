@@ -149,7 +149,10 @@ def bounded_output(p: subprocess.Popen, bound: float) -> tuple[str, str]:
     try:
         return p.communicate(timeout=bound)
     except subprocess.TimeoutExpired:
-        signal_group(p.pid, signal.SIGABRT)
+        for pid in group_members(p.pid):  # one at a time: their stacks do not interleave
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGABRT)
+            time.sleep(0.5)
         try:
             _, stderr = p.communicate(timeout=15)
         except subprocess.TimeoutExpired:  # stuck in C code: nothing more to read
@@ -163,6 +166,17 @@ def bounded_output(p: subprocess.Popen, bound: float) -> tuple[str, str]:
             f"stacks of its processes:\n{stacks[-30000:]}",
             pytrace=False,
         )
+
+
+def group_members(pgid: int) -> list[int]:
+    """The processes of process group `pgid`, from /proc."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                if os.getpgid(int(entry)) == pgid:
+                    members.append(int(entry))
+    return sorted(members)
 
 
 def signal_group(pgid: int, sig: int) -> None:
