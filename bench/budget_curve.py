@@ -74,8 +74,8 @@ def steps_taken(trainer: str, folder: Path) -> int:
     """The optimizer steps a run took in its budget (its metrics.csv, its summary.json)."""
     if trainer == "transformers":
         return json.loads((folder / "summary.json").read_text())["steps"]
-    with open(folder / "metrics.csv", newline="") as f:  # `step`: the last step's index
-        return 1 + max(int(r["step"]) for r in csv.DictReader(f) if r.get("step"))
+    with open(folder / "metrics.csv", newline="") as f:  # `step`: optimizer steps done
+        return max(int(r["step"]) for r in csv.DictReader(f) if r.get("step"))
 
 
 def curve(report: dict, minutes: list[float], out: Path, trainers: list[str]) -> dict:

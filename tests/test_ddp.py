@@ -124,5 +124,5 @@ def test_a_fine_tune_under_ddp_trains_its_epochs_validating_each(tmp_path):
     run_script("finetune.py", overrides(tmp_path, "seq_classification", *extra), tmp_path)
     with open(tmp_path / "run" / "metrics.csv") as f:
         rows = list(csv.DictReader(f))
-    assert [int(r["epoch"]) for r in rows if r.get("val/loss")] == [0, 1]  # trainer.max_epochs=2
-    assert {int(r["epoch"]) for r in rows if r.get("train/loss")} == {0, 1}
+    assert [float(r["epoch"]) for r in rows if r.get("val/loss")] == [0, 1]  # trainer.max_epochs=2
+    assert {float(r["epoch"]) for r in rows if r.get("train/loss")} == {0, 1}

@@ -70,12 +70,13 @@ def test_a_continued_run_keeps_its_folder_and_its_schedule(tmp_path, caplog, cap
     run(out, "trainer.max_steps=28", "optim.total_steps=30", f"ckpt_path={last}")
 
     lrs = [(int(r["step"]), float(r["lr/model"])) for r in rows(out) if r["lr/model"]]
-    assert [s for s, _ in lrs] == list(range(28))  # every step once, in order, in one file
-    for step, lr in lrs:
-        assert lr == pytest.approx(expected_lr(step, 20 if step < 24 else 30), abs=1e-12), step
+    assert [s for s, _ in lrs] == list(range(1, 29))  # every step once, in order, in one file
+    for step, lr in lrs:  # the rate step k trained with, in step k's row (logged as float32)
+        assert lr == pytest.approx(expected_lr(step - 1, 20 if step <= 24 else 30), rel=1e-6)
     train_steps = [int(r["step"]) for r in rows(out) if r["train/loss"]]
-    assert train_steps == list(range(28))
-    assert [int(r["step"]) for r in rows(out) if r["val/loss"]] == [0, 9, 19]
+    assert train_steps == list(range(1, 29))
+    # the validations before training, after 10 and after 20 steps (best-step10.ckpt, ...)
+    assert [int(r["step"]) for r in rows(out) if r["val/loss"]] == [0, 10, 20]
     assert not (out / "FAILED").exists()
 
     # finished: one line, nothing written

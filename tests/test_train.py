@@ -38,7 +38,7 @@ def test_smoke_run_writes_outputs_and_resumes(tmp_path):
     state = torch.load(ckpt, map_location="cpu", weights_only=True)
     assert state["global_step"] == 6 and state["tokenizer"]
     rows = metric_rows(out)
-    assert [r["step"] for r in rows if r["val/loss"]] == ["0", "2", "5"]
+    assert [r["step"] for r in rows if r["val/loss"]] == ["0", "3", "6"]
     assert any(r["train/flops_per_s"] for r in rows)
     assert "train/mfu" not in rows[0]  # a CPU with no configured peak: MFU omitted
 
@@ -51,7 +51,7 @@ def test_smoke_run_writes_outputs_and_resumes(tmp_path):
     state = torch.load(resumed / "checkpoints" / "last.ckpt", weights_only=True)
     assert state["global_step"] == 9
     steps = [int(r["step"]) for r in metric_rows(resumed) if r["train/loss"]]
-    assert min(steps) == 6 and max(steps) == 8  # the step count continues
+    assert min(steps) == 7 and max(steps) == 9  # the step count continues
     mfu = [
         (float(r["train/mfu"]), float(r["train/flops_per_s"]))
         for r in metric_rows(resumed)

@@ -36,6 +36,16 @@ class ModelCheckpoint(lightning_callbacks.ModelCheckpoint):
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
 
 
+class LearningRateMonitor(lightning_callbacks.LearningRateMonitor):
+    """Lightning's, logged through the module with the step's other metrics, so that the rate
+    of step k is in step k's row (`EncoderModule` numbers rows by steps done; Lightning's
+    writes to the loggers directly, one step lower)."""
+
+    def on_train_batch_start(self, trainer, pl_module, *args, **kwargs):
+        if trainer._logger_connector.should_update_logs:
+            pl_module.log_dict(self._extract_stats(trainer, "step"))
+
+
 # Dense (no sparsity) bf16/fp16 tensor-core peaks from NVIDIA's datasheets, FLOP/s, matched by
 # substring of torch.cuda.get_device_name (most specific first). Lightning's own table lists the
 # sparse figures for the H200 and misses its plain name, hence ours.

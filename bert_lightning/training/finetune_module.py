@@ -92,6 +92,7 @@ class FinetuneModule(EncoderModule):
         self._eval_step("val", batch)
 
     def on_validation_epoch_end(self):
+        super().on_validation_epoch_end()
         self._eval_epoch_end("val")
 
     def test_step(self, batch, batch_idx):

@@ -17,7 +17,7 @@ from bert_lightning.errors import UserError
 class _AppendingWriter(ExperimentWriter):
     """Lightning's writer warns about, then deletes, a `metrics.csv` it finds. In a run folder
     other files are expected (`.hydra/`, the log, checkpoints), and a `metrics.csv` is the run's
-    own, from before a resume (`keep_metrics_before` cut it at the resumed step): appended to,
+    own, from before a resume (`keep_metrics_through` cut it at the resumed step): appended to,
     its columns kept."""
 
     def _check_log_dir_exists(self) -> None:

@@ -43,6 +43,19 @@ class EncoderModule(L.LightningModule):
     def on_train_start(self) -> None:
         optim.follow_schedule(self.trainer)
 
+    # One step numbering everywhere (logs, checkpoint names, metrics.csv, wandb): a row carries
+    # the optimizer steps done when it is written, so the loss of step k and the validation
+    # after k steps are at k, and the validation before training at 0 (Lightning's own index
+    # is one less). Logging `step` replaces Lightning's, and its `epoch` with it.
+    def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
+        self._log_position(self.trainer.fit_loop.epoch_loop._batches_that_stepped + 1)
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_position(self.global_step, sync_dist=True)
+
+    def _log_position(self, step: int, **kwargs) -> None:
+        self.log_dict({"step": float(step), "epoch": float(self.current_epoch)}, **kwargs)
+
     def configure_gradient_clipping(
         self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None
     ) -> None:

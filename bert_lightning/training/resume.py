@@ -312,16 +312,16 @@ def follow_moved_run(checkpoint: dict, dirpath: str, ckpt_path: str) -> None:
         )
 
 
-def keep_metrics_before(metrics_csv: Path, step: int) -> None:
-    """Drops the rows of `metrics.csv` at `step` or later: a run continued from a checkpoint at
+def keep_metrics_through(metrics_csv: Path, step: int | None) -> None:
+    """Drops the rows of `metrics.csv` after `step`: a run continued from a checkpoint at
     `step` logs them again (a crashed run may have logged past its last checkpoint), so that the
-    file holds every step once, in order. `step` 0 (a fresh run) empties it."""
+    file holds every step once, in order. `None` (a fresh run) empties it."""
     if not metrics_csv.is_file():
         return
     with open(metrics_csv, newline="") as f:
         reader = csv.DictReader(f)
         fields, rows = reader.fieldnames or [], list(reader)
-    kept = [r for r in rows if r.get("step") and int(r["step"]) < step]
+    kept = [r for r in rows if step is not None and r.get("step") and int(r["step"]) <= step]
     if not kept:
         metrics_csv.unlink()
         return

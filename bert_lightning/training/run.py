@@ -20,7 +20,7 @@ from bert_lightning.training.instantiate import required
 from bert_lightning.training.resume import (
     already_done,
     failure_marked,
-    keep_metrics_before,
+    keep_metrics_through,
     own_checkpoints_expected,
 )
 
@@ -63,7 +63,7 @@ def run(cfg: DictConfig, kind: RunKind) -> Any:
         dm, module, trainer = kind.build(cfg, start)
         state.begun = True
         if rank_zero_only.rank == 0:  # before fit launches any other rank
-            keep_metrics_before(out_dir / "metrics.csv", start.step if start else 0)
+            keep_metrics_through(out_dir / "metrics.csv", start.step if start else None)
         if cfg.get("validate_before_fit") and start is None:
             # the progress bar prints its own line
             trainer.validate(module, datamodule=dm, verbose=not cfg.trainer.enable_progress_bar)
