@@ -3,10 +3,11 @@ of their requests bad (`--bad-share`: bodies the server must refuse with a 4xx: 
 a missing field, a number for a text, too many pairs, not JSON), the rest one (query, title)
 pair each, as bench/serve.py sends them. Per minute: requests/s and p99 of the good ones,
 errors (a good request not answered 200, a bad one answered other than 4xx, a connection
-failure), and the RSS of every process of the server (a leak shows as growth).
+failure), and the RSS of every process of the server (a leak shows as growth, counted from
+the end of `--warmup-minutes`, while allocator caches fill).
 
     python bench/serve_soak.py                       # 10 minutes, 16 clients, a fifth bad
-    python bench/serve_soak.py --model best.ckpt --minutes 30 --json soak.json
+    python bench/serve_soak.py --model best.ckpt --minutes 60 --backend int8 --json soak.json
 
 The model, pairs and server are bench/serve.py's; the clients (httpx, asyncio, one process)
 share the machine with the server. Prints a Markdown table and writes every figure to
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import httpx
 from serve import (
+    backend_model,
     home_depot_pairs,
     load_parser,
     minilm_folder,
@@ -94,12 +96,15 @@ def main() -> None:
     p.add_argument("--minutes", type=int, default=10)
     p.add_argument("--seconds-per-minute", type=float, default=60, help="(tests shorten it)")
     p.add_argument("--bad-share", type=float, default=0.2)
+    p.add_argument("--backend", default="torch", help="torch, onnx or int8 (as bench/serve.py)")
+    p.add_argument("--warmup-minutes", type=int, default=5, help="growth is counted after them")
     args = p.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         model = args.model or str(relevance_ckpt(minilm_folder(), Path(tmp) / "minilm.ckpt"))
         pairs = home_depot_pairs(read_checkpoint(model).tokenizer)
-        with server(model, Path(tmp) / "server.log") as (url, pid):
+        served = backend_model(args.backend, model, Path(tmp))
+        with server(served, Path(tmp) / "server.log") as (url, pid):
             start_rss = tree_rss(pid)
             for m in range(args.minutes):
                 load = minute(url, pairs, args.clients, args.seconds_per_minute, args.bad_share, m)
@@ -107,18 +112,25 @@ def main() -> None:
                 row["rss_mib"] = {str(k): round(v, 1) for k, v in tree_rss(pid).items()}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
+    warm_minute = min(args.warmup_minutes, len(rows))
+    warm = rows[warm_minute - 1]["rss_mib"]
     growth = {
-        pid: round(rows[-1]["rss_mib"].get(pid, 0) - rows[0]["rss_mib"][pid], 1)
-        for pid in rows[0]["rss_mib"]
+        pid: [
+            round(rows[-1]["rss_mib"].get(pid, 0) - mib, 1),
+            round(100 * (rows[-1]["rss_mib"].get(pid, 0) / mib - 1), 2),
+        ]
+        for pid, mib in warm.items()
     }
     summary = {
         "model": args.model or "all-MiniLM-L6-v2 + untrained ad_relevance head",
+        "backend": args.backend,
         "clients": args.clients,
         "bad_share": args.bad_share,
         "errors": sum(r["errors"] for r in rows),
         "requests_per_s_median": statistics.median(r["requests_per_s"] for r in rows),
         "rss_at_start_mib": {str(k): round(v, 1) for k, v in start_rss.items()},
-        "rss_growth_first_to_last_minute_mib": growth,
+        "warmup_minutes": args.warmup_minutes,
+        "rss_growth_after_warmup_mib_and_percent": growth,
         "rows": rows,
     }
     Path(args.json).write_text(json.dumps(summary, indent=2) + "\n")
@@ -130,8 +142,8 @@ def main() -> None:
         cells = [r["minute"], r["requests_per_s"], r["p99_ms"], r["good"], r["bad"], r["errors"]]
         print("| " + " | ".join(map(str, cells)) + f" | {rss} |")
     print(
-        f"\n{summary['errors']} errors; RSS growth from the first to the last minute, per "
-        f"process (MiB): {growth}; wrote {args.json}"
+        f"\n{summary['errors']} errors; RSS growth from minute {warm_minute} to the last, per "
+        f"process (MiB, %): {growth}; wrote {args.json}"
     )
 
 

@@ -355,16 +355,24 @@ def test_sigterm_drains_the_server_and_ends_every_process_of_it(tmp_path, tok, b
 
 
 @pytest.mark.slow
-def test_the_soak_test_counts_bad_requests_as_refusals_not_errors(tmp_path, tok):
+@pytest.mark.parametrize("backend", ["torch", "int8"])
+def test_the_soak_test_counts_bad_requests_as_refusals_not_errors(tmp_path, tok, backend):
     """bench/serve_soak.py for two short 'minutes' on a tiny checkpoint: every bad body is a
-    4xx, every good one a score, and each minute has every server process's RSS."""
+    4xx, every good one a score, and each minute has every server process's RSS, whose growth
+    counts from the end of the warm-up."""
     ckpt, _ = relevance_ckpt(tmp_path, tok)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "bench")]))
     args = ["--model", str(ckpt), "--minutes", "2", "--seconds-per-minute", "1.5"]
     args += ["--clients", "4", "--bad-share", "0.5", "--json", str(tmp_path / "soak.json")]
+    args += ["--backend", backend, "--warmup-minutes", "1"]
     r = run_in_session([sys.executable, str(ROOT / "bench/serve_soak.py"), *args], env, 600)
     assert r.returncode == 0, r.stderr[-3000:]
     soak = json.loads((tmp_path / "soak.json").read_text())
     assert soak["errors"] == 0 and [row["minute"] for row in soak["rows"]] == [1, 2]
     assert all(row["good"] > 0 and row["bad"] > 0 for row in soak["rows"])
     assert len(soak["rows"][0]["rss_mib"]) >= 3  # the server, its HTTP process, a worker
+    first, last = (row["rss_mib"] for row in soak["rows"])
+    for pid, (mib, percent) in soak["rss_growth_after_warmup_mib_and_percent"].items():
+        assert mib == round(last[pid] - first[pid], 1)
+        assert percent == round(100 * (last[pid] / first[pid] - 1), 2)
+    assert soak["backend"] == backend
