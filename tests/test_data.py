@@ -1,5 +1,6 @@
 import json
 
+import datasets
 import pytest
 import torch
 
@@ -124,6 +125,19 @@ def test_the_stages_compose_to_the_datamodule_sets(tmp_path, tiny_tokenizer):
     assert pipeline.mask_once(val, dm.collator(), dm.seed)["labels"] == dm.val_set["labels"]
     with pytest.raises(ValueError, match="40 documents in .*: too few to hold out"):
         pipeline.hold_out(docs, 40, dm.seed)
+
+
+def test_processes_give_the_documents_order_of_one(tmp_path, tiny_tokenizer):
+    """Tokenizing in 2 processes (each every other document, so that long documents at the
+    files' end are shared) gives one process's rows, in the documents' order."""
+    texts = [
+        f"document {i} " + "word " * (i % 7 + (300 if i > 9_990 else 1)) for i in range(10_003)
+    ]
+    docs = datasets.Dataset.from_dict({"text": texts})
+    one = pipeline.tokenize(docs, tiny_tokenizer)
+    two = pipeline.tokenize(docs, tiny_tokenizer, num_proc=2)
+    assert two["input_ids"] == one["input_ids"] and len(one) == 10_003
+    assert pipeline.strided(7, 2).tolist() == [0, 2, 4, 6, 1, 3, 5]
 
 
 def test_empty_corpus_and_bad_records(tmp_path, tiny_tokenizer):

@@ -16,6 +16,7 @@ import hashlib
 import os
 
 import datasets
+import numpy as np
 import torch
 from tokenizers import Tokenizer
 
@@ -117,20 +118,31 @@ def shown_total(docs: datasets.Dataset, procs: int | None) -> int | None:
 def tokenize(
     docs: datasets.Dataset, tokenizer: Tokenizer, num_proc: int | None = None
 ) -> datasets.Dataset:
-    """`text` -> `input_ids`, one row per document; batches of 100 documents, so that a
-    progress line is never long due (a batch of a thousand book-length documents takes
-    minutes)."""
+    """`text` -> `input_ids`, one row per document, in the documents' order; batches of 100
+    documents, so that a progress line is never long due (a batch of a thousand book-length
+    documents takes minutes). `map` gives each process a contiguous share, and the files'
+    long documents (books after articles) would all fall to the last: each process takes
+    every `procs`-th document instead."""
     procs = map_procs(docs, num_proc)
-    return docs.map(
+    order = strided(len(docs), procs) if procs else None
+    tokens = (docs if order is None else docs.select(order)).map(
         encode,
         batched=True,
         batch_size=100,
         fn_kwargs={"tokenizer": tokenizer, "ticks": Ticks("tokenizing", shown_total(docs, procs))},
         remove_columns=docs.column_names,
         num_proc=procs,
-        new_fingerprint=fingerprint(docs._fingerprint, tokenizer.to_str()),
+        new_fingerprint=fingerprint(docs._fingerprint, tokenizer.to_str(), procs),
         desc="tokenizing",
     )
+    return tokens if order is None else tokens.select(np.argsort(order))
+
+
+def strided(n: int, procs: int) -> np.ndarray:
+    """0, procs, 2 procs, ..., 1, procs + 1, ...: `map`'s contiguous shards of `n` rows put in
+    this order hold every `procs`-th row each (shard i has `n // procs` rows, one more for the
+    first `n % procs`, as many as i, i + procs, ... below n)."""
+    return np.concatenate([np.arange(i, n, procs) for i in range(procs)])
 
 
 def frame(tokens: datasets.Dataset, how: dict, num_proc: int | None = None) -> datasets.Dataset:

@@ -117,18 +117,39 @@ def separates(c: str) -> bool:
 
 
 class ContinuationChars:
-    """The characters that follow another within a word of BERT's pre-tokenizer (`##c`), from
-    normalized texts: each word's first character removed by one regular expression, what is
-    left but the separators. It finds what pre-tokenizing every word finds, without a Python
-    object per word (a third of the time, most of it normalizing)."""
+    """The characters that follow another within a word of BERT's pre-tokenizer (`##c`).
+    The normalizer works character by character, so a raw character `r` can only bring
+    `candidates(r)`: the non-separators of its normalization not after a separator there
+    (a CJK character, which it surrounds with spaces, brings none). A text is normalized and
+    read (`_scan`) only while it holds a character whose candidates are not all found yet;
+    the others cost one `set()` of the text. The scan removes each word's first character with
+    one regular expression and keeps what is left but the separators."""
 
-    def __init__(self):
+    def __init__(self, normalizer):
+        self.normalizer = normalizer
         self.found: set[str] = set()
-        self.seen: set[str] = set()
+        self.raw: dict[str, frozenset[str]] = {}  # each raw character seen: its candidates
+        self.open: set[str] = set()  # raw characters with a candidate not found yet
+        self.seen: set[str] = set()  # normalized characters seen by a scan
         self.separators: set[str] = set()
         self.first = None  # a word's first character: one not after a non-separator
 
+    def candidates(self, c: str) -> frozenset[str]:
+        n = self.normalizer.normalize_str(c)
+        return frozenset(
+            x for i, x in enumerate(n) if not separates(x) and (i == 0 or not separates(n[i - 1]))
+        )
+
     def add(self, text: str) -> None:
+        chars = set(text)
+        for c in chars - self.raw.keys():
+            self.raw[c] = self.candidates(c)
+            self.open.add(c)
+        if chars & self.open:
+            self._scan(self.normalizer.normalize_str(text))
+            self.open = {c for c in self.open if not self.raw[c] <= self.found}
+
+    def _scan(self, text: str) -> None:
         new = set(text) - self.seen
         if new or self.first is None:
             self.seen |= new
@@ -157,11 +178,11 @@ def train_wordpiece(
         vocab_size, f"the first {max_docs:,}" if max_docs else "all",
     )  # fmt: skip
     start = time.monotonic()
-    chars = ContinuationChars()
+    chars = ContinuationChars(norm)
     docs = 0
     for text in progress(islice(texts(), max_docs), "tokenizer, pass 1 of 2", max_docs):
         docs += 1
-        chars.add(norm.normalize_str(text))
+        chars.add(text)
     if not docs:  # it would hold the special tokens only
         raise ValueError("no documents to train a WordPiece tokenizer on")
     alphabet = sorted("##" + c for c in chars.found)
