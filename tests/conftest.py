@@ -111,11 +111,12 @@ def c4_shard(path: Path, docs) -> str:
     return str(path)
 
 
-def subprocess_env() -> dict:
+def subprocess_env(*also: Path) -> dict:
     """The environment of a test's subprocess run: the tests' and the project's modules
-    importable, one thread a process, nothing fetched from a hub, the stacks written on
-    SIGABRT (`bounded_output`)."""
-    e = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT)]))
+    importable (and `also`'s, e.g. bench/), one thread a process, nothing fetched from a hub,
+    the stacks written on SIGABRT (`bounded_output`)."""
+    path = [str(ROOT / "tests"), str(ROOT), *map(str, also)]
+    e = dict(os.environ, PYTHONPATH=os.pathsep.join(path))
     e.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", WANDB_SILENT="true", PYTHONFAULTHANDLER="1")
     return e
 

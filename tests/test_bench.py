@@ -17,13 +17,11 @@ from omegaconf import OmegaConf
 from bert_lightning.checkpoint import read_checkpoint
 from bert_lightning.tasks.base import load_splits
 from bert_lightning.tasks.kinds import make_task
-from conftest import run_in_session
-
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT, run_in_session, subprocess_env
 
 
 def bench(*args: str, cwd: Path) -> str:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "bench")]))
+    env = subprocess_env(ROOT / "bench")
     r = run_in_session([sys.executable, *args], env, 600, cwd=cwd)
     assert r.returncode == 0, r.stderr[-3000:]
     return r.stdout

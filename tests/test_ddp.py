@@ -1,5 +1,4 @@
 import csv
-import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -8,14 +7,12 @@ import lightning as L
 import pytest
 import torch
 
-from conftest import run_in_session, tiny_overrides, write_corpus
-
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT, run_in_session, subprocess_env, tiny_overrides, write_corpus
 
 
 def run_script(script: str, args: list[str], cwd: Path) -> None:
     """`python SCRIPT ARGS` in `cwd`, tests/ importable (the callbacks below); must succeed."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT)]))
+    env = subprocess_env()
     cmd = [sys.executable, str(ROOT / script), *args]
     proc = run_in_session(cmd, env, 600, cwd=cwd)
     assert proc.returncode == 0, proc.stderr[-3000:]

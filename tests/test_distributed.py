@@ -18,10 +18,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import bounded_output, subprocess_env, tiny_overrides, write_corpus
+from conftest import ROOT, bounded_output, subprocess_env, tiny_overrides, write_corpus
 from probe import read_probes
 
-ROOT = Path(__file__).resolve().parents[1]
 STEPS = 3
 DDP = "trainer.strategy=ddp"  # as trainer=ddp has it
 COMPARABLE = [

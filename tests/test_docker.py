@@ -30,7 +30,8 @@ from pathlib import Path
 import pytest
 from packaging.utils import canonicalize_name
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT
+
 DOCKERFILES = {name: ROOT / "docker" / name for name in ("Dockerfile", "Dockerfile.cpu")}
 SMOKE_DIR = "/tmp/smoke"  # where the smoke step writes, then removes
 # pip's own words when the index cannot be reached (then the resolution is skipped, not failed)

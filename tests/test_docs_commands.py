@@ -21,7 +21,7 @@ from bert_lightning import cli
 from bert_lightning.config import compose, package_dir
 from bert_lightning.training.finetune import finetune
 from bert_lightning.training.pretrain import train
-from conftest import run_in_session, tiny_overrides, write_corpus
+from conftest import ROOT, run_in_session, tiny_overrides, write_corpus
 from finetune_fixtures import (
     ad_rows,
     regression_rows,
@@ -31,7 +31,6 @@ from finetune_fixtures import (
     write_dataset,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 STARTS = ("python train.py", "python finetune.py", "bert-lightning ", "python -m bert_lightning ")
 SKIPS = [  # (pattern in the command, why it cannot run on a CPU test machine)

@@ -3,13 +3,11 @@ definition each, in `commands/`), and Hydra names each job, and its log, as befo
 script (`train.log`) or the subcommand's module (`pretrain.log`)."""
 
 import runpy
-from pathlib import Path
 
 import pytest
 
 from bert_lightning.cli import main
-
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT
 
 
 def job_name(printed: str) -> str:

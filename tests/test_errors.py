@@ -14,7 +14,7 @@ import torch
 from bert_lightning.cli import main
 from bert_lightning.data.corpus import BadRecordError
 from bert_lightning.errors import UserError, user_error
-from conftest import tiny_overrides, write_corpus
+from conftest import ROOT, tiny_overrides, write_corpus
 from finetune_fixtures import (
     ad_rows,
     relevance_ckpt,
@@ -24,8 +24,6 @@ from finetune_fixtures import (
     write_our_ckpt,
     write_tokenizer,
 )
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(autouse=True)

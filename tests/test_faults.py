@@ -17,6 +17,7 @@ import torch
 from bert_lightning.errors import UserError
 from conftest import (
     RESUMABLE,
+    ROOT,
     pretrain_tiny,
     run_in_session,
     subprocess_env,
@@ -24,7 +25,6 @@ from conftest import (
     write_corpus,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
 DDP_RUN = [  # 2 CPU processes, 8 steps, last.ckpt every 4
     "trainer=ddp_sim",
     "data.batch_size=4",

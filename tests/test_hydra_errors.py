@@ -4,7 +4,6 @@ and exit code 2 from train.py, finetune.py and `bert-lightning pretrain|finetune
 traceback only on request (HYDRA_FULL_ERROR=1)."""
 
 import runpy
-from pathlib import Path
 
 import pytest
 from hydra.errors import MissingConfigException
@@ -12,8 +11,8 @@ from hydra.errors import MissingConfigException
 from bert_lightning.cli import main
 from bert_lightning.config import CONFIG_DIR
 from bert_lightning.errors import UserError
+from conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 MODELS = ", ".join(sorted(p.stem for p in (CONFIG_DIR / "model").glob("[!_]*.yaml")))
 MISTAKES = [
     (

@@ -13,11 +13,18 @@ import pytest
 import torch
 
 from bert_lightning.data.corpus import iter_documents
-from conftest import SAMPLE, c4_shard, run_in_session, subprocess_env, tiny_overrides, write_corpus
+from conftest import (
+    ROOT,
+    SAMPLE,
+    c4_shard,
+    run_in_session,
+    subprocess_env,
+    tiny_overrides,
+    write_corpus,
+)
 from finetune_fixtures import overrides as finetune_overrides
 from finetune_fixtures import task_files, write_tokenizer
 
-ROOT = Path(__file__).resolve().parents[1]
 BOUND = 300  # seconds within which a run and every process it started must be gone
 WORKERS = ["data.num_workers=2"]
 BUDGET = ["trainer.max_steps=-1", "trainer.max_time=00:00:00:03"]

@@ -9,7 +9,6 @@ import runpy
 import shutil
 import sys
 import warnings
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -20,9 +19,8 @@ from bert_lightning.config import compose, resumed_run
 from bert_lightning.progress import eta_text
 from bert_lightning.training.callbacks import StepProgressBar
 from bert_lightning.training.pretrain import train
-from conftest import shipped, tiny_overrides, write_corpus
+from conftest import ROOT, shipped, tiny_overrides, write_corpus
 
-ROOT = Path(__file__).resolve().parents[1]
 LR, WARMUP = 1e-3, 4
 
 

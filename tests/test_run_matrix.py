@@ -5,7 +5,6 @@ a fused AdamW and clipping once stopped every GPU run at its first step)."""
 import importlib.util
 import json
 import math
-import os
 import sys
 from pathlib import Path
 
@@ -26,9 +25,7 @@ from run_matrix import (
     run_case,
 )
 
-from conftest import run_in_session
-
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT, run_in_session, subprocess_env
 
 
 def assert_clipped_steps(out: Path, ranks: int, log: str = "") -> None:
@@ -77,8 +74,7 @@ def test_single_process_preset_steps_with_clipping(tmp_path, preset, precision):
 def multi_launch(tmp_path_factory):
     """One 2-process torchrun launch runs every multi-process case (gloo on the CPU)."""
     root = tmp_path_factory.mktemp("matrix")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT)]))
-    env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
+    env = subprocess_env()
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
     r = run_in_session([*cmd, str(ROOT / "tests" / "run_matrix.py"), str(root)], env, 900, root)
     # each case asserts its own probes; the launcher's exit code alone would hide which failed

@@ -36,7 +36,7 @@ from bert_lightning.serving import (
     TextsRequest,
     endpoints,
 )
-from conftest import run_in_session, session_ends
+from conftest import ROOT, run_in_session, session_ends, subprocess_env
 from finetune_fixtures import (
     ad_rows,
     finetuned_ckpt,
@@ -48,7 +48,6 @@ from finetune_fixtures import (
     write_tokenizer,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
 MASKED = ["the [MASK] was [MASK]", "a [MASK] film", "bob [MASK]"]
 
 
@@ -267,7 +266,7 @@ def test_the_load_test_runs_both_setups_without_errors(tmp_path, tok):
     its int8 export, by ONNX Runtime; and a second encoder (`--vs`) by both in the same round."""
     ckpt, _ = relevance_ckpt(tmp_path, tok)
     write_hf_folder(tmp_path / "other", tok, layers=1)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "bench")]))
+    env = subprocess_env(ROOT / "bench")
     args = ["--model", str(ckpt), "--seconds", "2", "--warmup", "0.5", "--clients", "4"]
     args += ["--backends", "torch,int8", "--vs", f"small={tmp_path / 'other'}"]
     cmd = [sys.executable, str(ROOT / "bench/serve.py"), *args, "--json", str(tmp_path / "b.json")]
@@ -361,7 +360,7 @@ def test_the_soak_test_counts_bad_requests_as_refusals_not_errors(tmp_path, tok,
     4xx, every good one a score, and each minute has every server process's RSS, whose growth
     counts from the end of the warm-up."""
     ckpt, _ = relevance_ckpt(tmp_path, tok)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "bench")]))
+    env = subprocess_env(ROOT / "bench")
     args = ["--model", str(ckpt), "--minutes", "2", "--seconds-per-minute", "1.5"]
     args += ["--clients", "4", "--bad-share", "0.5", "--json", str(tmp_path / "soak.json")]
     args += ["--backend", backend, "--warmup-minutes", "1"]
