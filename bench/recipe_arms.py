@@ -38,7 +38,7 @@ from bert_lightning.inference import (
 )
 from bert_lightning.tasks.ad_relevance import score_metrics
 from bert_lightning.tasks.base import load_splits
-from bert_lightning.tasks.kinds import make_task
+from bert_lightning.tasks.kinds import stored_task
 from bert_lightning.tasks.ranking import interval, query_values
 
 METRICS = ("spearman", "ndcg@10")
@@ -73,7 +73,8 @@ def measure(args) -> dict:
     cfg = run_config(next(iter(arms.values())))
     if cfg is None:
         raise UserError(f"{args.arms[0]}: the first arm must be a checkpoint of a finetune.py run")
-    _, tables = load_splits(make_task(OmegaConf.to_container(cfg.task, resolve=True)), cfg.seed)
+    run_task = stored_task(OmegaConf.to_container(cfg.task, resolve=True), args.arms[0])
+    _, tables = load_splits(run_task, cfg.seed)
     models = {name: load_finetuned(path) for name, path in arms.items()}
     out = {"seed": cfg.seed, "arms": arms}
     out["home_depot"] = compare(models, tables["test"], args.zero_shot)

@@ -15,13 +15,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from bert_lightning.errors import MissingFileError, UserError, first_line, reported
-
-PACKAGE = Path(__file__).resolve().parent
-# the YAML tree: bert_lightning/conf/ inside an installed wheel, else conf/ at the top of the
-# checkout the package runs from (an editable install, or the repository on sys.path); the one
-# is the other, by pyproject.toml's package-dir
-CONFIG_DIR = PACKAGE / "conf" if (PACKAGE / "conf").is_dir() else PACKAGE.parent / "conf"
-ASSETS = PACKAGE / "assets"
+from bert_lightning.shipped import ASSETS, CONFIG_DIR
 
 
 def bundled(name: str) -> str:

@@ -30,7 +30,7 @@ from bert_lightning.model import BertForPreTraining, BertModel
 from bert_lightning.model.heads import BertBiEncoder, pool
 from bert_lightning.ort import OrtModel, is_exported, load_exported
 from bert_lightning.tasks.base import Task, inputs, truncating
-from bert_lightning.tasks.kinds import make_task
+from bert_lightning.tasks.kinds import make_task, stored_task
 
 EMBED_LENGTH = 128  # what `embed` and /embed truncate to by default
 SCORE_BATCH, EMBED_BATCH = 64, 32  # rows per forward pass: `score`'s, the others'
@@ -76,9 +76,10 @@ def load_finetuned(path, use: str = "score", pre: Checkpoint | None = None) -> F
         model, spec, tokenizer_json = load_exported(path)
         if spec["use"] != "finetuned":
             raise UserError(f"{path}: an exported embedding model; {use} needs a fine-tuned one")
-        return Finetuned(model, make_task(spec["task"]), tokenizer_json, spec["max_seq_length"])
+        task = stored_task(spec["task"], str(path))
+        return Finetuned(model, task, tokenizer_json, spec["max_seq_length"])
     pre = pre or read_checkpoint(path, FINETUNING, use)
-    task = make_task(pre.hparams["task"])
+    task = stored_task(pre.hparams["task"], str(path))
     model = task.build_model(pre.config)
     load_into(model, pre.state_dict)
     length = pre.hparams.get("max_seq_length") or DEFAULT_MAX_SEQ_LENGTH

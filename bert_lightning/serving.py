@@ -48,7 +48,7 @@ from bert_lightning.inference import (
 )
 from bert_lightning.model.heads import POOLINGS
 from bert_lightning.ort import is_exported, spec_of
-from bert_lightning.tasks.kinds import make_task
+from bert_lightning.tasks.kinds import stored_task
 
 MAX_ITEMS = 256  # texts or pairs per request: a bigger job is a file for `bert-lightning score`
 MAX_CHARS = 10_000  # per text: far past what 512 word pieces read; bounds tokenizing time
@@ -315,7 +315,7 @@ def endpoints(model: str) -> dict[str, type[Endpoint] | str]:
     if is_exported(model):
         spec = spec_of(model)
         fine_tuned = spec["use"] == "finetuned"
-        task = make_task(spec["task"]) if fine_tuned else None
+        task = stored_task(spec["task"], model) if fine_tuned else None
         routes: dict[str, type[Endpoint] | str] = {
             "/score": f"{model}: an exported embedding model; /score needs an exported "
             "fine-tuned one",
@@ -328,7 +328,7 @@ def endpoints(model: str) -> dict[str, type[Endpoint] | str]:
         }
     else:
         pre = read_checkpoint(model)
-        task = make_task(pre.hparams["task"]) if pre.kind == FINETUNING else None
+        task = stored_task(pre.hparams["task"], model) if pre.kind == FINETUNING else None
         routes = {
             "/score": f"{model}: a {pre.kind} checkpoint; /score needs a fine-tuned one "
             "(finetune.py)",

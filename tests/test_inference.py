@@ -1,12 +1,21 @@
 """`bert_lightning.inference`: each load kind holds every weight its checkpoint has for it, and
 the batched loops give what one text at a time, unpadded, gives."""
 
+import logging
+
 import pytest
 import torch
 
 from bert_lightning.errors import UserError
-from bert_lightning.inference import embed_texts, fill_masks, load_embedder, load_mlm, unmaskable
-from finetune_fixtures import write_hf_folder, write_our_ckpt, write_tokenizer
+from bert_lightning.inference import (
+    embed_texts,
+    fill_masks,
+    load_embedder,
+    load_finetuned,
+    load_mlm,
+    unmaskable,
+)
+from finetune_fixtures import relevance_ckpt, write_hf_folder, write_our_ckpt, write_tokenizer
 
 MASKED = ["the [MASK] was [MASK]", "a lovely [MASK] was the plot of the show", "bob [MASK]"]
 
@@ -64,3 +73,22 @@ def test_the_embedder_truncates_to_the_positions_the_model_has(tmp_path, tok):
     long = " ".join(["the film"] * 40)
     assert len(short.encode(long).ids) == model.config.max_position_embeddings == 64
     assert embed_texts(model, short, [long, "bob"], "mean").shape == (2, 32)
+
+
+def test_a_checkpoint_from_before_a_task_key_loads_with_its_shipped_value(tmp_path, tok, caplog):
+    """A fine-tuned checkpoint written before `task.contrastive_*` existed loads with the
+    shipped values (the behaviour it was trained with) and says so; a key no task has is
+    still an error."""
+    path, _ = relevance_ckpt(tmp_path, tok)
+    raw = torch.load(path, weights_only=True)
+    for key in ("contrastive_weight", "contrastive_scale", "contrastive_min"):
+        del raw["hyper_parameters"]["task"][key]
+    torch.save(raw, path)
+    with caplog.at_level(logging.INFO):
+        ft = load_finetuned(path)
+    assert (ft.task.cfg.contrastive_weight, ft.task.cfg.contrastive_scale) == (0.0, 20.0)
+    assert "['contrastive_min', 'contrastive_scale', 'contrastive_weight']" in caplog.text
+    raw["hyper_parameters"]["task"]["contrastive_wieght"] = 1.0
+    torch.save(raw, path)
+    with pytest.raises(UserError, match=r"task: unknown key\(s\) \['contrastive_wieght'\]"):
+        load_finetuned(path)

@@ -32,6 +32,7 @@ LAYERS = {  # module path -> layer, lowest first; the longest matching prefix wi
     "signals": 0,
     "fields": 0,
     "model": 1,
+    "shipped": 1,  # the package's files: the config tree (read without Hydra), the assets
     "progress": 1,  # progress lines of the steps before training (tqdm), for data and up
     "data": 2,
     "checkpoint": 3,

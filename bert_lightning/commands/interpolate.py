@@ -21,7 +21,7 @@ from bert_lightning.checkpoint import (
 from bert_lightning.errors import MissingFileError, UserError
 from bert_lightning.inference import load_finetuned, table_metrics
 from bert_lightning.tasks.base import load_splits
-from bert_lightning.tasks.kinds import make_task
+from bert_lightning.tasks.kinds import stored_task
 
 ALPHAS = [i / 10 for i in range(11)]
 
@@ -42,7 +42,8 @@ def validation_table(ckpt_path, task, cfg, validation: str | None) -> dict:
             f"{ckpt_path}: no config_resolved.yaml in its run folder to draw the run's "
             "validation split from; give --validation FILE or --alpha"
         )
-    _, tables = load_splits(make_task(OmegaConf.to_container(cfg.task, resolve=True)), cfg.seed)
+    run_task = stored_task(OmegaConf.to_container(cfg.task, resolve=True), str(ckpt_path))
+    _, tables = load_splits(run_task, cfg.seed)
     return tables["validation"]
 
 
@@ -65,7 +66,7 @@ def interpolate(
     begin = read_checkpoint(start)
     report: dict = {"start": str(start)}
     if alpha is None:
-        task = make_task(ft.hparams["task"])
+        task = stored_task(ft.hparams["task"], str(ckpt_path))
         table = validation_table(ckpt_path, task, cfg, validation)
         metric, sign = task.cfg.monitor, 1 if task.cfg.mode == "max" else -1
         scores = {}

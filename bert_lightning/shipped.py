@@ -1,0 +1,27 @@
+"""Where the package's own files are: the YAML tree of configs and the bundled assets; and a
+config group's shipped values read without Hydra, for what a stored config (in a checkpoint or
+an export) lacks because it was written before a key existed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+PACKAGE = Path(__file__).resolve().parent
+# the YAML tree: bert_lightning/conf/ inside an installed wheel, else conf/ at the top of the
+# checkout the package runs from (an editable install, or the repository on sys.path); the one
+# is the other, by pyproject.toml's package-dir
+CONFIG_DIR = PACKAGE / "conf" if (PACKAGE / "conf").is_dir() else PACKAGE.parent / "conf"
+ASSETS = PACKAGE / "assets"
+
+
+def group_defaults(group: str, name: str) -> dict:
+    """`conf/<group>/<name>.yaml` with its defaults list merged in order, as Hydra composes a
+    group of plain values (no interpolations, no overrides)."""
+    raw = OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / group / f"{name}.yaml"))
+    defaults = raw.pop("defaults", ["_self_"])
+    out: dict = {}
+    for d in defaults if "_self_" in defaults else [*defaults, "_self_"]:
+        out |= raw if d == "_self_" else group_defaults(group, d)
+    return out
