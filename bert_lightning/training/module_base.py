@@ -48,7 +48,8 @@ class EncoderModule(L.LightningModule):
     # after k steps are at k, and the validation before training at 0 (Lightning's own index
     # is one less). Logging `step` replaces Lightning's, and its `epoch` with it.
     def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
-        self._log_position(self.trainer.fit_loop.epoch_loop._batches_that_stepped + 1)
+        if self.trainer._logger_connector.should_update_logs:  # a row is written: not a hot path
+            self._log_position(self.trainer.fit_loop.epoch_loop._batches_that_stepped + 1)
 
     def on_validation_epoch_end(self) -> None:
         self._log_position(self.global_step, sync_dist=True)
