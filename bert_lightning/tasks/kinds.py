@@ -54,12 +54,9 @@ def stored_task(cfg: dict, where: str) -> Task:
     existed, takes its shipped value (`conf/task/<kind>.yaml`), which keeps what the model did
     then (a new option's shipped value is the old behaviour)."""
     cls = task_class(cfg.get("kind"))
-    shipped = group_defaults("task", cfg["kind"])
-    missing = {
-        f.name: shipped[f.name]
-        for f in fields(cls.config_class)
-        if f.name not in cfg and f.name in shipped
-    }
+    lacking = [f.name for f in fields(cls.config_class) if f.name not in cfg]
+    shipped = group_defaults("task", cfg["kind"]) if lacking else {}  # read only when needed
+    missing = {k: shipped[k] for k in lacking if k in shipped}
     if missing:
         log.info("%s: task keys from before %s, their shipped values taken", where, sorted(missing))
     return make_task(cfg | missing)
