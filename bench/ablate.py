@@ -8,7 +8,7 @@ wall-clock budget, and each is scored by its held-out figures at the budget's en
 
 `--arm NAME=OVERRIDES` (space-separated overrides; empty for the base) runs
 `train.py <overrides...> <arm's overrides>` into `OUT/NAME/` with `trainer.max_time` set to the
-budget (bench/budget_curve.py's `pretrain`: a finished arm is not redone, a stopped one
+budget (bench/budget_runs.py's `pretrain`: a finished arm is not redone, a stopped one
 continues). Writes `OUT/ablation.md` and `OUT/ablation.json`: steps, median tokens/s and the
 last validation's figures of each arm. Run nothing else meanwhile: the budget is wall time.
 """
@@ -20,7 +20,7 @@ import csv
 import statistics
 from pathlib import Path
 
-from budget_curve import pretrain, steps_taken
+from budget_runs import pretrain, steps_taken
 
 from bert_lightning.atomic import write_json, write_text
 

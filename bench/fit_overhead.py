@@ -24,7 +24,7 @@ from pathlib import Path
 import lightning as L
 import torch
 from hydra.utils import instantiate
-from train_step import make_step, timed
+from steps import make_step, timed
 
 from bert_lightning.config import compose
 from bert_lightning.training.pretrain import build

@@ -27,7 +27,7 @@ from pathlib import Path
 import lightning as L
 import torch
 from omegaconf import OmegaConf
-from time_to_loss import hf_collator
+from steps import hf_collator
 from torch.utils.data import DataLoader
 
 from bert_lightning.atomic import write_json

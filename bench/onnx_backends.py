@@ -13,7 +13,7 @@ the int8 export with the top N layers and the head left in fp32.
     python bench/onnx_backends.py --model <run>/checkpoints/best-step<N>.ckpt --test test.csv
     python bench/onnx_backends.py --vs student=<HF folder or .ckpt> --rounds 7
 
-The default model is serve.py's: all-MiniLM-L6-v2's encoder under an untrained ad_relevance
+The default model is loadtest.py's: all-MiniLM-L6-v2's encoder under an untrained ad_relevance
 head (its scores mean nothing; its forward pass is a fine-tuned one's). Each backend scores
 the same pairs through `inference.score_rows`, as `bert-lightning score` does; torch and ONNX
 Runtime get the same threads (`--threads`, default torch's). `--vs NAME=PATH` puts another
@@ -31,9 +31,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from serve import home_depot_pairs, minilm_folder, paired_median, relevance_ckpt
+from loadtest import home_depot_pairs, minilm_folder, paired_median, relevance_ckpt
 
-from bert_lightning.commands.export_onnx import export_onnx
 from bert_lightning.inference import (
     embed_texts,
     load_embedder,
@@ -42,6 +41,7 @@ from bert_lightning.inference import (
     table_scores,
     task_metrics,
 )
+from bert_lightning.onnx_export import export_onnx
 
 BACKENDS = ("torch", "onnx", "int8")
 
@@ -126,7 +126,7 @@ def test_metrics(ft, path) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--model", help="a fine-tuned .ckpt (default: serve.py's MiniLM)")
+    p.add_argument("--model", help="a fine-tuned .ckpt (default: loadtest.py's MiniLM)")
     p.add_argument("--embedder", help="an embedding model (default: all-MiniLM-L6-v2)")
     p.add_argument("--pairs", type=int, default=512)
     p.add_argument("--one-at-a-time", type=int, default=128, help="pairs scored one by one")

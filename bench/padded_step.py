@@ -34,7 +34,7 @@ from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
-from train_step import hf_model, make_step, model_config, random_batch, timed
+from steps import QUERY, SST2, TITLE, draw, hf_model, make_step, model_config, random_batch, timed
 
 from bert_lightning.config import configured
 from bert_lightning.data.tokenizer import special_ids
@@ -46,19 +46,6 @@ MINILM = BertConfig(
     vocab_size=30522, hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
     intermediate_size=1536,
 )  # fmt: skip
-# word pieces with [CLS] and [SEP], at the 0, 5, ..., 100th percentiles (8,000 training rows)
-QUERY = [3, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7, 8, 8, 9, 10, 27]
-TITLE = [4, 10, 12, 13, 14, 15, 16, 17, 18, 18, 19, 20, 21, 22, 23, 25, 26, 28, 30, 34, 48]
-SST2 = [3, 4, 4, 5, 6, 6, 7, 7, 8, 9, 10, 11, 12, 14, 15, 18, 20, 23, 27, 33, 64]
-
-
-def draw(percentiles: list[int], n: int, g: torch.Generator) -> torch.Tensor:
-    """n lengths from a distribution given by its 5%-step percentiles (linear between them)."""
-    u = torch.rand(n, generator=g) * (len(percentiles) - 1)  # (n,)
-    lo = u.floor().long()
-    p = torch.tensor(percentiles, dtype=torch.float)
-    hi = (lo + 1).clamp(max=len(percentiles) - 1)
-    return (p[lo] + (u - lo) * (p[hi] - p[lo])).round().long()  # (n,)
 
 
 def padded(first: torch.Tensor, second: torch.Tensor | None, c: BertConfig, g) -> dict:
@@ -161,10 +148,10 @@ def workload(name: str, n: int, batch: int, g):
             else pair_batches(n, batch, 48, MINILM, g)
         )
         if name == "home_depot_bi":
-            ours = BertBiEncoder(MINILM)
+            ours = BertBiEncoder(MINILM, "mean")
             return {"ours": Classifier(ours, bce), "ours_padded": Classifier(ours, bce)}, batches
         labels, loss = (2, F.cross_entropy) if name == "sst2" else (1, bce)
-        ours = BertForSequenceClassification(MINILM, labels)
+        ours = BertForSequenceClassification(MINILM, labels, "cls")
         theirs = hf_classifier(ours, labels)
         models = {"ours": Classifier(ours, loss), "ours_padded": Classifier(ours, loss)}
         return models | {"transformers": Classifier(theirs, loss)}, batches

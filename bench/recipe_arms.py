@@ -26,13 +26,11 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
-from bert_lightning.commands.evaluate import task_options
 from bert_lightning.commands.interpolate import run_config
+from bert_lightning.commands.options import add_table_arguments, table_options, task_options
 from bert_lightning.errors import UserError
 from bert_lightning.inference import (
-    add_table_arguments,
     load_finetuned,
-    table_options,
     table_scores,
     zero_shot_cosines,
 )

@@ -18,7 +18,7 @@ import time
 from contextlib import nullcontext
 
 import torch
-from train_step import model_config
+from steps import model_config
 
 from bert_lightning.model import BertForPreTraining, ElectraForPreTraining
 from bert_lightning.model.electra import sample_tokens

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 import httpx
-from serve import (
+from loadtest import (
     backend_model,
     home_depot_pairs,
     load_parser,

@@ -20,8 +20,8 @@ from dataclasses import asdict, replace
 
 import torch
 import torch.nn.functional as F
+from steps import hf_collator, hf_model, model_config
 from torch.utils.data import DataLoader
-from train_step import hf_model, model_config
 
 from bert_lightning.config import configured
 from bert_lightning.data.tokenizer import special_ids
@@ -29,20 +29,6 @@ from bert_lightning.model import BertForPreTraining
 from bert_lightning.training.optim import warmup_linear_decay
 
 SCHEDULE_STEPS = 1000  # the schedule's resolution over the budget
-
-
-def hf_collator(tokenizer, mlm_probability: float):
-    from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerFast
-
-    hf_tok = PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer,
-        unk_token="[UNK]",
-        pad_token="[PAD]",
-        cls_token="[CLS]",
-        sep_token="[SEP]",
-        mask_token="[MASK]",
-    )
-    return DataCollatorForLanguageModeling(hf_tok, mlm_probability=mlm_probability)
 
 
 class Trainee:

@@ -15,83 +15,16 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import time
-from contextlib import nullcontext
-from dataclasses import asdict
 from pathlib import Path
 
 import torch
-from hydra.utils import instantiate
-from torch.nn.attention import SDPBackend, sdpa_kernel
+from steps import hf_model, make_step, model_config, random_batch, timed
 
-from bert_lightning.config import compose, configured
-from bert_lightning.interop import ours_to_hf
-from bert_lightning.model import BertConfig, BertForPreTraining, pretraining_flops, query_rows
+from bert_lightning.config import configured
+from bert_lightning.model import BertForPreTraining, pretraining_flops, query_rows
 from bert_lightning.training.callbacks import device_peak_flops
 
 STEPS = {"bert_mini": 12, "bert_small": 8, "bert_base": 4}  # timed steps per model, CPU
-
-
-def model_config(size: str, vocab_size: int = 30522) -> BertConfig:
-    """The `model=<size>` preset, as train.py composes it."""
-    return instantiate(compose("train", [f"model={size}"]).model, vocab_size=vocab_size)
-
-
-def random_batch(c: BertConfig, batch: int, seq: int, device, seed: int = 0) -> dict:
-    """Packed MLM+NSP examples: [CLS] A [SEP] B [SEP], 15% of the others picked."""
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(5, c.vocab_size, (batch, seq), generator=g)  # (B, T)
-    half = seq // 2
-    ids[:, 0], ids[:, half - 1], ids[:, -1] = 2, 3, 3  # [CLS], [SEP], [SEP]
-    types = (torch.arange(seq) >= half).long().expand(batch, seq)  # (B, T)
-    special = torch.zeros(batch, seq, dtype=torch.bool)
-    special[:, [0, half - 1, seq - 1]] = True
-    picked = (torch.rand(batch, seq, generator=g) < 0.15) & ~special  # (B, T)
-    labels = torch.where(picked, ids, -100)
-    ids = torch.where(picked, 4, ids)  # [MASK]
-    nsp = torch.randint(0, 2, (batch,), generator=g)
-    b = {"input_ids": ids, "token_type_ids": types, "labels": labels, "next_sentence_label": nsp}
-    return {k: v.to(device) for k, v in b.items()}
-
-
-def hf_model(ours: BertForPreTraining, attn: str = "sdpa"):
-    import transformers
-
-    hf_cfg = transformers.BertConfig(**asdict(ours.config), attn_implementation=attn)
-    hf = transformers.BertForPreTraining(hf_cfg)
-    hf.load_state_dict(ours_to_hf(ours.state_dict()), strict=False)
-    return hf
-
-
-def make_step(model, opt, batch: dict, autocast_dtype=None):
-    """One optimizer step. On a GPU attention may only use the flash or memory-efficient SDPA
-    kernels (an error, not a silent fall-back to the math one, if it cannot)."""
-    device_type = batch["input_ids"].device.type
-    autocast = torch.autocast(device_type, dtype=autocast_dtype) if autocast_dtype else None
-    fast_sdpa = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]
-
-    def step() -> torch.Tensor:
-        opt.zero_grad(set_to_none=True)
-        with (
-            autocast or nullcontext(),
-            sdpa_kernel(fast_sdpa) if device_type == "cuda" else nullcontext(),
-        ):
-            loss = model(**batch).loss
-        loss.backward()
-        opt.step()
-        return loss.detach()
-
-    return step
-
-
-def timed(fn, device) -> float:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    t = time.perf_counter()
-    fn()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return time.perf_counter() - t
 
 
 def matmul_probe(device, dtype):

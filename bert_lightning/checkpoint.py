@@ -293,15 +293,22 @@ def interpolated(ft: Checkpoint, start: Checkpoint, alpha: float) -> Checkpoint:
     return replace(ft, state_dict=state, source=source)
 
 
-def write_finetuned(path: str | Path, like: str | Path, ckpt: Checkpoint, record: dict) -> None:
-    """`ckpt`'s weights as a `.ckpt` that every reader of `like` (the fine-tuned checkpoint
-    they come from) takes: its hyper-parameters and tokenizer, no optimizer or loop state (a
+def write_model(path: str | Path, hparams: dict, state_dict: dict, tokenizer: str, **record):
+    """A model as a `.ckpt` that every reader of a run's checkpoints takes: the module's
+    hyper-parameters and `state_dict`, the tokenizer's JSON, no optimizer or loop state (a
     model, not a run to resume), and `record` (how it was made)."""
-    raw = torch_load(like)
-    out = {k: raw[k] for k in ("hyper_parameters", "tokenizer", "global_step") if k in raw}
-    out["state_dict"] = {f"model.{k}": v.contiguous() for k, v in ckpt.state_dict.items()}
+    out = {"hyper_parameters": hparams, "state_dict": state_dict, "tokenizer": tokenizer}
     with atomic_path(path) as tmp:
         torch.save(out | record, tmp)
+
+
+def write_finetuned(path: str | Path, like: str | Path, ckpt: Checkpoint, record: dict) -> None:
+    """`ckpt`'s weights as a `.ckpt` that every reader of `like` (the fine-tuned checkpoint
+    they come from) takes, with its hyper-parameters and tokenizer and `record`."""
+    raw = torch_load(like)
+    state = {f"model.{k}": v.contiguous() for k, v in ckpt.state_dict.items()}
+    kept = {k: raw[k] for k in ("global_step",) if k in raw}
+    write_model(path, raw["hyper_parameters"], state, raw["tokenizer"], **kept, **record)
 
 
 VOCAB_ROWS = ("bert.embeddings.word_embeddings.weight", "cls.predictions.bias")  # one row an id

@@ -15,6 +15,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from bert_lightning.errors import MissingFileError, UserError, first_line, reported
+from bert_lightning.run_folder import hydra_subdir, run_dir
 from bert_lightning.shipped import ASSETS, CONFIG_DIR
 
 
@@ -34,40 +35,6 @@ def package_dir(name: str, *parts: str) -> str:
         pypi = name.replace("_", "-")
         raise ModuleNotFoundError(f"no installed package {name!r} (pip install {pypi})")
     return str(Path(spec.submodule_search_locations[0], *parts))
-
-
-def run_kind(folder: Path) -> str | None:
-    """`finetune` or `train`: the entry point whose run wrote `folder` (its resolved config
-    has a task or not); None when it has none yet."""
-    path = folder / "config_resolved.yaml"
-    if not path.is_file():
-        return None
-    return "finetune" if "task" in (OmegaConf.load(path) or {}) else "train"
-
-
-def resumed_run(ckpt_path: str | None, kind: str | None = None) -> str | None:
-    """The run folder a resumed run continues in (`hydra.run.dir`, conf/_hydra.yaml): the
-    checkpoint's own, when it sits in `<run>/checkpoints/` of a run of this `kind` (another
-    kind's run is refused without being written to)."""
-    if not ckpt_path:
-        return None
-    from bert_lightning.training.resume import run_folder_of
-
-    folder = run_folder_of(ckpt_path)
-    if folder is None or (kind and run_kind(folder) not in (None, kind)):
-        return None
-    return str(folder)
-
-
-def run_dir(ckpt_path: str | None, kind: str, overrides: list[str], default: str) -> str:
-    """Hydra's run folder (`hydra.run.dir`): `paths.output_dir=` given on the command line
-    (the whole run goes there: log and `.hydra/` too), else the run a checkpoint resumes,
-    else the dated default."""
-    for o in overrides:
-        key, _, value = o.lstrip("+").partition("=")
-        if key == "paths.output_dir" and value:
-            return value.strip("'\"")
-    return resumed_run(ckpt_path, kind) or default
 
 
 def workers_up_to(n: int) -> int:
@@ -125,14 +92,8 @@ OmegaConf.register_new_resolver("gpu_workers", gpu_workers, replace=True)
 OmegaConf.register_new_resolver("package_dir", package_dir, replace=True)
 
 
-# Hydra's run folder (run_dir); a run continued in its own folder keeps the first run's
-# record (.hydra/), a run anywhere else gets its own
-OmegaConf.register_new_resolver("run_dir", run_dir, replace=True)
-OmegaConf.register_new_resolver(
-    "hydra_subdir",
-    lambda ckpt, kind, run: None if resumed_run(ckpt, kind) == str(run) else ".hydra",
-    replace=True,
-)
+OmegaConf.register_new_resolver("run_dir", run_dir, replace=True)  # conf/_hydra.yaml
+OmegaConf.register_new_resolver("hydra_subdir", hydra_subdir, replace=True)
 
 
 def compose(config_name: str = "train", overrides: list[str] | None = None) -> DictConfig:

@@ -7,12 +7,12 @@ too (`load_finetuned`), from its task's own `build_model`: using a model needs n
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from functools import partial
 
 import torch
+from omegaconf import OmegaConf
 from tokenizers import Encoding, Tokenizer
 from tqdm import tqdm
 
@@ -27,16 +27,19 @@ from bert_lightning.data.tables import collate, eval_loader
 from bert_lightning.errors import UserError
 from bert_lightning.interop import load_into
 from bert_lightning.model import BertForPreTraining, BertModel
-from bert_lightning.model.heads import BertBiEncoder, pool
+from bert_lightning.model.heads import ZERO_SHOT_POOLING, BertBiEncoder, pool
 from bert_lightning.ort import OrtModel, is_exported, load_exported
+from bert_lightning.shipped import CONFIG_DIR
 from bert_lightning.tasks.base import Task, inputs, truncating
 from bert_lightning.tasks.kinds import make_task, stored_task
 
+FINETUNE = OmegaConf.load(CONFIG_DIR / "finetune.yaml")  # what a fine-tuning run evaluates with
 EMBED_LENGTH = 128  # what `embed` and /embed truncate to by default
-SCORE_BATCH, EMBED_BATCH = 64, 32  # rows per forward pass: `score`'s, the others'
+SCORE_BATCH = FINETUNE.eval_batch_size  # rows per forward pass of `score`, as a run evaluates
+EMBED_BATCH = 32  # rows per forward pass of the other uses
 MLM_HEAD = "cls.predictions.transform.dense.weight"
-# what a fine-tuned checkpoint that stores no max_seq_length is truncated to
-DEFAULT_MAX_SEQ_LENGTH = 128
+# what a fine-tuned checkpoint that stores no max_seq_length is truncated to: the shipped one
+DEFAULT_MAX_SEQ_LENGTH = FINETUNE.max_seq_length
 
 
 # --- loading ----------------------------------------------------------------------------------
@@ -135,41 +138,13 @@ def load_embedder(
     return encoder_from(pre), truncating(pre.tokenizer, n)
 
 
-def load_bi_encoder(
-    path, max_seq_length: int, pooling: str = "mean"
-) -> tuple[BertBiEncoder, Tokenizer]:
+def load_bi_encoder(path, max_seq_length: int, pooling: str) -> tuple[BertBiEncoder, Tokenizer]:
     """An untrained bi-encoder head on the encoder of `path` (what `task.architecture=bi_encoder`
     starts from), in eval mode, with its tokenizer truncating a pair to `max_seq_length`."""
     pre = read_checkpoint(path)
     model = BertBiEncoder(pre.config, pooling)
     load_encoder(model, pre)
     return model.eval(), truncating(pre.tokenizer, max_seq_length)
-
-
-# --- table options: a file read as the fine-tuned model's task read its files -----------------
-
-TABLE_HELP = "default: as the model's task read its files (else by extension / utf-8 / a header)"
-
-
-def add_table_arguments(p) -> None:
-    """How to read the input table; by default as the checkpoint's task read its files."""
-    p.add_argument("--format", choices=["csv", "tsv", "jsonl", "parquet"], help=TABLE_HELP)
-    p.add_argument("--encoding", help=TABLE_HELP)
-    p.add_argument("--header", action=argparse.BooleanOptionalAction, help=TABLE_HELP)
-    p.add_argument("--names", help="column names of a headerless file, comma-separated")
-
-
-def table_options(args) -> dict:
-    """The table keys of a task config (format, encoding, header, names) given on the command
-    line; what is not given stays as the checkpoint's task has it."""
-    given = {k: v for k, v in (("format", args.format), ("encoding", args.encoding)) if v}
-    if args.header is not None:
-        given["header"] = args.header
-    if args.names:
-        given["names"] = args.names.split(",")
-    elif args.header:  # the header row names the columns, not the task's `names`
-        given["names"] = None
-    return given
 
 
 # --- running: one batched loop per use --------------------------------------------------------
@@ -371,7 +346,7 @@ def zero_shot_cosines(
     """(N,) the cosine of each pair's two texts, mean-pooled and each encoded alone, by the
     encoder of `path` as it is (how sentence-transformers models are meant to be used):
     the untrained bi-encoder head, a baseline of what fine-tuning adds."""
-    model, tok = load_bi_encoder(path, max_seq_length)
+    model, tok = load_bi_encoder(path, max_seq_length, ZERO_SHOT_POOLING)
     return cosines(model, tok, pairs, batch_size)
 
 

@@ -1,4 +1,4 @@
-"""A model as it is used, exported to ONNX (optionally int8; `commands/export_onnx.py`), and run
+"""A model as it is used, exported to ONNX (optionally int8; `onnx_export.py`), and run
 with ONNX Runtime: what CPU fleets serving ads run. An exported folder holds `model.onnx`,
 `tokenizer.json` and `onnx.json` (what the graph computes: inputs, output, the task or the
 pooling, the length it truncates to); `score`, `embed`, `evaluate` and `serve` take it where

@@ -1,4 +1,4 @@
-"""The signals that stop a run once its step is saved (training/resume.py: SaveOnInterrupt),
+"""The signals that stop a run once its step is saved (training/interrupt.py: SaveOnInterrupt),
 and the loader workers' part in it."""
 
 from __future__ import annotations

@@ -10,20 +10,21 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
 
-from bert_lightning.config import CONFIG_DIR, bundled, compose, configured
+from bert_lightning.config import bundled, compose, configured
 from bert_lightning.data.corpus import iter_documents
 from bert_lightning.data.masking import MaskingConfig
 from bert_lightning.data.tokenizer import train_wordpiece
+from bert_lightning.shipped import group_defaults
 
 SAMPLE = bundled("c4_sample.jsonl")
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def shipped(path: str) -> dict:
-    """A config file of conf/ as it ships (`optim/adamw`)."""
-    return yaml.safe_load((CONFIG_DIR / f"{path}.yaml").read_text())
+    """A config file of conf/ as it ships (`optim/adamw`), with the files its defaults name."""
+    group, _, name = path.rpartition("/")
+    return group_defaults(group, name)
 
 
 OPTIM = shipped("optim/adamw")

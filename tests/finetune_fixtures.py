@@ -13,6 +13,7 @@ import yaml
 from omegaconf import OmegaConf
 from safetensors.torch import save_file
 
+from bert_lightning.checkpoint import write_model
 from bert_lightning.config import compose
 from bert_lightning.data.tokenizer import save_tokenizer, train_wordpiece
 from bert_lightning.experiments.downstream import load_budget
@@ -45,12 +46,7 @@ def write_our_ckpt(path: Path, tok, **changes) -> dict:
     config = replace(tiny_config(tok.get_vocab_size()), **changes)
     model = BertForPreTraining(config)
     state = {f"model.{k}": v for k, v in model.state_dict().items()}
-    ckpt = {
-        "hyper_parameters": {"config": asdict(config), "optim": {"lr": 1e-3}},
-        "state_dict": state,
-        "tokenizer": tok.to_str(),
-    }
-    torch.save(ckpt, path)
+    write_model(path, {"config": asdict(config), "optim": {"lr": 1e-3}}, state, tok.to_str())
     return model.state_dict()
 
 
@@ -160,14 +156,7 @@ def relevance_ckpt(tmp_path, tok):
         asdict(tiny_config(tok.get_vocab_size())), task, {"lr": 1e-3}, False, tok.to_str()
     )
     path = tmp_path / "relevance.ckpt"
-    torch.save(
-        {
-            "hyper_parameters": dict(module.hparams),
-            "state_dict": module.state_dict(),
-            "tokenizer": tok.to_str(),
-        },
-        path,
-    )
+    write_model(path, dict(module.hparams), module.state_dict(), tok.to_str())
     return path, module.model.eval()
 
 
@@ -182,8 +171,7 @@ def finetuned_ckpt(path: Path, tok, *overrides: str) -> Path:
         tok.to_str(),
         32,
     )
-    hparams, state = dict(module.hparams), module.state_dict()
-    torch.save({"hyper_parameters": hparams, "state_dict": state, "tokenizer": tok.to_str()}, path)
+    write_model(path, dict(module.hparams), module.state_dict(), tok.to_str())
     return path
 
 

@@ -1,52 +1,156 @@
-"""A misspelt config key is an error that names it (never a silent default), and the
-defaults-list order (`_self_` first) still lets groups, experiments and the command line
-override what the root config says."""
+"""docs/config-keys.md, the reference of every config key, is what the YAML files of conf/ say
+(each key, its shipped value, the comment beside or above it): a key added or changed there
+without the reference rebuilt fails here. `python tests/test_config_keys.py` rebuilds it."""
 
-import pytest
-from hydra.utils import instantiate
+from __future__ import annotations
 
-from bert_lightning.config import compose
-from bert_lightning.tasks.kinds import make_task
-from bert_lightning.training.finetune import finetune
-from conftest import tiny_overrides, write_corpus
+import re
+import sys
+from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[1]
+CONF = ROOT / "conf"
+DOC = ROOT / "docs" / "config-keys.md"
+KEY = re.compile(
+    r"^(?P<indent> *)(?P<key>[\w@./-]+):(?: (?P<value>[^#]*?))?\s*(?:#\s?(?P<note>.*))?$"
+)
+OPTIONS_ONLY = ("experiment", "debug", "hparams_search", "dataset")  # overrides of other keys
+SKIP = ("_target_", "_partial_", "_recursive_", "defaults")
+HEAD = """# Configuration keys
 
-def test_a_misspelt_masking_or_tokenizer_key_fails_naming_it(tmp_path):
-    write_corpus(tmp_path / "corpus.jsonl", 10)
-    for key, name in [
-        ("+data.masking.mlm_probabilty=0.2", "mlm_probabilty"),
-        ("+data.tokenizer.vocab_sise=100", "vocab_sise"),
-    ]:
-        cfg = compose(overrides=tiny_overrides(tmp_path, key))
-        with pytest.raises(Exception, match=name):
-            instantiate(cfg.data, out_dir=None, given_tokenizer=None)
-    cfg = compose(overrides=tiny_overrides(tmp_path, "+model.hiden_size=8"))
-    with pytest.raises(Exception, match="hiden_size"):
-        instantiate(cfg.model)
-
-
-def test_a_misspelt_task_key_fails_naming_it(tmp_path):
-    cfg = compose(
-        "finetune",
-        [f"paths.output_dir={tmp_path}", "task.train_file=x.csv", "+task.lable_column=x"],
-    )
-    with pytest.raises(ValueError, match=r"unknown key\(s\) \['lable_column'\]"):
-        finetune(cfg)
-    for kind in ("seq_classification", "regression", "ad_relevance", "token_classification"):
-        task = compose("finetune", [f"task={kind}", "task.train_file=x"]).task
-        make_task(dict(task))  # every key of the shipped task configs is known
+Every key of the shipped configs (`conf/`), with its shipped value and what it does, file by
+file. A key is set on the command line as `key=value` (`data.batch_size=64`), a group's option
+as `group=option` (`data=corpus`); `python train.py --cfg job` (or `finetune.py`) prints the
+whole composed config a command would run, and a misspelt key is refused in one line naming it.
+An option's file derives from the files its `defaults` name (`_corpus.yaml` for the file-based
+data options, `_bert_defaults.yaml` for the model sizes): a key missing from an option's table
+has the value of the file it derives from. The groups `experiment`, `debug`, `hparams_search`
+and `dataset` set keys of the others; their tables list the options and what each is for.
+"""
 
 
-def test_groups_experiments_and_overrides_beat_the_root_config(tmp_path):
-    ft = compose("finetune", [f"paths.output_dir={tmp_path}"])
-    assert ft.trainer.max_epochs == 3 and ft.trainer.max_steps == -1  # schedule=finetune
-    assert "early_stopping" in ft.callbacks and ft.ckpt_path is None
-    ft = compose("finetune", [f"paths.log_dir={tmp_path}", "experiment=brackets_grammar"])
-    assert ft.trainer.max_steps == 300 and ft.max_seq_length == 18 and ft.optim.lr == 2e-3
-    assert ft.callbacks.early_stopping.patience == 4 and ft.model.hidden_size == 32
-    ft = compose("finetune", ["experiment=brackets_grammar", "max_seq_length=20"])
-    assert ft.max_seq_length == 20
-    tr = compose(overrides=["experiment=brackets", "seed=7", "trainer.max_steps=5"])
-    assert tr.seed == 7 and tr.trainer.max_steps == 5 and tr.model.hidden_dropout_prob == 0.0
-    assert tr.optim.lr == 6e-3 and tr.data.seed == 7
-    assert compose(overrides=["model=bert_base"]).model.layer_norm_eps == 1e-12  # shared once
+def description(lines: list[str]) -> str:
+    """A file's first comment paragraph, as one line."""
+    out = []
+    for line in lines:
+        if not line.startswith("#"):
+            break
+        out.append(line.lstrip("#").strip())
+    text = " ".join(x for x in out if x and not x.startswith("@package"))
+    return text.replace("|", "\\|")
+
+
+def keys(lines: list[str]) -> list[tuple[str, str, str]]:
+    """(dotted key, shipped value, comment) of each key of a YAML file; a mapping's key has the
+    value "" and is followed by its own keys."""
+    out, stack, above, noted = [], [], [], False
+    start = next((i for i, line in enumerate(lines) if not line.startswith("#")), len(lines))
+    for line in lines[start:]:  # after the file's description
+        if not line.strip():
+            above, noted = [], False
+            continue
+        if line.lstrip().startswith("#"):
+            text = line.strip().lstrip("#").strip()
+            if noted and text[:1].islower():  # the comment beside the key above, continued
+                k, v, n = out[-1]
+                out[-1] = (k, v, f"{n} {text}")
+            else:
+                above.append(text.replace("|", "\\|"))
+                noted = False
+            continue
+        m = KEY.match(line)
+        noted = False
+        if m is None:  # a list item or a continued value
+            above = []
+            continue
+        depth = len(m["indent"]) // 2
+        stack = stack[:depth] + [m["key"]]
+        value, note = (m["value"] or "").strip(), " ".join([*above, m["note"] or ""]).strip()
+        above = []
+        if stack[0] in SKIP or stack[0] == "hydra" or m["key"] in SKIP:
+            continue
+        out.append((".".join(stack), value, note.replace("|", "\\|")))
+        noted = bool(m["note"])
+    return out
+
+
+def cell(value: str) -> str:
+    return f"`{value}`" if value else ""
+
+
+def reference() -> str:
+    parts = [HEAD]
+    for top in ("train", "finetune"):
+        lines = (CONF / f"{top}.yaml").read_text().splitlines()
+        parts.append(f"## `{top}.py` (conf/{top}.yaml)\n\n{description(lines)}\n")
+        parts.append(table(keys(lines)))
+    for group in sorted(p for p in CONF.iterdir() if p.is_dir()):
+        files = sorted(group.rglob("*.yaml"))
+        options = [f for f in files if not f.name.startswith("_")]
+        parts.append(f"## `{group.name}`\n")
+        rows = ["| option | what it is |", "|---|---|"]
+        for f in options:
+            name = f.relative_to(group).with_suffix("").as_posix()
+            rows.append(f"| `{name}` | {description(f.read_text().splitlines())} |")
+        parts.append("\n".join(rows) + "\n")
+        if group.name in OPTIONS_ONLY:
+            continue
+        for f in files:
+            lines = f.read_text().splitlines()
+            found = keys(lines)
+            if found:
+                about = description(lines)
+                parts.append(f"### conf/{f.relative_to(CONF).as_posix()}\n")
+                parts.append((f"{about}\n\n" if about else "") + table(found))
+    return "\n".join(parts)
+
+
+def table(found: list[tuple[str, str, str]]) -> str:
+    rows = ["| key | shipped value | |", "|---|---|---|"]
+    rows += [f"| `{k}` | {cell(v)} | {n} |" for k, v, n in found]
+    return "\n".join(rows) + "\n"
+
+
+def test_the_reference_is_what_the_configs_say():
+    assert DOC.read_text() == reference(), "docs/config-keys.md: python tests/test_config_keys.py"
+
+
+def test_every_key_a_run_reads_is_in_the_reference():
+    """The keys of the composed default configs (the groups' shipped choices) are each in it."""
+    from omegaconf import OmegaConf
+
+    from bert_lightning.config import compose
+
+    text = DOC.read_text()
+    for top in ("train", "finetune"):
+        extra = ["task.train_file=x"] if top == "finetune" else []
+        cfg = OmegaConf.to_container(compose(top, ["paths.output_dir=.", *extra]))
+        missing = [k for k in flat(cfg) if k.rsplit(".", 1)[-1] not in SKIP and not listed(k, text)]
+        assert not missing, f"{top}: {missing}"
+
+
+def listed(key: str, text: str) -> bool:
+    """`key` is in `text` as a key of its file (a group's key without the group's name), or a
+    mapping above it is, with a flow-style value (`{a: 1}`) that holds it."""
+    parts = key.split(".")
+    names = {key, key.split(".", 1)[-1]}
+    if any(f"| `{n}` |" in text for n in names):
+        return True
+    heads = [".".join(parts[:n]) for n in range(1, len(parts))]
+    return any(f"| `{h.split('.', 1)[-1]}` | `{{" in text for h in heads)
+
+
+def flat(d: dict, prefix: str = "") -> list[str]:
+    out = []
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and v:
+            out += flat(v, key + ".")
+        elif not isinstance(v, list | dict):
+            out.append(key)
+    return out
+
+
+if __name__ == "__main__":
+    DOC.write_text(reference())
+    sys.exit(0)

@@ -159,7 +159,7 @@ def test_a_long_document_is_split_at_paragraph_breaks(tmp_path):
     for piece, after in pairwise(pieces):
         next_paragraph = after.split("\n\n")[0]  # each cut at the last break before the limit
         assert len(piece) + 2 + len(next_paragraph) > 1000
-    assert list(iter_documents([path], long_docs="split")) == [BOOK, "short"]  # no limit
+    assert list(iter_documents([path], max_chars=None, long_docs="split")) == [BOOK, "short"]
 
 
 def test_without_paragraph_breaks_a_cut_falls_back_to_lines_spaces_then_the_limit():

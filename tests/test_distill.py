@@ -437,11 +437,11 @@ def test_a_student_without_an_mlm_loss_is_an_encoder_without_heads(tmp_path, tea
 
 
 def test_the_distillation_tables_in_the_docs_are_what_the_kept_cells_give():
-    """docs/downstream.md's distillation tables: the ablation's SST-2, Home Depot and average,
-    and the 30-minute, GPU and teacher rows of every task, are the suite's own, kept in
-    bench/results/distill_*/downstream.json."""
+    """docs/pretraining-results.md's distillation tables: the ablation's SST-2, Home Depot and
+    average, and the 30-minute, GPU and teacher rows of every task, are the suite's own, kept
+    in bench/results/distill_*/downstream.json."""
     root = Path(__file__).resolve().parents[1]
-    doc = (root / "docs/downstream.md").read_text()
+    doc = (root / "docs/pretraining-results.md").read_text()
     kept = json.loads((root / "bench/results/distill_ablation/downstream.json").read_text())
     for name, m in kept["models"].items():
         row = [m["mean_std"]["sst2"][0], m["mean_std"]["home_depot"][0], m["average"][0]]

@@ -3,13 +3,14 @@ JSON and chart, and a half-done suite continued without re-running its finished 
 
 import json
 import statistics
-from pathlib import Path
 
 import pytest
 import yaml
 from tokenizers import Tokenizer
 
 from bert_lightning.cli import main
+from bert_lightning.experiments.downstream import BUDGETS, ranking_row, ranking_table
+from conftest import ROOT
 from finetune_fixtures import (
     tiny_budget,
     write_dataset,
@@ -173,37 +174,36 @@ def test_the_random_row_has_the_shape_of_the_model(suite):
 
 
 @pytest.mark.slow
-def test_the_ranking_ablation_is_a_budget_and_its_table_reads_the_cells(suite, monkeypatch):
-    """bench/budgets/home_depot_ranking.yaml: each arm a task of the suite, every cell beside
-    the zero-shot cosine of its start; bench/ranking_table.py tables the paired differences."""
-    root = Path(__file__).resolve().parents[1]
-    budget = tiny_budget(suite / "tiny.yaml", root / "bench/budgets/home_depot_ranking.yaml")
+def test_the_ranking_ablation_is_a_budget_and_its_table_reads_the_cells(suite, capsys):
+    """--budget home_depot_ranking: each arm a task of the suite, every cell beside the zero-shot
+    cosine of its start; --ranking tables the paired differences, in downstream.md too."""
+    budget = tiny_budget(suite / "tiny.yaml", BUDGETS / "home_depot_ranking.yaml")
     main(
         [
             "downstream",
             f"start={suite / 'hf_bert'}",
             *["--data-dir", str(suite / "data"), "--budget", str(budget), "--no-random"],
             *["--tasks", "cross_distill,bi_lambda", "--out", str(suite / "abl")],
+            *["--ranking", "zero_shot"],
         ]
     )
     cell = json.loads((suite / "abl/cells/start/bi_lambda/seed1/results.json").read_text())
     paired = cell["ranking"]["fine-tuned - zero_shot"]["ndcg@10"]["queries"]
     assert paired == cell["ranking"]["zero_shot"]["ndcg@10"]["queries"] > 0
-    monkeypatch.syspath_prepend(str(root / "bench"))
-    from ranking_table import table
-
-    lines = table(suite / "abl", "zero_shot").splitlines()
+    lines = ranking_table(suite / "abl", "zero_shot").splitlines()
     assert [line.split(" | ")[:3] for line in lines[2:]] == [
         ["| start", "bi_lambda", "3"],
         ["| start", "cross_distill", "3"],
     ]
     assert lines[2].count("above 0)") == 2
+    assert "\n".join(lines) in (suite / "abl/downstream.md").read_text()
+    capsys.readouterr()
+    with pytest.raises(SystemExit, match="2"):  # bm25's figures are there too; a typo is not
+        main(["downstream", "--out", str(suite / "abl"), "--ranking", "bm2"])
+    assert "invalid choice: 'bm2'" in capsys.readouterr().err
 
 
-def test_the_ranking_table_gives_one_seeds_interval_and_several_seeds_spread(monkeypatch):
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "bench"))
-    from ranking_table import row
-
+def test_the_ranking_table_gives_one_seeds_interval_and_several_seeds_spread():
     def run(mean, low):
         diff = {"mean": mean, "low": low, "high": mean + 0.01, "queries": 9}
         test = {"test/spearman": 0.4, "test/auroc": 0.7}
@@ -212,20 +212,25 @@ def test_the_ranking_table_gives_one_seeds_interval_and_several_seeds_spread(mon
             "test": test,
         }
 
-    one = row("s", "a", [run(0.02, 0.001)], "zero_shot")
+    one = ranking_row("s", "a", [run(0.02, 0.001)], "zero_shot")
     interval = "+0.0200 [+0.0010, +0.0300]"
     assert one == f"| s | a | 1 | {interval} | {interval} | 0.4000 | 0.7000 |"
-    two = row("s", "a", [run(0.02, 0.001), run(0.04, -0.01)], "zero_shot")
+    two = ranking_row("s", "a", [run(0.02, 0.001), run(0.04, -0.01)], "zero_shot")
     assert two.split(" | ")[3] == "+0.0300 ± 0.0141 (1/2 above 0)"
 
 
-def test_the_ablation_tables_in_the_docs_are_what_the_kept_cells_give(monkeypatch):
-    """docs/finetuning.md's ranking ablation tables are bench/ranking_table.py's output over the
+def test_the_ablation_tables_in_the_docs_are_what_the_kept_cells_give(capsys):
+    """docs/finetuning.md's ranking ablation tables are `downstream --ranking`'s output over the
     cells' results.json kept in bench/results/ranking_ablation: the figures are the files'."""
-    root = Path(__file__).resolve().parents[1]
-    monkeypatch.syspath_prepend(str(root / "bench"))
-    from ranking_table import table
-
-    doc = (root / "docs/finetuning.md").read_text()
+    doc = (ROOT / "docs/finetuning.md").read_text()
     for against in ("zero_shot", "bm25"):
-        assert table(root / "bench/results/ranking_ablation", against) in doc
+        main(
+            [
+                "downstream",
+                "--out",
+                str(ROOT / "bench/results/ranking_ablation"),
+                "--ranking",
+                against,
+            ]
+        )
+        assert capsys.readouterr().out.strip() in doc

@@ -289,11 +289,11 @@ def test_heads_map_onto_transformers_by_key():
     ids = torch.randint(5, 50, (2, 7))
     mask = torch.ones_like(ids)
     mask[1, 5:] = 0
-    for ours_cls, name in (
-        (BertForSequenceClassification, "BertForSequenceClassification"),
-        (BertForTokenClassification, "BertForTokenClassification"),
+    for ours, name in (
+        (BertForSequenceClassification(config, 3, "cls"), "BertForSequenceClassification"),
+        (BertForTokenClassification(config, 3), "BertForTokenClassification"),
     ):
-        ours = ours_cls(config, 3).eval()
+        ours = ours.eval()
         hf = getattr(transformers, name)(hf_cfg).eval()
         missing, unexpected = hf.load_state_dict(ours_to_hf(ours.state_dict()), strict=False)
         assert not unexpected and all("position_ids" in k for k in missing)

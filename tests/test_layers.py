@@ -33,6 +33,7 @@ LAYERS = {  # module path -> layer, lowest first; the longest matching prefix wi
     "fields": 0,
     "model": 1,
     "shipped": 1,  # the package's files: the config tree (read without Hydra), the assets
+    "run_folder": 1,  # where a run writes and how it is found again, for training and Hydra
     "progress": 1,  # progress lines of the steps before training (tqdm), for data and up
     "data": 2,
     "checkpoint": 3,
@@ -40,6 +41,7 @@ LAYERS = {  # module path -> layer, lowest first; the longest matching prefix wi
     "tasks": 4,
     "inference": 5,  # loading a model and the batched loop of each use
     "ort": 5,  # an exported model run by ONNX Runtime, as inference loads it
+    "onnx_export": 5,  # a model as it is used, written as an ONNX folder
     "training": 6,
     "config": 7,
     "commands": 7,

@@ -11,7 +11,6 @@ import pytest
 import torch
 
 from bert_lightning.cli import main
-from bert_lightning.commands.export_onnx import export_onnx
 from bert_lightning.data.tables import collate
 from bert_lightning.errors import UserError
 from bert_lightning.inference import (
@@ -20,6 +19,7 @@ from bert_lightning.inference import (
     load_finetuned,
     score_rows,
 )
+from bert_lightning.onnx_export import export_onnx
 from bert_lightning.ort import INPUTS, spec_of
 from bert_lightning.serving import Embed, PairsRequest, ScorePairs, endpoints
 from finetune_fixtures import (

@@ -34,7 +34,7 @@ def test_adamw_is_fused_and_decays_matrices_only():
 def test_head_lr_is_the_rate_of_what_is_outside_the_encoder():
     from bert_lightning.model.heads import BertBiEncoder
 
-    model = BertBiEncoder(SMALL)
+    model = BertBiEncoder(SMALL, "mean")
     built = instantiate(OPTIM, lr=1e-3, head_lr=0.1, warmup_steps=2)(model, run_steps=10)
     groups = built["optimizer"].param_groups
     assert [(g["lr"], g["weight_decay"]) for g in groups] == [
@@ -56,7 +56,7 @@ def test_layer_decay_gives_each_layer_the_factors_power():
     from bert_lightning.model.heads import BertBiEncoder
 
     config = BertConfig(**{**SMALL.__dict__, "num_hidden_layers": 3})
-    model = BertBiEncoder(config)
+    model = BertBiEncoder(config, "mean")
     build = instantiate(OPTIM, lr=0.8, warmup_steps=0, layer_decay=0.5)
     groups = build(model, run_steps=10)["optimizer"].param_groups
     rates = {g["name"]: g["lr"] for g in groups}

@@ -6,7 +6,8 @@ import lightning as L
 import pytest
 import torch
 
-from bert_lightning.training.resume import AtomicCheckpointIO, Interrupted
+from bert_lightning.training.checkpoint_io import AtomicCheckpointIO
+from bert_lightning.training.interrupt import Interrupted
 from conftest import RESUMABLE, pretrain_tiny
 
 

@@ -15,8 +15,9 @@ import pytest
 import torch
 from hydra.utils import instantiate
 
-from bert_lightning.config import compose, resumed_run
+from bert_lightning.config import compose
 from bert_lightning.progress import eta_text
+from bert_lightning.run_folder import resumed_run
 from bert_lightning.training.callbacks import StepProgressBar
 from bert_lightning.training.pretrain import train
 from conftest import ROOT, shipped, tiny_overrides, write_corpus

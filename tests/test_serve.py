@@ -58,9 +58,10 @@ def tok(tmp_path):
 
 @pytest.fixture
 def bench(monkeypatch):
-    """bench/serve.py, whose `server` starts and stops `bert-lightning serve` for these tests."""
+    """bench/loadtest.py, whose `server` starts and stops `bert-lightning serve` for these
+    tests."""
     monkeypatch.syspath_prepend(str(ROOT / "bench"))
-    return importlib.import_module("serve")
+    return importlib.import_module("loadtest")
 
 
 def scored(tmp_path, ckpt: Path, rows: list[dict]) -> list[float]:

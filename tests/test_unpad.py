@@ -90,7 +90,7 @@ def test_pretraining_losses_logits_and_gradients_equal_the_padded_path(pre_ln):
         lambda c: BertForSequenceClassification(c, 3, pooling="cls"),
         lambda c: BertForSequenceClassification(c, 1, pooling="mean"),
         lambda c: BertForTokenClassification(c, 5),
-        lambda c: BertBiEncoder(c),
+        lambda c: BertBiEncoder(c, "mean"),
     ],
     ids=["sequence-cls", "regression-mean", "token", "bi-encoder"],
 )

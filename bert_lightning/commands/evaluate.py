@@ -15,15 +15,14 @@ import lightning as L
 
 from bert_lightning.atomic import write_json
 from bert_lightning.checkpoint import FINETUNING, read_checkpoint
+from bert_lightning.commands.options import add_table_arguments, table_options, task_options
 from bert_lightning.config import compose
 from bert_lightning.data.pipeline import PACKINGS
 from bert_lightning.errors import UserError
 from bert_lightning.inference import (
     SCORE_BATCH,
-    add_table_arguments,
     load_finetuned,
     mlm_state,
-    table_options,
     task_metrics,
     zero_shot_cosines,
 )
@@ -152,30 +151,6 @@ def register(sub) -> None:
     mlm.add_argument("--mlm-probability", type=float)
     mlm.add_argument("--cache-dir", help="the datasets cache (default: HF_DATASETS_CACHE)")
     p.set_defaults(func=_main)
-
-
-def task_options(args, task) -> dict:
-    """The task config keys `--column` and `--grades` give: a file labelled or named otherwise
-    than the one the model was fine-tuned on."""
-    keys, out = asdict(task.cfg), {}
-    for given in args.column:
-        key, sep, name = given.partition("=")
-        if not sep or not name or f"{key}_column" not in keys:
-            known = ", ".join(k.removesuffix("_column") for k in keys if k.endswith("_column"))
-            raise UserError(
-                f"--column {given}: expected KEY=NAME with KEY one of {known} "
-                f"(the columns of its {task.cfg.kind} task)"
-            )
-        out[f"{key}_column"] = name
-    if args.grades:
-        if keys.get("label_type") != "graded":
-            raise UserError(f"--grades: the model's {task.cfg.kind} task reads no graded labels")
-        low, _, high = args.grades.partition(",")
-        try:
-            out |= {"grade_min": float(low), "grade_max": float(high)}
-        except ValueError:
-            raise UserError(f"--grades {args.grades}: expected MIN,MAX, two numbers") from None
-    return out
 
 
 def _main(args) -> None:

@@ -20,6 +20,7 @@ from bert_lightning.checkpoint import (
 )
 from bert_lightning.errors import MissingFileError, UserError
 from bert_lightning.inference import load_finetuned, table_metrics
+from bert_lightning.run_folder import RESOLVED
 from bert_lightning.tasks.base import load_splits
 from bert_lightning.tasks.kinds import stored_task
 
@@ -29,7 +30,7 @@ ALPHAS = [i / 10 for i in range(11)]
 def run_config(ckpt_path: str | Path):
     """The config of the fine-tuning run that wrote `ckpt_path` (<run>/checkpoints/*.ckpt),
     None if its folder has none."""
-    path = Path(ckpt_path).resolve().parent.parent / "config_resolved.yaml"
+    path = Path(ckpt_path).resolve().parent.parent / RESOLVED
     return OmegaConf.load(path) if path.is_file() else None
 
 

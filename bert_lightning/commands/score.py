@@ -8,14 +8,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from bert_lightning.commands.options import add_table_arguments, table_options
 from bert_lightning.data.tables import column, text_values, write_table
 from bert_lightning.inference import (
     SCORE_BATCH,
     Finetuned,
-    add_table_arguments,
     load_finetuned,
     score_rows,
-    table_options,
 )
 from bert_lightning.tasks.base import inputs
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bert_lightning.errors import MissingFileError, UserError
+from bert_lightning.shipped import group_defaults
 
 log = logging.getLogger(__name__)
 
@@ -176,13 +177,17 @@ def _records(f, path: str, text_unit: str) -> Iterator[tuple[int, bytes]]:
         yield first, b"".join(block)
 
 
+# how a run reads its files (conf/data/_corpus.yaml), and so a reader outside one (tests, tools)
+READ = group_defaults("data", "_corpus")
+
+
 def iter_documents(
     files: Sequence[str],
-    on_bad_record: str = "error",
+    on_bad_record: str = READ["on_bad_record"],
     bad: BadRecords | None = None,
-    max_chars: int | None = None,
-    text_unit: str = "block",
-    long_docs: str = "error",
+    max_chars: int | None = READ["max_doc_chars"],
+    text_unit: str = READ["text_unit"],
+    long_docs: str = READ["long_docs"],
 ) -> Iterator[str]:
     """Yield the `text` of every good record; other fields are ignored. Blank lines are not
     records. A corrupt or truncated `.gz` ends that file (skip) or raises (error). A document

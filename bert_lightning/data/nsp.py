@@ -20,9 +20,10 @@ from bert_lightning.data.pipeline import fingerprint, map_procs
 from bert_lightning.data.pretraining import PretrainDataModule
 from bert_lightning.data.tokenizer import batch_encode, special_ids
 from bert_lightning.errors import UserError
-from bert_lightning.model.bert import OBJECTIVES
 
 Document = Sequence[Sequence[int]]  # token ids of each sentence
+# what a pretraining run's batches train: MLM alone, or MLM + NSP on sentence pairs (this file)
+OBJECTIVES = ("mlm", "mlm_nsp")
 
 
 @lru_cache(maxsize=1)

@@ -27,6 +27,7 @@ from torch.utils.data import DataLoader
 
 from bert_lightning.atomic import atomic_path
 from bert_lightning.errors import MissingFileError, UserError
+from bert_lightning.shipped import group_defaults
 
 log = logging.getLogger(__name__)
 _UNPACK = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
@@ -153,7 +154,12 @@ def _read_delimited(path: Path, fmt: str, encoding: str, header: bool, names) ->
     return pd.DataFrame(rows, columns=columns, dtype=str)
 
 
-def read_table(path, fmt=None, encoding="utf-8", header=True, names=None) -> pd.DataFrame:
+TABLE = group_defaults("task", "_table")  # how a task reads its files (conf/task/_table.yaml)
+
+
+def read_table(
+    path, fmt=None, encoding=TABLE["encoding"], header=TABLE["header"], names=None
+) -> pd.DataFrame:
     """Cells of CSV/TSV are read as strings (no NA guessing), so every conversion is ours."""
     path = data_file(path)
     fmt = table_format(path, fmt)

@@ -20,6 +20,7 @@ from tokenizers.trainers import WordPieceTrainer
 from bert_lightning.atomic import atomic_path
 from bert_lightning.errors import MissingFileError, UserError
 from bert_lightning.progress import progress
+from bert_lightning.shipped import group_defaults
 
 log = logging.getLogger(__name__)
 
@@ -159,11 +160,14 @@ class ContinuationChars:
         self.found |= set(self.first.sub("", text)) - self.separators
 
 
+SHIPPED = group_defaults("data", "_corpus")["tokenizer"]  # a run's settings (data.tokenizer)
+
+
 def train_wordpiece(
     texts: Callable[[], Iterator[str]],
     vocab_size: int,
-    min_frequency: int = 2,
-    max_docs: int | None = None,
+    min_frequency: int = SHIPPED["min_frequency"],
+    max_docs: int | None = SHIPPED["max_docs"],
 ) -> Tokenizer:
     """Train on a stream of documents; `texts()` is called twice and must give the same stream.
 

@@ -38,6 +38,8 @@ from bert_lightning.training.finetune import finetune
 BUDGETS = Path(__file__).parent / "budgets"  # cpu.yaml, gpu.yaml: --budget NAME
 NOT_SHAPE = ("vocab_size", "pad_token_id", "position_embedding_init")
 QUIET = ("lightning.pytorch", "lightning.fabric")  # their console lines, kept in each cell's log
+RANKING_PER_QUERY = ("spearman", "ndcg@10")  # --ranking: gains within each query, paired
+RANKING_GLOBAL = ("spearman", "auroc")
 
 
 @dataclass(frozen=True)
@@ -226,6 +228,46 @@ def table(summary: dict, tasks: dict[str, TaskBudget], seeds) -> str:
     return "\n".join(lines)
 
 
+def ranking_table(out: Path, against: str) -> str:
+    """The cells of `out` that rank (ad relevance: results.json has `ranking`), per model and
+    task: per-query Spearman and NDCG@10 minus `against` (zero_shot or bm25) on the same test
+    queries (over seeds: mean ± std and in how many seeds the paired 95% bootstrap interval lies
+    above 0; of one seed: its interval), beside the global Spearman and AUROC (means)."""
+    found: dict = {}
+    for path in sorted(Path(out).glob("cells/*/*/seed*/results.json")):
+        results = json.loads(path.read_text())
+        if "ranking" not in results:
+            continue
+        if f"fine-tuned - {against}" not in results["ranking"]:
+            have = [k.removeprefix("fine-tuned - ") for k in results["ranking"] if " - " in k]
+            raise UserError(f"--ranking {against}: {path} has none (it has {', '.join(have)})")
+        found.setdefault((path.parts[-4], path.parts[-3]), []).append(results)
+    if not found:
+        raise UserError(f"--ranking: no finished cell of {out} ranks (ad relevance tasks do)")
+    head = ["start", "arm", "seeds"]
+    head += [f"per-query {m} minus {against}" for m in RANKING_PER_QUERY]
+    head += [f"global {m}" for m in RANKING_GLOBAL]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += [ranking_row(s, a, runs, against) for (s, a), runs in found.items()]
+    return "\n".join(lines)
+
+
+def ranking_row(start: str, arm: str, runs: list[dict], against: str) -> str:
+    cells = [start, arm, str(len(runs))]
+    for m in RANKING_PER_QUERY:
+        diffs = [r["ranking"][f"fine-tuned - {against}"][m] for r in runs]
+        if len(diffs) == 1:
+            d = diffs[0]
+            cells.append(f"{d['mean']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}]")
+        else:
+            mean, sd = mean_std([d["mean"] for d in diffs])
+            above = sum(d["low"] > 0 for d in diffs)
+            cells.append(f"{mean:+.4f} ± {sd:.4f} ({above}/{len(diffs)} above 0)")
+    for m in RANKING_GLOBAL:
+        cells.append(f"{statistics.mean(r['test'][f'test/{m}'] for r in runs):.4f}")
+    return "| " + " | ".join(cells) + " |"
+
+
 def plot(summary: dict, tasks: dict[str, TaskBudget], path: Path) -> None:
     """Grouped bars: one group per task (and the average), one bar per model, std as error."""
     import matplotlib
@@ -253,13 +295,16 @@ def downstream(
     specs: list[str],
     task_names: list[str] | None,
     data_dir: str,
-    seeds: int | str = 3,
-    budget: str = "cpu",
-    out: str = "outputs/downstream",
-    random: bool = True,
+    *,
+    seeds: int | str,
+    budget: str,
+    out: str,
+    random: bool,
+    ranking: str | None = None,
 ) -> dict:
     """Runs the cells not yet finished, then writes the table, JSON and chart into `out`.
-    `task_names` None: every task of the budget, in its order."""
+    `task_names` None: every task of the budget, in its order; `ranking` (zero_shot or bm25):
+    the ranking cells' table against that baseline too (`ranking_table`)."""
     out_dir, data = Path(out), Path(data_dir)
     common, budgets = load_budget(budget)
     task_names = list(budgets) if task_names is None else task_names
@@ -306,6 +351,8 @@ def downstream(
         "models": summary,
     }
     text = table(summary, tasks, seeds)
+    if ranking:
+        text += "\n\n" + ranking_table(out_dir, ranking)
     write_json(report, out_dir / "downstream.json")
     write_text(out_dir / "downstream.md", text + "\n")
     plot(summary, tasks, out_dir / "downstream.png")

@@ -458,20 +458,23 @@ class PreTrainingOutput:
     nsp_logits: torch.Tensor | None  # (B, 2)
 
 
+def last_layer_rows(picked: torch.Tensor) -> torch.Tensor:
+    """(B, T) picked positions -> (B, T) bool of the rows the last layer computes: [CLS] (it
+    feeds the pooler) and the picked positions."""
+    keep = picked.clone()
+    keep[:, 0] = True
+    return keep
+
+
 def query_rows(picked: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(B, T) picked positions -> (B, R) rows: [CLS] (position 0), then the picked positions
     in order, padded with 0 to the longest row; and the (B, R) bool of the real ones."""
-    keep = picked.clone()
-    keep[:, 0] = True  # [CLS] feeds the pooler
+    keep = last_layer_rows(picked)  # (B, T)
     counts = keep.sum(1)  # (B,)
     R = int(counts.max())
     rows = torch.sort(keep.int(), dim=1, descending=True, stable=True).indices[:, :R]  # (B, R)
     valid = torch.arange(R, device=picked.device) < counts[:, None]  # (B, R)
     return torch.where(valid, rows, 0), valid
-
-
-# what a pretraining run trains: MLM alone, or MLM + NSP on sentence pairs (data/nsp.py)
-OBJECTIVES = ("mlm", "mlm_nsp")
 
 
 class BertForPreTraining(nn.Module):

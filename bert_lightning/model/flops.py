@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import torch
 from torch import nn
 
-from bert_lightning.model.bert import BertConfig
+from bert_lightning.model.bert import BertConfig, last_layer_rows
 
 
 def num_parameters(module: nn.Module) -> int:
@@ -48,6 +49,23 @@ def encoder_flops(
         )
 
     return (L - 1) * layer(D, N) + layer(R, N if last_rows is None else last_rows)
+
+
+def step_counts(batch: dict) -> dict:
+    """What the FLOPs of a pretraining step depend on, from its batch, as device tensors (the
+    formulas are linear in them, so nothing is read to the host): `batch_size`, `seq_len`,
+    `num_picked`, `last_rows` (the last layer's, padded as `query_rows` pads them: B x R) and
+    `tokens` (the real ones, which the unpadded encoder runs on; None without padding)."""
+    B, T = batch["input_ids"].shape
+    picked = batch["labels"] != -100  # (B, T)
+    mask: torch.Tensor | None = batch.get("attention_mask")
+    return {
+        "batch_size": B,
+        "seq_len": T,
+        "num_picked": picked.sum(),
+        "last_rows": B * last_layer_rows(picked).sum(1).max(),
+        "tokens": None if mask is None else mask.sum(),
+    }
 
 
 def pretraining_flops(

@@ -21,6 +21,9 @@ POOLINGS = {
     "last4": "the [CLS] rows of the last four layers, concatenated (embed only)",
 }
 HEAD_POOLINGS = ("cls", "mean", "max")
+# sentence-transformers' models are mean-pooled: the zero-shot cosine's pooling, and a
+# bi-encoder's unless a task says otherwise (it then starts from the zero-shot ranking)
+ZERO_SHOT_POOLING = "mean"
 
 
 def pool_tokens(h: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> torch.Tensor:
@@ -53,7 +56,7 @@ class BertForSequenceClassification(nn.Module):
     tokens and carry no pooler: a sign that sits at one position (one wrong token) is read by
     the last layer's own row there, not through one more attention step from `[CLS]`."""
 
-    def __init__(self, config: BertConfig, num_labels: int, pooling: str = "cls"):
+    def __init__(self, config: BertConfig, num_labels: int, pooling: str):
         super().__init__()
         if pooling not in HEAD_POOLINGS:
             raise UserError(f"task.pooling={pooling!r}; expected one of {HEAD_POOLINGS}")
@@ -96,11 +99,11 @@ class BertBiEncoder(nn.Module):
     It reads the cross-encoder's input `[CLS] query [SEP] ad [SEP]` (token types 0 then 1) and
     splits it into `[CLS] query [SEP]` and `[CLS] ad [SEP]`, so the data path, the checkpoint and
     `bert-lightning score` are those of the cross-encoder. Before any training its score orders
-    rows as the zero-shot cosine of the pretrained encoder does (`pooling="mean"`): fine-tuning
-    starts from it.
+    rows as the zero-shot cosine of the pretrained encoder does (`ZERO_SHOT_POOLING`):
+    fine-tuning starts from it.
     `classifier` (1 -> 1) starts at 20 cos - 10 (sentence-transformers' scale of 20)."""
 
-    def __init__(self, config: BertConfig, pooling: str = "mean"):
+    def __init__(self, config: BertConfig, pooling: str):
         super().__init__()
         if pooling not in HEAD_POOLINGS:
             raise UserError(f"task.pooling={pooling!r}; expected one of {HEAD_POOLINGS}")

@@ -22,7 +22,7 @@ from torchmetrics.retrieval import RetrievalNormalizedDCG
 
 from bert_lightning.data import tables as D
 from bert_lightning.errors import UserError
-from bert_lightning.model.heads import HEAD_POOLINGS, BertBiEncoder
+from bert_lightning.model.heads import HEAD_POOLINGS, ZERO_SHOT_POOLING, BertBiEncoder
 from bert_lightning.tasks.base import TableConfig, Task, ZeroShot, baselines_table
 from bert_lightning.tasks.ranking import ranking_report, ranking_table
 
@@ -58,7 +58,7 @@ class AdRelevanceConfig(TableConfig):
 
     def __post_init__(self):
         if self.pooling is None:
-            self.pooling = "mean" if self.architecture == "bi_encoder" else "cls"
+            self.pooling = ZERO_SHOT_POOLING if self.architecture == "bi_encoder" else "cls"
         if self.contrastive_weight and self.architecture != "bi_encoder":
             raise UserError(
                 f"task.contrastive_weight={self.contrastive_weight} needs "

@@ -17,6 +17,7 @@ from lightning.pytorch.utilities import rank_zero_only
 
 from bert_lightning.atomic import atomic_path
 from bert_lightning.progress import eta_text
+from bert_lightning.run_folder import METRICS, follow_moved_run
 from bert_lightning.training.optim import budget_timer
 
 log = logging.getLogger(__name__)
@@ -29,7 +30,13 @@ class ModelCheckpoint(lightning_callbacks.ModelCheckpoint):
     written in `on_train_end`, while the loaders' iterators still run: after `fit`, Lightning
     has shut them down, and a StatefulDataLoader asked for its state then starts a new
     iterator, with worker processes that nothing ends (the run would never exit). Its name is
-    Lightning's, so the state it keeps in a checkpoint has the same key."""
+    Lightning's, so the state it keeps in a checkpoint has the same key. A resumed run whose
+    folder moved keeps its best and last checkpoints (`run_folder.follow_moved_run`)."""
+
+    def on_load_checkpoint(self, trainer, pl_module, checkpoint):
+        state = (checkpoint.get("callbacks") or {}).get(self.state_key)
+        if state and self.dirpath and trainer.ckpt_path:  # before load_state_dict
+            follow_moved_run(state, self.dirpath, trainer.ckpt_path)
 
     def on_train_end(self, trainer, pl_module):
         if self.save_last and self._last_global_step_saved != trainer.global_step:
@@ -335,7 +342,7 @@ def _csv_metrics(trainer: L.Trainer) -> Path | None:
     for logger in trainer.loggers:
         if isinstance(logger, CSVLogger):
             logger.save()
-            return Path(logger.log_dir) / "metrics.csv"
+            return Path(logger.log_dir) / METRICS
     return None
 
 

@@ -47,7 +47,7 @@ def encoder_and_tokenizer(cfg: DictConfig, train: dict):
         tok = load_tokenizer(cfg.tokenizer)
     else:
         texts = train_texts(train)
-        tok = train_wordpiece(lambda: iter(texts), cfg.tokenizer_vocab_size)
+        tok = train_wordpiece(lambda: iter(texts), cfg.tokenizer_vocab_size, max_docs=None)  # all
     config = instantiate(
         cfg.model, "model", vocab_size=tok.get_vocab_size(), pad_token_id=special_ids(tok)["[PAD]"]
     )

@@ -29,7 +29,7 @@ class FinetuneModule(EncoderModule):
         config: dict,
         task: Task | dict,
         optim: dict,
-        freeze_encoder: bool = False,
+        freeze_encoder: bool,
         tokenizer_json: str | None = None,
         max_seq_length: int | None = None,
     ):

@@ -8,7 +8,6 @@ import lightning as L
 import torch
 
 from bert_lightning.training import optim
-from bert_lightning.training.resume import follow_moved_run
 
 
 class EncoderModule(L.LightningModule):
@@ -67,7 +66,3 @@ class EncoderModule(L.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         self.tokenizer_json = checkpoint.get("tokenizer", self.tokenizer_json)
-        trainer = self._trainer
-        ckpt = trainer.checkpoint_callback if trainer is not None else None
-        if ckpt is not None and ckpt.dirpath and trainer.ckpt_path:  # before callbacks load
-            follow_moved_run(checkpoint, ckpt.dirpath, trainer.ckpt_path)

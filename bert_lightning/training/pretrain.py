@@ -180,7 +180,7 @@ def build(cfg: DictConfig, start: ResumePoint | None = None):
         config=asdict(config),
         optim=continued_optim(optim, start, cfg.trainer.max_steps),
         tokenizer_json=tok.to_str(),
-        compile=cfg.get("model_compile", False),
+        compile=cfg.model_compile,
         objective=dm.objective,
         data=validation_settings(cfg.data),
         **({"teacher_ckpt": teacher} if teacher is not None else {}),

@@ -7,9 +7,10 @@ import torch
 from torchmetrics.classification import BinaryAccuracy, MulticlassAccuracy
 from torchmetrics.text import Perplexity
 
+from bert_lightning.data.nsp import OBJECTIVES
 from bert_lightning.errors import UserError
 from bert_lightning.model import BertConfig, BertForPreTraining, pretraining_flops
-from bert_lightning.model.bert import OBJECTIVES
+from bert_lightning.model.flops import step_counts
 from bert_lightning.training.module_base import EncoderModule
 
 
@@ -64,15 +65,7 @@ class BertPretrainModule(EncoderModule):
     def flops_per_batch(self, batch: dict) -> torch.Tensor:
         """Useful FLOPs of a training step on `batch` (TokenThroughput's MFU), as a device
         tensor: `pretraining_flops` is linear in its counts, so nothing is read to the host."""
-        B, T = batch["input_ids"].shape
-        picked = batch["labels"] != -100  # (B, T)
-        keep = picked.clone()
-        keep[:, 0] = True  # the last layer's rows: [CLS] and the picked (query_rows' B x R)
-        mask = batch.get("attention_mask")  # the unpadded encoder runs on real tokens only
-        tokens = None if mask is None else mask.sum()
-        return pretraining_flops(
-            self.model.config, B, T, picked.sum(), B * keep.sum(1).max(), tokens=tokens
-        )
+        return pretraining_flops(self.model.config, **step_counts(batch))
 
     def training_step(self, batch, batch_idx):
         out = self(batch)

@@ -9,6 +9,7 @@ from torchmetrics.classification import BinaryAccuracy, MulticlassAccuracy
 from bert_lightning.data.sampling import hash_seed
 from bert_lightning.errors import UserError
 from bert_lightning.model import BertConfig, ElectraForPreTraining, rtd_flops
+from bert_lightning.model.flops import step_counts
 from bert_lightning.training.module_base import EncoderModule
 
 
@@ -58,16 +59,8 @@ class RTDPretrainModule(EncoderModule):
 
     def flops_per_batch(self, batch: dict) -> torch.Tensor:
         """Useful FLOPs of a training step (TokenThroughput's MFU), as a device tensor."""
-        B, T = batch["input_ids"].shape
-        picked = batch["labels"] != -100  # (B, T)
-        keep = picked.clone()
-        keep[:, 0] = True  # the generator's last-layer rows (query_rows' B x R)
-        mask = batch.get("attention_mask")
-        tokens = None if mask is None else mask.sum()
         m = self.model
-        return rtd_flops(
-            m.config, m.generator.config, B, T, picked.sum(), B * keep.sum(1).max(), tokens=tokens
-        )
+        return rtd_flops(m.config, m.generator.config, **step_counts(batch))
 
     def training_step(self, batch, batch_idx):
         out = self(batch)

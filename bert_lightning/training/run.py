@@ -16,13 +16,9 @@ from omegaconf import DictConfig
 
 from bert_lightning.checkpoint import ResumePoint, resume_point
 from bert_lightning.errors import UserError
+from bert_lightning.run_folder import failure_marked, keep_metrics_through, own_checkpoints_expected
 from bert_lightning.training.instantiate import required
-from bert_lightning.training.resume import (
-    already_done,
-    failure_marked,
-    keep_metrics_through,
-    own_checkpoints_expected,
-)
+from bert_lightning.training.resume import already_done
 
 Built = tuple[L.LightningDataModule, L.LightningModule, L.Trainer]
 
@@ -54,7 +50,7 @@ def run(cfg: DictConfig, kind: RunKind) -> Any:
             f"{key}: a key of {entry}'s configs (an experiment of {entry}? its file's first "
             f"lines give its command: python {entry} experiment=...)"
         )
-    with failure_marked(out_dir, resuming=bool(cfg.ckpt_path)) as state:
+    with failure_marked(out_dir, bool(cfg.ckpt_path), rank_zero_only.rank) as state:
         required(cfg)
         start = resume_point(cfg.ckpt_path, kind.checkpoint, kind.use) if cfg.ckpt_path else None
         if already_done(cfg, start):
@@ -63,7 +59,7 @@ def run(cfg: DictConfig, kind: RunKind) -> Any:
         dm, module, trainer = kind.build(cfg, start)
         state.begun = True
         if rank_zero_only.rank == 0:  # before fit launches any other rank
-            keep_metrics_through(out_dir / "metrics.csv", start.step if start else None)
+            keep_metrics_through(out_dir, start.step if start else None)
         if cfg.get("validate_before_fit") and start is None:
             # the progress bar prints its own line
             trainer.validate(module, datamodule=dm, verbose=not cfg.trainer.enable_progress_bar)

@@ -18,10 +18,10 @@ from lightning.pytorch.accelerators import CPUAccelerator
 from lightning.pytorch.callbacks import ModelSummary, ProgressBar
 from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from bert_lightning.atomic import write_text
 from bert_lightning.errors import UserError, first_line
+from bert_lightning.run_folder import save_resolved_config
 from bert_lightning.training.callbacks import StepProgressBar
 from bert_lightning.training.instantiate import instantiate
 
@@ -70,14 +70,14 @@ def build_trainer(cfg: DictConfig) -> L.Trainer:
     # Lightning refuses a progress bar callback when the bar is off, and adds its own when none
     # is given: that one counts epochs, which a step-bound run (max_epochs=-1) has no total of.
     # Off, ours keeps its lines (on a terminal too): a run is never silent for minutes
-    bar = cfg.trainer.get("enable_progress_bar", True)
+    bar = cfg.trainer.enable_progress_bar
     ours = [c for c in callbacks if isinstance(c, StepProgressBar)]
     if not bar and ours:
         for c in ours:
             c.tty = False
     elif not bar:
         callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
-    if not cfg.trainer.get("enable_model_summary", True):
+    if not cfg.trainer.enable_model_summary:
         callbacks = [c for c in callbacks if not isinstance(c, ModelSummary)]
     try:
         trainer = instantiate(
@@ -127,9 +127,3 @@ def warn_emulated_bf16(trainer: L.Trainer) -> None:
             "avx512_bf16, no AMX): emulated, several times slower than "
             "trainer.precision=32-true here"
         )
-
-
-@rank_zero_only
-def save_resolved_config(cfg: DictConfig, out_dir: Path) -> None:
-    """`config_resolved.yaml` in the run folder: what ran, with every interpolation filled."""
-    write_text(Path(out_dir) / "config_resolved.yaml", OmegaConf.to_yaml(cfg, resolve=True))

@@ -1,0 +1,57 @@
+"""Command-line options several commands share: a table read as the fine-tuned model's task
+read its files (`score`, `evaluate`), unless the options say otherwise, with its columns and
+grades (`evaluate`). Not a command."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict
+
+from bert_lightning.errors import UserError
+
+TABLE_HELP = "default: as the model's task read its files (else by extension / utf-8 / a header)"
+
+
+def add_table_arguments(p) -> None:
+    """How to read the input table; by default as the checkpoint's task read its files."""
+    p.add_argument("--format", choices=["csv", "tsv", "jsonl", "parquet"], help=TABLE_HELP)
+    p.add_argument("--encoding", help=TABLE_HELP)
+    p.add_argument("--header", action=argparse.BooleanOptionalAction, help=TABLE_HELP)
+    p.add_argument("--names", help="column names of a headerless file, comma-separated")
+
+
+def table_options(args) -> dict:
+    """The table keys of a task config (format, encoding, header, names) given on the command
+    line; what is not given stays as the checkpoint's task has it."""
+    given = {k: v for k, v in (("format", args.format), ("encoding", args.encoding)) if v}
+    if args.header is not None:
+        given["header"] = args.header
+    if args.names:
+        given["names"] = args.names.split(",")
+    elif args.header:  # the header row names the columns, not the task's `names`
+        given["names"] = None
+    return given
+
+
+def task_options(args, task) -> dict:
+    """The task config keys `--column` and `--grades` give: a file labelled or named otherwise
+    than the one the model was fine-tuned on."""
+    keys, out = asdict(task.cfg), {}
+    for given in args.column:
+        key, sep, name = given.partition("=")
+        if not sep or not name or f"{key}_column" not in keys:
+            known = ", ".join(k.removesuffix("_column") for k in keys if k.endswith("_column"))
+            raise UserError(
+                f"--column {given}: expected KEY=NAME with KEY one of {known} "
+                f"(the columns of its {task.cfg.kind} task)"
+            )
+        out[f"{key}_column"] = name
+    if args.grades:
+        if keys.get("label_type") != "graded":
+            raise UserError(f"--grades: the model's {task.cfg.kind} task reads no graded labels")
+        low, _, high = args.grades.partition(",")
+        try:
+            out |= {"grade_min": float(low), "grade_max": float(high)}
+        except ValueError:
+            raise UserError(f"--grades {args.grades}: expected MIN,MAX, two numbers") from None
+    return out

@@ -1,0 +1,194 @@
+"""The run folder, in one place: where a run writes (`hydra.run.dir`, conf/_hydra.yaml, asks
+`run_dir`), how a run is found again (a resume continues in its checkpoint's folder, one that
+moved too), what marks a run that failed (`FAILED`), its record (`config_resolved.yaml`) and
+its metrics (`metrics.csv`, cut back to the step a resume continues from).
+
+    <run>/
+      .hydra/  <job>.log       Hydra's (a resume in place keeps the first run's .hydra/)
+      config_resolved.yaml     what ran, every interpolation filled (written when the fit starts)
+      metrics.csv              every logged step once, in order, across resumes
+      checkpoints/             last.ckpt, best-step<N>.ckpt
+      FAILED                   the one-line reason of a run that raised"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import os
+import re
+import shutil
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from bert_lightning.atomic import atomic_path, write_text
+from bert_lightning.errors import UserError, first_line, user_error
+
+log = logging.getLogger(__name__)
+
+RESOLVED = "config_resolved.yaml"
+METRICS = "metrics.csv"
+CHECKPOINTS = "checkpoints"
+FAILED = "FAILED"
+
+
+def run_folder_of(ckpt_path: str | os.PathLike) -> Path | None:
+    """The run folder a checkpoint of ours sits in (`<run>/checkpoints/last.ckpt`), else None
+    (a checkpoint copied elsewhere, or a path that is not a file: a new folder then)."""
+    path = Path(ckpt_path)
+    return path.parent.parent if path.is_file() and path.parent.name == CHECKPOINTS else None
+
+
+def run_kind(folder: Path) -> str | None:
+    """`finetune` or `train`: the entry point whose run wrote `folder` (its resolved config
+    has a task or not); None when it has none yet."""
+    path = folder / RESOLVED
+    if not path.is_file():
+        return None
+    return "finetune" if "task" in (OmegaConf.load(path) or {}) else "train"
+
+
+def resumed_run(ckpt_path: str | None, kind: str | None = None) -> str | None:
+    """The run folder a resumed run continues in: the checkpoint's own, when it sits in
+    `<run>/checkpoints/` of a run of this `kind` (another kind's run is refused without being
+    written to)."""
+    folder = run_folder_of(ckpt_path) if ckpt_path else None
+    if folder is None or (kind and run_kind(folder) not in (None, kind)):
+        return None
+    return str(folder)
+
+
+def run_dir(ckpt_path: str | None, kind: str, overrides: list[str], default: str) -> str:
+    """Hydra's run folder (`hydra.run.dir`): `paths.output_dir=` given on the command line
+    (the whole run goes there: log and `.hydra/` too), else the run a checkpoint resumes,
+    else the dated default."""
+    for o in overrides:
+        key, _, value = o.lstrip("+").partition("=")
+        if key == "paths.output_dir" and value:
+            return value.strip("'\"")
+    return resumed_run(ckpt_path, kind) or default
+
+
+def hydra_subdir(ckpt_path: str | None, kind: str, run: str) -> str | None:
+    """Hydra's record folder (`hydra.output_subdir`): a run continued in its own folder keeps
+    the first run's `.hydra/`, a run anywhere else gets its own."""
+    return None if resumed_run(ckpt_path, kind) == str(run) else ".hydra"
+
+
+def hydra_run_dir() -> Path | None:
+    """The folder Hydra made for this job; None outside a Hydra job (tests, notebooks)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return None
+    folder = OmegaConf.select(HydraConfig.get(), "runtime.output_dir", throw_on_missing=False)
+    return Path(folder) if folder else None
+
+
+def drop_unused_folder(out_dir: Path) -> None:
+    """The folder Hydra made for a job that wrote nothing of its own (a resume with nothing
+    left to do, a refused one), holding only `.hydra/` and the job's log, removed: a run that
+    did nothing leaves no folder behind, nor the folders of the default run path
+    (`<paths.log_dir>/<task_name>/runs/`) that it alone made."""
+    folder = Path(out_dir)
+    if hydra_run_dir() != folder or not folder.is_dir():
+        return
+    if all(p.name == ".hydra" or (p.suffix == ".log" and p.is_file()) for p in folder.iterdir()):
+        shutil.rmtree(folder)
+        if folder.parent.name == "runs":
+            for parent in folder.parents[:3]:
+                if any(parent.iterdir()):
+                    break
+                parent.rmdir()
+
+
+def save_resolved_config(cfg: DictConfig, out_dir: Path) -> None:
+    """`config_resolved.yaml`: what ran, with every interpolation filled."""
+    write_text(Path(out_dir) / RESOLVED, OmegaConf.to_yaml(cfg, resolve=True))
+
+
+def keep_metrics_through(out_dir: Path, step: int | None) -> None:
+    """Drops the rows of the run's `metrics.csv` after `step`: a run continued from a
+    checkpoint at `step` logs them again (a crashed run may have logged past its last
+    checkpoint), so that the file holds every step once, in order. `None` (a fresh run)
+    empties it."""
+    metrics_csv = Path(out_dir) / METRICS
+    if not metrics_csv.is_file():
+        return
+    with open(metrics_csv, newline="") as f:
+        reader = csv.DictReader(f)
+        fields, rows = reader.fieldnames or [], list(reader)
+    kept = [r for r in rows if step is not None and r.get("step") and int(r["step"]) <= step]
+    if not kept:
+        metrics_csv.unlink()
+        return
+    with atomic_path(metrics_csv) as tmp, open(tmp, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(kept)
+
+
+class RunState:
+    """`begun`: the run has started writing its own results (set just before the fit)."""
+
+    begun = False
+
+
+@contextmanager
+def failure_marked(out_dir: Path, resuming: bool, rank: int) -> Iterator[RunState]:
+    """A run that raises leaves `FAILED` (its one-line reason) beside its log; one that
+    completes removes the marker of the crashed run it continued. A user's mistake found
+    before the run begins writes nothing: a refused resume leaves the run it names as it was,
+    and a folder Hydra made for this job is removed. Only `rank` 0 writes."""
+    state, out_dir = RunState(), Path(out_dir)
+    try:
+        yield state
+    except BaseException as e:
+        if rank == 0:
+            refused = not state.begun and user_error(e) is not None
+            if refused:
+                drop_unused_folder(out_dir)
+            if not (refused and (resuming or not out_dir.exists())):
+                with suppress(UserError):  # a folder it cannot write: the error says why
+                    write_text(out_dir / FAILED, f"{type(e).__name__}: {first_line(e)}\n")
+        raise
+    if rank == 0:
+        (out_dir / FAILED).unlink(missing_ok=True)
+
+
+@contextmanager
+def own_checkpoints_expected(ckpt_path: str | None) -> Iterator[None]:
+    """A run continued in its own folder finds its checkpoints there: Lightning's warning
+    about a non-empty checkpoint folder is then expected, and silenced for that folder only."""
+    with warnings.catch_warnings():
+        if ckpt_path:
+            folder = re.escape(str(Path(ckpt_path).resolve().parent))
+            warnings.filterwarnings(
+                "ignore", message=f"Checkpoint directory {folder} exists and is not empty"
+            )
+        yield
+
+
+def follow_moved_run(state: dict, dirpath: str, ckpt_path: str) -> None:
+    """A run folder moved or copied since its checkpoint was written (the checkpoint resumed
+    sits in the folder the run now writes to, `dirpath`): the checkpoint callback's `state`
+    names the old folder, and Lightning would keep none of it (`last-v1.ckpt` written beside
+    `last.ckpt`, the best forgotten). Its paths become those of the folder the run continues
+    in. A run continued into another folder keeps them (the old folder still holds its best)."""
+    old = state.get("dirpath")
+    if not old or old == dirpath or Path(ckpt_path).resolve().parent != Path(dirpath).resolve():
+        return
+
+    def moved(path):
+        return (
+            dirpath + path[len(old) :] if isinstance(path, str) and path.startswith(old) else path
+        )
+
+    for k in ("best_model_path", "kth_best_model_path", "last_model_path"):
+        state[k] = moved(state.get(k))
+    state["best_k_models"] = {moved(p): v for p, v in state.get("best_k_models", {}).items()}
+    state["dirpath"] = dirpath
+    log.info("the run moved from %s: it continues in %s", Path(old).parent, Path(dirpath).parent)

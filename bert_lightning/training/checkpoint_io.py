@@ -1,0 +1,26 @@
+"""Checkpoints that a crash while saving cannot break."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from lightning.pytorch.plugins.io import TorchCheckpointIO
+
+from bert_lightning.atomic import atomic_path
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Local checkpoints are written to a temporary name in the same folder, synced, then
+    renamed over the old file (`os.replace`, atomic on POSIX): `last.ckpt` is always either the
+    old or the new checkpoint. Lightning's own writer stages the file in the system temporary
+    folder and *copies* it when that is on another file system, so a crash mid-copy leaves a
+    truncated file. Remote URLs keep Lightning's writer."""
+
+    def save_checkpoint(self, checkpoint, path, storage_options=None):
+        if "://" in str(path) or storage_options is not None:
+            return super().save_checkpoint(checkpoint, path, storage_options)
+        with atomic_path(path) as tmp, open(tmp, "wb") as f:
+            torch.save(checkpoint, f)
+            f.flush()
+            os.fsync(f.fileno())
