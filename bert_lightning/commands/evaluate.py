@@ -11,8 +11,6 @@ from __future__ import annotations
 from dataclasses import asdict
 from functools import partial
 
-import lightning as L
-
 from bert_lightning.atomic import write_json
 from bert_lightning.checkpoint import FINETUNING, read_checkpoint
 from bert_lightning.commands.options import add_table_arguments, table_options, task_options
@@ -29,31 +27,10 @@ from bert_lightning.inference import (
 from bert_lightning.interop import load_into
 from bert_lightning.ort import is_exported
 from bert_lightning.tasks.ranking import ranking_table
-from bert_lightning.training.callbacks import EvalProgressBar
 from bert_lightning.training.instantiate import instantiate
 from bert_lightning.training.pretrain import validation_settings
 from bert_lightning.training.pretrain_module import BertPretrainModule
-from bert_lightning.training.trainer import silence_noise
-
-
-def progress_bar() -> EvalProgressBar:
-    """A run's progress bar cadence (conf/callbacks/_progress.yaml), over batches."""
-    bar = compose(overrides=["paths.output_dir=."]).callbacks.progress_bar
-    return EvalProgressBar(every=bar.every, refresh=bar.refresh, seconds=bar.seconds)
-
-
-def _trainer(progress: bool) -> L.Trainer:
-    """`progress`: ours, whose lines off a terminal read as a run's (not Lightning's Rich bar)."""
-    silence_noise()  # Lightning's advertisement and deprecation notices of a bare Trainer
-    return L.Trainer(
-        accelerator="auto",
-        devices=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_model_summary=False,
-        enable_progress_bar=progress,
-        callbacks=[progress_bar()] if progress else None,
-    )
+from bert_lightning.training.trainer import evaluation_trainer
 
 
 def evaluate_mlm(
@@ -99,7 +76,7 @@ def evaluate_mlm(
         )
     module = BertPretrainModule(asdict(pre.config), {}, pre.tokenizer.to_str(), objective="mlm")
     load_into(module.model, mlm_state(path, pre, "evaluate"))
-    metrics = _trainer(progress).validate(module, dm.val_dataloader(), verbose=False)[0]
+    metrics = evaluation_trainer(progress).validate(module, dm.val_dataloader(), verbose=False)[0]
     out = {"examples": len(dm.val_set)}
     return out | {k.removeprefix("val/"): float(v) for k, v in metrics.items()}
 

@@ -1,4 +1,5 @@
-"""The one trainer builder of both runs (pretraining and fine-tuning): loggers and callbacks
+"""The trainers: the one builder of both runs (pretraining and fine-tuning), and the bare one of
+an evaluation outside a run (`evaluation_trainer`). A run's: loggers and callbacks
 are dicts of `_target_` entries in the `logger` / `callbacks` groups, instantiated by one loop,
 then handed to the `trainer` group's Trainer. The progress bar and the model summary are
 callbacks too (`callbacks/_progress.yaml`): the summary kept only where
@@ -22,7 +23,8 @@ from omegaconf import DictConfig
 
 from bert_lightning.errors import UserError, first_line
 from bert_lightning.run_folder import save_resolved_config
-from bert_lightning.training.callbacks import StepProgressBar
+from bert_lightning.shipped import group_defaults
+from bert_lightning.training.callbacks import EvalProgressBar, StepProgressBar
 from bert_lightning.training.instantiate import instantiate
 
 log = logging.getLogger(__name__)
@@ -60,6 +62,24 @@ class SaveResolvedConfig(L.Callback):
     @rank_zero_only
     def on_fit_start(self, trainer, pl_module):
         save_resolved_config(self.cfg, Path(trainer.default_root_dir))
+
+
+def evaluation_trainer(progress: bool) -> L.Trainer:
+    """The trainer of an evaluation outside a run (`bert-lightning evaluate`): one device, no
+    logger, checkpoint or summary; `progress`: ours, at a run's cadence
+    (conf/callbacks/_progress.yaml), whose lines off a terminal read as a run's."""
+    silence_noise()
+    bar = dict(group_defaults("callbacks", "_progress")["progress_bar"])
+    bar.pop("_target_")
+    return L.Trainer(
+        accelerator="auto",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        enable_progress_bar=progress,
+        callbacks=[EvalProgressBar(**bar)] if progress else None,
+    )
 
 
 def build_trainer(cfg: DictConfig) -> L.Trainer:
