@@ -134,11 +134,16 @@ def packing_efficiency(tok, work: Path) -> dict:
     return res
 
 
+def masking():
+    """The shipped data config's masking (a data module built without a run folder)."""
+    return configured("data", out_dir=None, given_tokenizer=None).masking
+
+
 def rss_child(token_dir: str, n_copies: int) -> None:
     """Run in a fresh process: a full epoch of the training loader; prints peak RSS (MB)."""
     files = [f"copy{i}.json" for i in range(n_copies)]
     blocks = TokenBlocks(files, Path(token_dir), 126, 2, 3)
-    collate = MLMCollator(0, 4, [0, 1, 2, 3, 4], 8192, configured("data").masking)
+    collate = MLMCollator(0, 4, [0, 1, 2, 3, 4], 8192, masking())
     loader = torch.utils.data.DataLoader(
         SeededExamples(blocks, 0),
         batch_size=32,
@@ -179,7 +184,7 @@ def rss(tok, work: Path) -> dict:
     res = {}
     for copies in (1, 20):
         cmd = [sys.executable, __file__, "--rss-child", str(out), str(copies)]
-        line = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+        line = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=True).stdout
         res[f"{copies}x"] = json.loads(line.strip().splitlines()[-1])
     return res
 
@@ -188,7 +193,7 @@ def headroom(tok, work: Path, repeats: int) -> dict:
 
     out = cache_folder(work / "rss", tok)
     blocks = TokenBlocks([SAMPLE], out, 126, 2, 3)
-    collate = MLMCollator(0, 4, [0, 1, 2, 3, 4], tok.get_vocab_size(), configured("data").masking)
+    collate = MLMCollator(0, 4, [0, 1, 2, 3, 4], tok.get_vocab_size(), masking())
     loader = torch.utils.data.DataLoader(
         SeededExamples(blocks, 0),
         batch_size=32,
