@@ -185,6 +185,11 @@ def run_command(args: list[str], tmp: Path, ws: dict) -> None:
         cli.main(argv + report * (argv[0] == "report") + suite * (argv[0] == "downstream"))
         return
     script, overrides = args[1], args[2:]
+    if "--cfg" in overrides:  # prints the composed config, runs nothing
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        r = run_in_session([sys.executable, str(ROOT / script), *overrides], env, 120, ws["ws"])
+        assert r.returncode == 0 and "\ntrainer:\n" in r.stdout, r.stderr[-3000:]
+        return
     chosen = " ".join(overrides)
     tiny = [*STEPS, out]
     experiment = "experiment=" in chosen  # an experiment's model and data are its own
