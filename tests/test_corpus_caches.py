@@ -23,7 +23,7 @@ def tokenizer_of(corpus, cache, caplog, **tokenizer):
         "corpus", train_files=str(corpus), cache_dir=str(cache), tokenizer=TOKENIZER | tokenizer
     )
     with caplog.at_level(logging.INFO):
-        tok = dm.tokenizer
+        tok = dm.build_tokenizer()
     return tok, caplog.text
 
 

@@ -28,7 +28,7 @@ def test_the_tokenizer_trains_on_every_file_not_only_the_first(tmp_path):
     books.write_text("zyzzyva " * 20 + "\n")
     files = [str(wiki), str(books)]
     dm = data_module("corpus", train_files=files, tokenizer=TOKENIZER)
-    assert "zyzzyva" in dm.tokenizer.get_vocab()
+    assert "zyzzyva" in dm.build_tokenizer().get_vocab()
     sequential = train_wordpiece(lambda: iter_documents(files), **TOKENIZER)  # the files in turn
     assert "zyzzyva" not in sequential.get_vocab()  # max_docs=2: both from wiki.jsonl
 

@@ -65,7 +65,7 @@ def test_tokenizer_trains_from_a_sample_of_the_stream(tmp_path):
         tokenizer={"vocab_size": 400, "max_docs": 30},
         out_dir=str(tmp_path / "out"),
     )
-    tok = dm.tokenizer
+    tok = dm.build_tokenizer()
     assert tok.get_vocab_size() <= 400 and (tmp_path / "out" / "tokenizer.json").is_file()
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-from functools import cached_property
 from pathlib import Path
 
 import lightning as L
@@ -115,14 +114,16 @@ class BracketsDataModule(L.LightningDataModule):
         self.batch_size, self.num_workers, self.seed = batch_size, num_workers, seed
         self.masking = from_dict(MaskingConfig, masking, "data.masking")
         self.out_dir = out_dir
+        self.tokenizer: Tokenizer | None = None  # build_tokenizer()'s
         self.train_set = self.val_set = None
 
-    @cached_property
-    def tokenizer(self) -> Tokenizer:
-        tokenizer = brackets_tokenizer()
+    def build_tokenizer(self) -> Tokenizer:
+        """A run's first step (`setup` takes it when the run has not): the fixed symbol
+        vocabulary, saved as `out_dir/tokenizer.json`."""
+        self.tokenizer = brackets_tokenizer()
         if self.out_dir:
-            save_tokenizer(tokenizer, os.path.join(self.out_dir, "tokenizer.json"))
-        return tokenizer
+            save_tokenizer(self.tokenizer, os.path.join(self.out_dir, "tokenizer.json"))
+        return self.tokenizer
 
     def collator(self) -> MLMCollator:
         return MLMCollator.for_tokenizer(self.tokenizer, self.masking)
@@ -130,6 +131,8 @@ class BracketsDataModule(L.LightningDataModule):
     def setup(self, stage: str | None = None):
         if self.train_set is not None:
             return
+        if self.tokenizer is None:
+            self.build_tokenizer()
         g = torch.Generator().manual_seed(self.seed)
         train = to_input_ids(sentences(self.n_train, self.pairs, g), self.tokenizer)
         val = to_input_ids(sentences(self.n_val, self.pairs, g), self.tokenizer)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from functools import cached_property, partial
+from functools import partial
 from pathlib import Path
 
 import datasets
@@ -110,26 +110,28 @@ class BertDataModule(L.LightningDataModule):
         self.text_unit = text_unit
         self.cache_dir, self.seed = cache_dir, seed
         self.out_dir, self.given_tokenizer = out_dir, given_tokenizer
+        self.tokenizer: Tokenizer | None = None  # build_tokenizer()'s
         self.train_set = self.val_set = None
 
     # -- tokenizer -------------------------------------------------------------------------
-    @cached_property
-    def tokenizer(self) -> Tokenizer:
-        """Built on first use, in order: `given_tokenizer`, `tokenizer.path`, the run's own
-        `tokenizer.json` if it exists (DDP ranks reuse rank 0's), else trained on
-        `tokenizer_documents()` (refusing an empty corpus: its tokenizer would hold the special
-        tokens only). Saved as `out_dir/tokenizer.json`."""
+    def build_tokenizer(self) -> Tokenizer:
+        """A run's first step (`setup` takes it when the run has not), in order:
+        `given_tokenizer`, `tokenizer.path`, the run's own `tokenizer.json` if it exists (DDP
+        ranks reuse rank 0's), else trained on `tokenizer_documents()` (refusing an empty
+        corpus: its tokenizer would hold the special tokens only). Saved as
+        `out_dir/tokenizer.json`; `self.tokenizer` from then on."""
         saved = Path(self.out_dir) / "tokenizer.json" if self.out_dir else None
         if self.given_tokenizer is not None:
             tokenizer = self.given_tokenizer
         elif self.tokenizer_cfg.path:
             tokenizer = load_tokenizer(self.tokenizer_cfg.path)
         elif saved and saved.is_file():
-            return load_tokenizer(saved)
+            tokenizer, saved = load_tokenizer(saved), None  # the run's own: nothing to write
         else:
             tokenizer = self.trained_tokenizer()
         if saved:
             save_tokenizer(tokenizer, saved)
+        self.tokenizer = tokenizer
         return tokenizer
 
     def trained_tokenizer(self) -> Tokenizer:
@@ -184,6 +186,8 @@ class BertDataModule(L.LightningDataModule):
         if self.val_set is None:
             if not sys.stderr.isatty():  # its bars' carriage returns would fill a log file
                 datasets.disable_progress_bars()
+            if self.tokenizer is None:
+                self.build_tokenizer()
             self.train_set, self.val_set = self.build()
 
     def bounded(self, examples: datasets.Dataset) -> datasets.Dataset:

@@ -81,7 +81,7 @@ class SaveOnInterrupt(L.Callback):
         if ckpt is None or ckpt.dirpath is None:
             raise Interrupted(f"{name} at step {trainer.global_step}: nothing saved", signum)
         path = Path(ckpt.dirpath) / f"{ckpt.CHECKPOINT_NAME_LAST}{ckpt.FILE_EXTENSION}"
-        trainer.save_checkpoint(path)
+        trainer.save_checkpoint(path, weights_only=False)  # the full state a resume needs
         raise Interrupted(
             f"{name} at step {trainer.global_step}: {path} written; "
             f"the same command with ckpt_path={path} continues the run",

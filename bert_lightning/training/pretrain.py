@@ -167,7 +167,7 @@ def build(cfg: DictConfig, start: ResumePoint | None = None):
         docs = islice(dm.tokenizer_documents(), cfg.data.tokenizer.max_docs)
         begin = with_new_words(begin, *extend_wordpiece(begin.tokenizer, docs, extend))
         dm = data(begin.tokenizer)
-    tok = dm.tokenizer
+    tok = dm.build_tokenizer()
     config = model_config(cfg, tok, begin)
     for name, c in (("model", config), ("objective.teacher", teacher and teacher.config)):
         if c is not None and c.max_position_embeddings < cfg.data.max_seq_length:
