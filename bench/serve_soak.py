@@ -3,8 +3,8 @@ of their requests bad (`--bad-share`: bodies the server must refuse with a 4xx: 
 a missing field, a number for a text, too many pairs, not JSON), the rest one (query, title)
 pair each, as bench/serve.py sends them. Per minute: requests/s and p99 of the good ones,
 errors (a good request not answered 200, a bad one answered other than 4xx, a connection
-failure), and the RSS of every process of the server (a leak shows as growth, counted from
-the end of `--warmup-minutes`, while allocator caches fill).
+failure; `error_kinds` says which), and the RSS of every process of the server (a leak
+shows as growth, counted from the end of `--warmup-minutes`, while allocator caches fill).
 
     python bench/serve_soak.py                       # 10 minutes, 16 clients, a fifth bad
     python bench/serve_soak.py --model best.ckpt --minutes 60 --backend int8 --json soak.json
@@ -21,6 +21,7 @@ import random
 import statistics
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import httpx
@@ -48,13 +49,13 @@ BAD = [  # bodies /score must refuse with a 4xx
 
 async def minute(url: str, pairs: list, clients: int, seconds: float, bad_share: float, seed):
     """One period of load: the good requests' latencies and the errors."""
-    latencies, errors, bad_sent = [], 0, 0
+    latencies, errors, bad_sent = [], Counter(), 0
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     async with httpx.AsyncClient(base_url=url, timeout=30, limits=limits) as http:
         stop = time.perf_counter() + seconds
 
         async def client(i: int) -> None:
-            nonlocal errors, bad_sent
+            nonlocal bad_sent
             rng = random.Random(seed * 1000 + i)
             while time.perf_counter() < stop:
                 bad = rng.random() < bad_share
@@ -69,14 +70,15 @@ async def minute(url: str, pairs: list, clients: int, seconds: float, bad_share:
                 t = time.perf_counter()
                 try:
                     r = await http.post("/score", **kwargs)
-                except httpx.HTTPError:
-                    errors += 1
+                except httpx.HTTPError as e:
+                    errors[type(e).__name__] += 1  # ReadTimeout, ConnectError, ...
                     continue
                 if bad:
                     bad_sent += 1
-                    errors += not 400 <= r.status_code < 500
+                    if not 400 <= r.status_code < 500:
+                        errors[f"bad body answered {r.status_code}"] += 1
                 elif r.status_code != 200:
-                    errors += 1
+                    errors[f"good body answered {r.status_code}"] += 1
                 else:
                     latencies.append(time.perf_counter() - t)
 
@@ -85,7 +87,8 @@ async def minute(url: str, pairs: list, clients: int, seconds: float, bad_share:
     return {
         "good": len(ms),
         "bad": bad_sent,
-        "errors": errors,
+        "errors": sum(errors.values()),
+        "error_kinds": dict(errors),
         "requests_per_s": round((len(ms) + bad_sent) / seconds, 1),
         "p99_ms": p99(ms),
     }

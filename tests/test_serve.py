@@ -370,6 +370,7 @@ def test_the_soak_test_counts_bad_requests_as_refusals_not_errors(tmp_path, tok,
     soak = json.loads((tmp_path / "soak.json").read_text())
     assert soak["errors"] == 0 and [row["minute"] for row in soak["rows"]] == [1, 2]
     assert all(row["good"] > 0 and row["bad"] > 0 for row in soak["rows"])
+    assert all(row["error_kinds"] == {} for row in soak["rows"])
     assert len(soak["rows"][0]["rss_mib"]) >= 3  # the server, its HTTP process, a worker
     first, last = (row["rss_mib"] for row in soak["rows"])
     for pid, (mib, percent) in soak["rss_growth_after_warmup_mib_and_percent"].items():
