@@ -136,6 +136,19 @@ def test_the_cards_command_is_a_gpu_run_on_gpus_and_fp32_on_a_cpu(gpus, tmp_path
         assert (cpu.trainer.precision, cpu.data.num_workers) == ("32-true", 0), preset
 
 
+@pytest.mark.parametrize("avx512_bf16, amx", [(False, False), (True, False), (False, True)])
+def test_the_cpu_presets_autocast_to_bf16_only_where_the_cpu_has_it(
+    avx512_bf16, amx, tmp_path, monkeypatch
+):
+    """An AVX2 CPU emulates bf16 many times slower than fp32: the CPU presets run fp32 there."""
+    monkeypatch.setattr("torch.cpu._is_avx512_bf16_supported", lambda: avx512_bf16)
+    monkeypatch.setattr("torch.cpu._is_amx_tile_supported", lambda: amx)
+    expected = "bf16-mixed" if avx512_bf16 or amx else "32-true"
+    for experiment in ("cpu_30min", "tapt_minilm", "distill_minilm"):
+        cfg = compose("train", [f"experiment={experiment}", f"paths.output_dir={tmp_path}"])
+        assert cfg.trainer.precision == expected, experiment
+
+
 def test_debug_tiny_shrinks_either_entry_points_run(tmp_path):
     """`debug=tiny`: the tests' tiny encoder for both entry points, with each one's own part
     (train.py's data and steps, finetune.py's lengths and epochs) and nothing of the other's."""
