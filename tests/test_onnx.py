@@ -173,7 +173,7 @@ def test_fp32_top_keeps_the_top_layers_and_the_head_out_of_int8(tmp_path, tok, a
     pairs = [(r["query"], r["ad"]) for r in ROWS]
     got = [load_finetuned(f) for f in (fp32, both)]
     s32, s_both = (np.array(score_rows(m.model, m.task, m.tokenizer(), pairs)) for m in got)
-    assert np.abs(s_both - s32).max() < 1e-4  # ONNX Runtime's fp32 of the quantizer's graph
+    assert np.abs(s_both - s32).max() < 1e-3  # all fp32; the quantizer's rewrite reorders sums
     for bad, why in ((3, "int8"), (1, None)):
         with pytest.raises(
             UserError,
