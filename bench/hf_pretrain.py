@@ -74,7 +74,7 @@ def main(out: Path, overrides: list[str]) -> dict:
     budget = seconds(OmegaConf.to_container(cfg.trainer, resolve=True)["max_time"])
     L.seed_everything(cfg.seed)
     dm = instantiate(cfg.data, "data", out_dir=str(out), given_tokenizer=None)
-    tok = dm.tokenizer
+    tok = dm.build_tokenizer()
     dm.setup("fit")
     config = instantiate(
         cfg.model, "model", vocab_size=tok.get_vocab_size(), pad_token_id=special_ids(tok)["[PAD]"]

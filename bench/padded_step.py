@@ -84,7 +84,7 @@ def corpus_batches(n: int, batch: int, data: list[str]) -> tuple[BertConfig, lis
     """bert_mini and `n` training batches of the bundled sample as `train.py <data>` makes
     them."""
     dm = configured("data", [*data, f"data.batch_size={batch}"], out_dir=None, given_tokenizer=None)
-    tok = dm.tokenizer
+    tok = dm.build_tokenizer()
     dm.setup("fit")
     c = replace(
         model_config("bert_mini", tok.get_vocab_size()), pad_token_id=special_ids(tok)["[PAD]"]

@@ -95,7 +95,7 @@ def main():
     args = p.parse_args()
     torch.manual_seed(args.seed)
     dm = configured("data", [f"seed={args.seed}"], out_dir=None, given_tokenizer=None)
-    tok = dm.tokenizer
+    tok = dm.build_tokenizer()
     dm.setup("fit")
     c = replace(
         model_config(args.size, tok.get_vocab_size()), pad_token_id=special_ids(tok)["[PAD]"]
