@@ -62,12 +62,10 @@ def device_precision(accelerator: str) -> str:
 
 def cpu_autocast() -> str:
     """`${cpu_autocast:}`, the CPU presets' precision: bf16 autocast where the CPU computes bf16
-    natively (avx512_bf16 or AMX), fp32 elsewhere, where bf16 is emulated and many times slower
-    than fp32 (an AVX2 CPU: ~25x on a 512-wide matmul)."""
-    import torch
+    natively (`trainer.cpu_bf16`), else fp32."""
+    from bert_lightning.training.trainer import cpu_bf16
 
-    native = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
-    return "bf16-mixed" if native else "32-true"
+    return "bf16-mixed" if cpu_bf16() else "32-true"
 
 
 def gpu_workers(accelerator: str, n: int) -> int:

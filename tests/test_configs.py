@@ -141,8 +141,8 @@ def test_the_cpu_presets_autocast_to_bf16_only_where_the_cpu_has_it(
     avx512_bf16, amx, tmp_path, monkeypatch
 ):
     """An AVX2 CPU emulates bf16 many times slower than fp32: the CPU presets run fp32 there."""
-    monkeypatch.setattr("torch.cpu._is_avx512_bf16_supported", lambda: avx512_bf16)
-    monkeypatch.setattr("torch.cpu._is_amx_tile_supported", lambda: amx)
+    caps = {"avx512_bf16": avx512_bf16, "amx_bf16": amx}
+    monkeypatch.setattr("torch.cpu.get_capabilities", lambda: caps)
     expected = "bf16-mixed" if avx512_bf16 or amx else "32-true"
     for experiment in ("cpu_30min", "tapt_minilm", "distill_minilm"):
         cfg = compose("train", [f"experiment={experiment}", f"paths.output_dir={tmp_path}"])

@@ -134,14 +134,20 @@ def say_no_gpu(cfg: DictConfig, trainer: L.Trainer) -> None:
     )
 
 
+def cpu_bf16() -> bool:
+    """Whether this CPU computes bf16 natively (avx512_bf16 or AMX); elsewhere bf16 is emulated
+    and many times slower than fp32 (an AVX2 CPU: ~25x on a 512-wide matmul)."""
+    caps = torch.cpu.get_capabilities()
+    return bool(caps.get("avx512_bf16") or caps.get("amx_bf16"))
+
+
 def warn_emulated_bf16(trainer: L.Trainer) -> None:
     """bf16 on a CPU without bf16 instructions (avx512_bf16 or AMX) is emulated: a step
     slower than fp32 where it is faster with them (docs/performance.md has the figures)."""
     precision = str(trainer.precision)
     if not isinstance(trainer.accelerator, CPUAccelerator) or not precision.startswith("bf16"):
         return
-    caps = torch.cpu.get_capabilities()
-    if not (caps.get("avx512_bf16") or caps.get("amx_bf16")):
+    if not cpu_bf16():
         rank_zero_only(log.warning)(
             f"trainer.precision={precision} on a CPU without bf16 instructions (no "
             "avx512_bf16, no AMX): emulated, several times slower than "
