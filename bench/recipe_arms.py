@@ -9,7 +9,7 @@ encoder and BM25. Per arm: per-query Spearman and NDCG@10 minus the zero-shot en
         --column ad=product_title --column label=median_relevance --grades 1,4 --json s1234.json \\
         recipe=RUN/checkpoints/best.ckpt contrastive=... wise=wise.ckpt
 
-Runs of several seeds (one JSON each, the same arms) pool with `--combine A.json B.json ...`:
+Runs of several seeds (one JSON each) pool with `--combine A.json B.json ...`, the arms all ran:
 per-query differences of every seed's test queries (Home Depot: each seed its own split) or
 averaged over seeds per query (the other set: the same queries), one interval over them; global
 Spearman differences as mean and standard deviation over seeds.
@@ -93,7 +93,8 @@ def combine(paths: list[str]) -> dict:
         if where not in runs[0]:
             continue
         out[where] = {}
-        for d in (k for k in runs[0][where] if k.endswith(" - zero_shot")):
+        shared = set.intersection(*(set(r[where]) for r in runs))  # arms every seed ran
+        for d in (k for k in runs[0][where] if k.endswith(" - zero_shot") and k in shared):
             row = {}
             for m in METRICS:
                 seeds = [np.array(r[where][d]["per_query"][m], dtype=float) for r in runs]

@@ -52,6 +52,10 @@ from bert_lightning.tasks.kinds import stored_task
 
 MAX_ITEMS = 256  # texts or pairs per request: a bigger job is a file for `bert-lightning score`
 MAX_CHARS = 10_000  # per text: far past what 512 word pieces read; bounds tokenizing time
+# glibc's malloc, for the workers (spawned, so they read it as they start): freed blocks of a
+# batch's tensors (every batch a new shape) go back to the system, not into per-thread arenas
+# and a heap that its dynamic mmap threshold grows into; a user's own setting wins
+MALLOC = {"MALLOC_ARENA_MAX": "2", "MALLOC_MMAP_THRESHOLD_": "131072"}
 MAX_BODY = 32 * 2**20  # bytes: MAX_ITEMS pairs of MAX_CHARS, JSON-escaped, fit
 
 
@@ -404,6 +408,8 @@ def serve(
         raise UserError("--device cuda: torch sees no CUDA device")
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
+    for key, value in MALLOC.items():
+        os.environ.setdefault(key, value)
     routes = endpoints(model)
     drain = Drain(grace)
     apis = [

@@ -20,7 +20,7 @@ from bert_lightning.experiments.downstream import load_budget
 from bert_lightning.interop import ours_to_hf
 from bert_lightning.model import BertConfig, BertForPreTraining
 from bert_lightning.training.finetune_module import FinetuneModule
-from conftest import TINY_BERT
+from helpers import TINY_BERT
 
 GOOD = ["great", "good", "fine", "lovely", "nice"]
 BAD = ["awful", "bad", "poor", "terrible", "ugly"]

@@ -18,8 +18,8 @@ from omegaconf import DictConfig
 from bert_lightning.config import compose
 from bert_lightning.training.finetune import finetune
 from bert_lightning.training.pretrain import train
-from conftest import tiny_overrides, write_corpus
 from finetune_fixtures import sentiment_rows, write_csv, write_tokenizer
+from helpers import tiny_overrides, write_corpus
 
 SINGLE = ["default"]
 MULTI = ["ddp", "fsdp"]

@@ -3,6 +3,7 @@ CPU), and the summary reads what they write: a GPU session must not find them br
 
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from omegaconf import OmegaConf
 from bert_lightning.checkpoint import read_checkpoint
 from bert_lightning.tasks.base import load_splits
 from bert_lightning.tasks.kinds import make_task
-from conftest import ROOT, run_in_session, subprocess_env
+from helpers import ROOT, run_in_session, subprocess_env
 
 
 def bench(*args: str, cwd: Path) -> str:
@@ -29,7 +30,7 @@ def bench(*args: str, cwd: Path) -> str:
 
 @pytest.mark.slow
 def test_step_and_loop_benches_feed_the_gpu_summary(tmp_path):
-    from conftest import TINY_BERT
+    from helpers import TINY_BERT
 
     tiny = [f"model.{k}={v}" for k, v in TINY_BERT.items()]
     tiny += ["data.max_seq_length=32", "data.batch_size=4"]
@@ -62,7 +63,7 @@ def test_transformers_spends_the_same_budget_and_exports_a_folder_the_suite_read
     the config's shape and the tokenizer train.py would have trained."""
     from tokenizers import Tokenizer
 
-    from conftest import tiny_overrides, write_corpus
+    from helpers import tiny_overrides, write_corpus
 
     write_corpus(tmp_path / "corpus.jsonl", 40)
     overrides = [o for o in tiny_overrides(tmp_path) if not o.startswith("paths.")]
@@ -82,8 +83,8 @@ def test_budget_curve_pretrains_each_budget_then_one_suite(tmp_path):
     """bench/budget_curve.py on 3-second budgets: a run of ours (MLM and RTD) and of
     `transformers` per budget, one suite over them, each curve starting at the random row; a
     rerun redoes nothing."""
-    from conftest import tiny_overrides, write_corpus
     from finetune_fixtures import tiny_budget, write_dataset
+    from helpers import tiny_overrides, write_corpus
 
     write_corpus(tmp_path / "corpus.jsonl", 40)
     write_dataset(tmp_path / "data/glue_sst2", "sst2")
@@ -126,7 +127,7 @@ def test_budget_curve_pretrains_each_budget_then_one_suite(tmp_path):
 def test_ablation_runs_each_arm_on_the_same_budget(tmp_path):
     """bench/ablate.py on 3-second budgets: one run per arm with the common overrides and its
     own, a table of steps, tokens/s and held-out figures; a rerun redoes nothing."""
-    from conftest import tiny_overrides, write_corpus
+    from helpers import tiny_overrides, write_corpus
 
     write_corpus(tmp_path / "corpus.jsonl", 40)
     overrides = [o for o in tiny_overrides(tmp_path) if not o.startswith("paths.")]
@@ -183,8 +184,8 @@ def test_gpu_pretraining_pays_gathers_its_files_then_pretrains_both_and_runs_the
     and an RTD run of experiment=gpu_10min, then the suite over both and random weights."""
     import gzip
 
-    from conftest import write_corpus
     from finetune_fixtures import tiny_budget, write_dataset, write_tokenizer
+    from helpers import write_corpus
 
     wb, suite, wheels = tmp_path / "wiki_books", tmp_path / "suite", tmp_path / "wheels"
     wb.mkdir()
@@ -235,8 +236,8 @@ def test_gpu_distill_carries_a_teacher_and_brings_back_both_students(tmp_path):
     checkpoints up to fp16 rounding."""
     import gzip
 
-    from conftest import write_corpus
     from finetune_fixtures import write_hf_folder, write_tokenizer
+    from helpers import write_corpus
 
     wb, wheels, teacher = tmp_path / "wiki_books", tmp_path / "wheels", tmp_path / "teacher"
     wb.mkdir()
@@ -444,14 +445,28 @@ def test_recipe_arms_gives_each_arm_minus_the_zero_shot_encoder_in_and_out_of_do
         )
     assert got["other"]["b - zero_shot"] == got["home_depot"]["b - zero_shot"]
     assert "home_depot (seeds [" in printed and "\nb " in printed
-    (tmp_path / "s2.json").write_text((tmp_path / "s1.json").read_text())
+    for where in ("home_depot", "other"):  # a second seed that ran arm a alone
+        del got[where]["b - zero_shot"]
+    (tmp_path / "s2.json").write_text(json.dumps(got))
     pooled = bench(str(ROOT / "bench/recipe_arms.py"), "--combine", str(tmp_path / "s1.json"),
                    str(tmp_path / "s2.json"), cwd=tmp_path)  # fmt: skip
-    assert "± 0.000" in pooled
+    assert "± 0.000" in pooled and "\na " in pooled and "\nb " not in pooled  # the arms both ran
+
+
+def test_the_pooled_recipe_table_in_the_docs_is_what_the_kept_seeds_give(tmp_path):
+    """docs/finetuning.md's pooled table of the Home Depot recipe's arms: every interval and
+    mean ± std `recipe_arms.py --combine` gives over bench/results/recipe_arms/s*.json."""
+    kept = [str(ROOT / f"bench/results/recipe_arms/s{seed}.json") for seed in (1234, 2, 3)]
+    pooled = bench(str(ROOT / "bench/recipe_arms.py"), "--combine", *kept, cwd=tmp_path)
+    doc = (ROOT / "docs/finetuning.md").read_text().replace("**", "")
+    cells = re.findall(r"[+-]\d\.\d{3} (?:\[[+-]\d\.\d{3}, [+-]\d\.\d{3}\]|± \d\.\d{3})", pooled)
+    assert len(cells) == 4 * 2 * 3  # arms x sets x figures
+    for cell in cells:
+        assert cell in doc, cell
 
 
 def test_first_step_times_a_runs_first_step_and_its_validations(tmp_path):
-    from conftest import tiny_overrides, write_corpus
+    from helpers import tiny_overrides, write_corpus
 
     write_corpus(tmp_path / "corpus.jsonl")
     run = tiny_overrides(tmp_path, "trainer.val_check_interval=3")

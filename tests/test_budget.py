@@ -13,7 +13,7 @@ from lightning.pytorch.callbacks import timer as lightning_timer
 from bert_lightning.config import compose
 from bert_lightning.training.optim import budget_linear_decay
 from bert_lightning.training.pretrain import train
-from conftest import tiny_overrides, write_corpus
+from helpers import tiny_overrides, write_corpus
 
 CLOCK = SimpleNamespace(now=0.0)
 LR = 1e-3

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import re
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from helpers import ROOT
+
 CONF = ROOT / "conf"
 DOC = ROOT / "docs" / "config-keys.md"
 KEY = re.compile(

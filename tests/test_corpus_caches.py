@@ -11,7 +11,7 @@ import pytest
 from bert_lightning import progress
 from bert_lightning.config import compose
 from bert_lightning.training.pretrain import train
-from conftest import data_module, tiny_overrides, write_corpus
+from helpers import data_module, tiny_overrides, write_corpus
 
 TOKENIZER = {"vocab_size": 300, "min_frequency": 1, "max_docs": None}
 

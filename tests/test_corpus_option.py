@@ -14,7 +14,7 @@ from bert_lightning.config import compose
 from bert_lightning.data.corpus import BadRecordError, iter_documents
 from bert_lightning.data.tokenizer import train_wordpiece
 from bert_lightning.training.pretrain import train
-from conftest import SAMPLE, data_module, tiny_overrides
+from helpers import SAMPLE, data_module, tiny_overrides
 
 TOKENIZER = {"vocab_size": 200, "min_frequency": 1, "max_docs": 2}
 

@@ -7,7 +7,7 @@ import torch
 from bert_lightning.data import pipeline
 from bert_lightning.data.corpus import BadRecordError, iter_documents
 from bert_lightning.data.pretraining import PretrainDataModule
-from conftest import data_module, write_corpus
+from helpers import data_module, write_corpus
 
 
 def datamodule(tmp_path, tokenizer, **kw) -> PretrainDataModule:
@@ -169,7 +169,7 @@ def test_data_is_built_once_per_run(tmp_path, monkeypatch):
     from bert_lightning.config import compose
     from bert_lightning.data import pipeline
     from bert_lightning.training.pretrain import train
-    from conftest import tiny_overrides
+    from helpers import tiny_overrides
 
     calls = []
 

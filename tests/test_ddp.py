@@ -7,7 +7,7 @@ import lightning as L
 import pytest
 import torch
 
-from conftest import ROOT, run_in_session, subprocess_env, tiny_overrides, write_corpus
+from helpers import ROOT, run_in_session, subprocess_env, tiny_overrides, write_corpus
 
 
 def run_script(script: str, args: list[str], cwd: Path) -> None:

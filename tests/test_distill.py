@@ -8,7 +8,6 @@ import math
 import subprocess
 import sys
 from dataclasses import asdict
-from pathlib import Path
 
 import pytest
 import torch
@@ -22,9 +21,10 @@ from bert_lightning.model import BertConfig, distill_flops
 from bert_lightning.model.distill import layer_map, principal_embeddings
 from bert_lightning.training.distill_module import DistillModule
 from bert_lightning.training.pretrain import build, train
-from conftest import (
+from helpers import (
     OPTIM,
     RESUMABLE,
+    ROOT,
     killed_and_resumed_bitwise,
     pretrain_tiny,
     tiny_overrides,
@@ -440,17 +440,16 @@ def test_the_distillation_tables_in_the_docs_are_what_the_kept_cells_give():
     """docs/pretraining-results.md's distillation tables: the ablation's SST-2, Home Depot and
     average, and the 30-minute, GPU and teacher rows of every task, are the suite's own, kept
     in bench/results/distill_*/downstream.json."""
-    root = Path(__file__).resolve().parents[1]
-    doc = (root / "docs/pretraining-results.md").read_text()
-    kept = json.loads((root / "bench/results/distill_ablation/downstream.json").read_text())
+    doc = (ROOT / "docs/pretraining-results.md").read_text()
+    kept = json.loads((ROOT / "bench/results/distill_ablation/downstream.json").read_text())
     for name, m in kept["models"].items():
         row = [m["mean_std"]["sst2"][0], m["mean_std"]["home_depot"][0], m["average"][0]]
         assert "| " + " | ".join(f"{v:.3f}" for v in row) + " |" in doc, name
-    kept = json.loads((root / "bench/results/distill_30min/downstream.json").read_text())
+    kept = json.loads((ROOT / "bench/results/distill_30min/downstream.json").read_text())
     for name, m in kept["models"].items():
         cells = [*(m["mean_std"][t] for t in kept["tasks"]), m["average"]]
         assert "| " + " | ".join(f"{a:.3f} ± {b:.3f}" for a, b in cells) + " |" in doc, name
-    kept = json.loads((root / "bench/results/distill_gpu/downstream.json").read_text())
+    kept = json.loads((ROOT / "bench/results/distill_gpu/downstream.json").read_text())
     for name, m in kept["models"].items():
         cells = [*(m["mean_std"][t] for t in kept["tasks"]), m["average"]]
         assert "| " + " | ".join(f"{a:.3f} ± {b:.3f}" for a, b in cells) + " |" in doc, name
@@ -458,7 +457,7 @@ def test_the_distillation_tables_in_the_docs_are_what_the_kept_cells_give():
         ("distill_30min_pca", "distill_30min_pca"),
         ("distill_teacher", "teacher"),
     ):
-        kept = json.loads((root / f"bench/results/{folder}/downstream.json").read_text())
+        kept = json.loads((ROOT / f"bench/results/{folder}/downstream.json").read_text())
         m = kept["models"][name]  # one seed
         cells = [*(m["mean_std"][t][0] for t in kept["tasks"]), m["average"][0]]
         assert "| " + " | ".join(f"{v:.3f}" for v in cells) + " |" in doc, name

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import ROOT, bounded_output, subprocess_env, tiny_overrides, write_corpus
+from helpers import ROOT, bounded_output, subprocess_env, tiny_overrides, write_corpus
 from probe import read_probes
 
 STEPS = 3

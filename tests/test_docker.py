@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 from packaging.utils import canonicalize_name
 
-from conftest import ROOT
+from helpers import ROOT
 
 DOCKERFILES = {name: ROOT / "docker" / name for name in ("Dockerfile", "Dockerfile.cpu")}
 SMOKE_DIR = "/tmp/smoke"  # where the smoke step writes, then removes

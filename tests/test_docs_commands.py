@@ -21,7 +21,6 @@ from bert_lightning import cli
 from bert_lightning.config import compose, package_dir
 from bert_lightning.training.finetune import finetune
 from bert_lightning.training.pretrain import train
-from conftest import ROOT, run_in_session, tiny_overrides, write_corpus
 from finetune_fixtures import (
     ad_rows,
     regression_rows,
@@ -30,6 +29,7 @@ from finetune_fixtures import (
     write_csv,
     write_dataset,
 )
+from helpers import ROOT, run_in_session, subprocess_env, tiny_overrides, write_corpus
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 STARTS = ("python train.py", "python finetune.py", "bert-lightning ", "python -m bert_lightning ")
@@ -186,7 +186,7 @@ def run_command(args: list[str], tmp: Path, ws: dict) -> None:
         return
     script, overrides = args[1], args[2:]
     if "--cfg" in overrides:  # prints the composed config, runs nothing
-        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        env = subprocess_env()
         r = run_in_session([sys.executable, str(ROOT / script), *overrides], env, 120, ws["ws"])
         assert r.returncode == 0 and "\ntrainer:\n" in r.stdout, r.stderr[-3000:]
         return
@@ -209,7 +209,7 @@ def run_command(args: list[str], tmp: Path, ws: dict) -> None:
     if "-m" in overrides or "hparams_search=" in chosen:  # a multirun needs Hydra's launcher
         multirun = [o for o in overrides if o != "-m"] + [o for o in tiny if o != out]
         multirun.append(f"hydra.sweep.dir={tmp / 'sweep'}")
-        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        env = subprocess_env()
         r = run_in_session(
             [sys.executable, str(ROOT / script), "-m", *multirun], env, 600, ws["ws"]
         )

@@ -10,7 +10,6 @@ from tokenizers import Tokenizer
 
 from bert_lightning.cli import main
 from bert_lightning.experiments.downstream import BUDGETS, ranking_row, ranking_table
-from conftest import ROOT
 from finetune_fixtures import (
     tiny_budget,
     write_dataset,
@@ -18,6 +17,7 @@ from finetune_fixtures import (
     write_our_ckpt,
     write_tokenizer,
 )
+from helpers import ROOT
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import runpy
 import pytest
 
 from bert_lightning.cli import main
-from conftest import ROOT
+from helpers import ROOT
 
 
 def job_name(printed: str) -> str:

@@ -14,7 +14,6 @@ import torch
 from bert_lightning.cli import main
 from bert_lightning.data.corpus import BadRecordError
 from bert_lightning.errors import UserError, user_error
-from conftest import ROOT, tiny_overrides, write_corpus
 from finetune_fixtures import (
     ad_rows,
     relevance_ckpt,
@@ -24,6 +23,7 @@ from finetune_fixtures import (
     write_our_ckpt,
     write_tokenizer,
 )
+from helpers import ROOT, tiny_overrides, write_corpus
 
 
 @pytest.fixture(autouse=True)

@@ -16,8 +16,8 @@ from bert_lightning.data.corpus import iter_documents
 from bert_lightning.training import callbacks
 from bert_lightning.training.finetune import finetune
 from bert_lightning.training.pretrain import train
-from conftest import shipped, tiny_overrides, write_corpus
 from finetune_fixtures import ad_rows, sentiment_rows, write_csv, write_hf_folder, write_tokenizer
+from helpers import shipped, tiny_overrides, write_corpus
 
 COLA_NAMES = ["source", "label", "original", "sentence"]  # GLUE CoLA: a TSV without header
 

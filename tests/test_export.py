@@ -15,7 +15,7 @@ from bert_lightning.data.tokenizer import special_ids
 from bert_lightning.interop import export_hf_folder, load_into
 from bert_lightning.model import BertConfig, BertForPreTraining, BertModel
 from bert_lightning.tasks.kinds import hf_head
-from conftest import TINY_BERT as TINY
+from helpers import TINY_BERT as TINY
 
 transformers = pytest.importorskip("transformers")
 
@@ -203,7 +203,7 @@ def test_non_cls_pooling_is_refused(tmp_path, tiny_tokenizer):
 @pytest.mark.slow
 def test_cli_exports_a_trained_checkpoint(tmp_path):
     """`bert-lightning export-hf` on a real train.py checkpoint; HF gives our MLM logits."""
-    from conftest import pretrain_tiny
+    from helpers import pretrain_tiny
 
     pretrain_tiny(tmp_path / "run", "trainer.max_steps=2", "validate_before_fit=false")
     ckpt = tmp_path / "run" / "checkpoints" / "last.ckpt"

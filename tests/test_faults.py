@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from bert_lightning.errors import UserError
-from conftest import (
+from helpers import (
     RESUMABLE,
     ROOT,
     pretrain_tiny,

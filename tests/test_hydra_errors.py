@@ -11,7 +11,7 @@ from hydra.errors import MissingConfigException
 from bert_lightning.cli import main
 from bert_lightning.config import CONFIG_DIR
 from bert_lightning.errors import UserError
-from conftest import ROOT
+from helpers import ROOT
 
 MODELS = ", ".join(sorted(p.stem for p in (CONFIG_DIR / "model").glob("[!_]*.yaml")))
 MISTAKES = [

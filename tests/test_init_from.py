@@ -19,7 +19,7 @@ from bert_lightning.data.tokenizer import (
     train_wordpiece,
 )
 from bert_lightning.training.pretrain import build, train
-from conftest import RESUMABLE, TINY_BERT, killed_and_resumed_bitwise, tiny_overrides, write_corpus
+from helpers import RESUMABLE, TINY_BERT, killed_and_resumed_bitwise, tiny_overrides, write_corpus
 
 transformers = pytest.importorskip("transformers")
 

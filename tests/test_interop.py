@@ -9,7 +9,7 @@ from bert_lightning.errors import UserError
 from bert_lightning.interop import hf_to_ours, load_into, ours_to_hf
 from bert_lightning.model import BertConfig, BertForPreTraining
 from bert_lightning.tasks.kinds import hf_head
-from conftest import TINY_BERT
+from helpers import TINY_BERT
 
 transformers = pytest.importorskip("transformers")
 

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from bert_lightning.data.masking import MLMCollator
-from conftest import masking
+from helpers import masking
 
 PAD, UNK, CLS, SEP, MASK = range(5)
 V = 1000

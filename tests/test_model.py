@@ -15,7 +15,7 @@ from bert_lightning.model import (
     pretraining_flops,
     query_rows,
 )
-from conftest import TINY_MODEL
+from helpers import TINY_MODEL
 
 SIZES = ["bert_tiny", "bert_mini", "bert_small", "bert_medium", "bert_base", "bert_large"]
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from bert_lightning.data.nsp import document_pairs, frame_pair, split_sentences
-from conftest import OPTIM, TINY_BERT, data_module, write_corpus
+from helpers import OPTIM, TINY_BERT, data_module, write_corpus
 
 
 def synthetic_documents(n_docs: int, seed: int = 0, sentences=(1, 12)) -> list[list[list[int]]]:
@@ -118,7 +118,7 @@ def test_train_with_nsp_logs_nsp_metrics(tmp_path):
 
     from bert_lightning.config import compose
     from bert_lightning.training.pretrain import train
-    from conftest import tiny_overrides
+    from helpers import tiny_overrides
 
     write_corpus(tmp_path / "corpus.jsonl", 60)
     val_loss = train(compose(overrides=tiny_overrides(tmp_path, "data=c4_nsp")))

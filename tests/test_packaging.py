@@ -14,7 +14,7 @@ import pytest
 
 from bert_lightning.cli import main
 from bert_lightning.config import CONFIG_DIR
-from conftest import ROOT
+from helpers import ROOT
 
 
 def test_the_configs_have_one_home_at_the_top_of_the_checkout():

@@ -7,7 +7,7 @@ import torch
 
 from bert_lightning.data.masking import document_positions
 from bert_lightning.model import BertConfig, BertForPreTraining, BertModel
-from conftest import TINY_NO_DROPOUT
+from helpers import TINY_NO_DROPOUT
 
 LENGTHS = [7, 5, 9]  # the documents of row 0; row 1 is one document and, padded, 4 pads
 

@@ -5,7 +5,7 @@ from hydra.utils import instantiate
 
 from bert_lightning.model import BertConfig, BertForPreTraining
 from bert_lightning.training.callbacks import device_peak_flops
-from conftest import OPTIM
+from helpers import OPTIM
 
 SMALL = BertConfig(
     vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32
@@ -115,7 +115,7 @@ def test_pretraining_with_head_lr_zero_moves_the_encoder_only(tmp_path):
     (LayerNorm 1, biases 0) while the encoder's LayerNorms and biases move."""
     from bert_lightning.config import compose
     from bert_lightning.training.pretrain import train
-    from conftest import tiny_overrides, write_corpus
+    from helpers import tiny_overrides, write_corpus
 
     write_corpus(tmp_path / "corpus.jsonl", 20)
     over = ["trainer.max_steps=3", "validate_before_fit=false", "optim.warmup_steps=0"]

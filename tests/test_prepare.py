@@ -5,7 +5,7 @@ import pytest
 
 from bert_lightning.data.corpus import iter_documents
 from bert_lightning.data.prepare import TokenBlocks, cache_folder, prepare, shard_paths
-from conftest import data_module, write_corpus
+from helpers import data_module, write_corpus
 
 
 def shards(tmp_path, n=3, docs=20):

@@ -13,7 +13,9 @@ import pytest
 import torch
 
 from bert_lightning.data.corpus import iter_documents
-from conftest import (
+from finetune_fixtures import overrides as finetune_overrides
+from finetune_fixtures import task_files, write_tokenizer
+from helpers import (
     ROOT,
     SAMPLE,
     c4_shard,
@@ -22,8 +24,6 @@ from conftest import (
     tiny_overrides,
     write_corpus,
 )
-from finetune_fixtures import overrides as finetune_overrides
-from finetune_fixtures import task_files, write_tokenizer
 
 BOUND = 300  # seconds within which a run and every process it started must be gone
 WORKERS = ["data.num_workers=2"]

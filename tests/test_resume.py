@@ -8,7 +8,7 @@ import torch
 
 from bert_lightning.training.checkpoint_io import AtomicCheckpointIO
 from bert_lightning.training.interrupt import Interrupted
-from conftest import RESUMABLE, pretrain_tiny
+from helpers import RESUMABLE, pretrain_tiny
 
 
 class SignalAt(L.Callback):

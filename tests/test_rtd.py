@@ -17,7 +17,7 @@ from bert_lightning.model import BertConfig, ElectraForPreTraining, generator_co
 from bert_lightning.model.bert import query_rows
 from bert_lightning.model.electra import corrupt, sample_tokens
 from bert_lightning.training.pretrain import train
-from conftest import TINY_BERT, tiny_overrides, write_corpus
+from helpers import TINY_BERT, tiny_overrides, write_corpus
 
 CONFIG = BertConfig(vocab_size=97, **TINY_BERT)
 MASK_ID = 4

@@ -20,7 +20,7 @@ from bert_lightning.progress import eta_text
 from bert_lightning.run_folder import resumed_run
 from bert_lightning.training.callbacks import StepProgressBar
 from bert_lightning.training.pretrain import train
-from conftest import ROOT, shipped, tiny_overrides, write_corpus
+from helpers import ROOT, shipped, tiny_overrides, write_corpus
 
 LR, WARMUP = 1e-3, 4
 

@@ -25,7 +25,7 @@ from run_matrix import (
     run_case,
 )
 
-from conftest import ROOT, run_in_session, subprocess_env
+from helpers import ROOT, run_in_session, subprocess_env
 
 
 def assert_clipped_steps(out: Path, ranks: int, log: str = "") -> None:
@@ -112,7 +112,7 @@ def test_fp16_scaler_unscales_before_clipping_with_a_non_fused_adamw(tmp_path):
     from lightning.pytorch.plugins.precision import MixedPrecision
 
     from bert_lightning.training.pretrain_module import BertPretrainModule
-    from conftest import OPTIM
+    from helpers import OPTIM
     from probe import GradProbe
 
     config = dict(vocab_size=60, hidden_size=16, num_hidden_layers=1, num_attention_heads=2)

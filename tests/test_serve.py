@@ -24,6 +24,7 @@ from bert_lightning.cli import main
 from bert_lightning.commands.embed import embed
 from bert_lightning.commands.fill_mask import fill_mask
 from bert_lightning.serving import (
+    MALLOC,
     STOPPED,
     Drain,
     Embed,
@@ -36,7 +37,6 @@ from bert_lightning.serving import (
     TextsRequest,
     endpoints,
 )
-from conftest import ROOT, run_in_session, session_ends, subprocess_env
 from finetune_fixtures import (
     ad_rows,
     finetuned_ckpt,
@@ -47,6 +47,7 @@ from finetune_fixtures import (
     write_our_ckpt,
     write_tokenizer,
 )
+from helpers import ROOT, group_members, run_in_session, session_ends, subprocess_env
 
 MASKED = ["the [MASK] was [MASK]", "a [MASK] film", "bob [MASK]"]
 
@@ -62,6 +63,12 @@ def bench(monkeypatch):
     tests."""
     monkeypatch.syspath_prepend(str(ROOT / "bench"))
     return importlib.import_module("loadtest")
+
+
+def environ(pid: int) -> dict[str, str]:
+    """The environment a process started with."""
+    raw = Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
+    return dict(e.split("=", 1) for e in raw.split("\0") if "=" in e)
 
 
 def scored(tmp_path, ckpt: Path, rows: list[dict]) -> list[float]:
@@ -227,11 +234,13 @@ def test_the_server_batches_concurrent_requests_and_survives_bad_ones(tmp_path, 
     expected = scored(tmp_path, ckpt, rows)
     texts = ["the film", "a lovely story was the plot of the show", "bob"]
     batching = ["--max-batch-size", "16", "--batch-timeout", "0.1"]
-    with bench.server(str(ckpt), tmp_path / "server.log", *batching) as (url, _):
+    with bench.server(str(ckpt), tmp_path / "server.log", *batching) as (url, pid):
         http = httpx.Client(base_url=url, timeout=60)
         pairs = [{"query": r["query"], "ad": r["ad"]} for r in rows]
         r = http.post("/score", json={"pairs": pairs})
         assert r.status_code == 200 and r.json()["scores"] == pytest.approx(expected, abs=1e-5)
+        started = [p for p in group_members(pid) if p != pid]  # workers, HTTP process, ...
+        assert started and all(MALLOC.items() <= environ(p).items() for p in started)
 
         start = threading.Barrier(16)
 

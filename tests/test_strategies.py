@@ -13,7 +13,7 @@ from bert_lightning.config import compose
 from bert_lightning.interop import export_hf_folder
 from bert_lightning.training.pretrain_module import BertPretrainModule
 from bert_lightning.training.strategies import FSDP2Strategy
-from conftest import OPTIM
+from helpers import OPTIM
 
 
 def test_fsdp_config_is_fsdp2_with_full_state_checkpoints(tmp_path):
@@ -42,7 +42,7 @@ def test_model_compile_keeps_checkpoint_keys(tmp_path):
 
 @pytest.mark.slow
 def test_bf16_true_run_exports_bf16_weights(tmp_path):
-    from conftest import pretrain_tiny
+    from helpers import pretrain_tiny
 
     transformers = pytest.importorskip("transformers")
     pretrain_tiny(tmp_path / "run", "trainer.precision=bf16-true", "trainer.max_steps=2")
@@ -58,7 +58,7 @@ def test_several_devices_by_default_get_plain_ddp_with_frozen_unused_heads(tmp_p
     """`trainer.devices=8` alone: Lightning's plain DDP; an MLM-only run freezes the pooler and
     NSP head (no gradient there), so DDP finds no unused parameters."""
     from bert_lightning.training.pretrain import build
-    from conftest import tiny_overrides, write_corpus
+    from helpers import tiny_overrides, write_corpus
 
     write_corpus(tmp_path / "corpus.jsonl")
     _, module, trainer = build(compose(overrides=tiny_overrides(tmp_path, "trainer.devices=2")))

@@ -7,7 +7,7 @@ import torch
 
 from bert_lightning.data.corpus import BadRecordError, iter_documents
 from bert_lightning.data.pipeline import frame_batch
-from conftest import SAMPLE, c4_shard, data_module
+from helpers import SAMPLE, c4_shard, data_module
 
 
 def test_streamed_shards_split_over_ranks_each_block_once(tmp_path, tiny_tokenizer):
@@ -74,7 +74,7 @@ def test_train_py_streams_c4_shaped_shards(tmp_path):
     """`data=c4_hub` through train.py, pointed at local shards: it trains and checkpoints."""
     from bert_lightning.config import compose
     from bert_lightning.training.pretrain import train
-    from conftest import tiny_overrides
+    from helpers import tiny_overrides
 
     docs = list(iter_documents([SAMPLE]))
     train_files = [

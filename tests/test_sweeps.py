@@ -12,7 +12,7 @@ import yaml
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
-from conftest import ROOT, tiny_overrides, write_corpus
+from helpers import ROOT, tiny_overrides, write_corpus
 
 
 def test_grid_of_two_by_two_is_four_jobs():

@@ -11,7 +11,7 @@ from bert_lightning.data.tokenizer import (
     special_ids,
     train_wordpiece,
 )
-from conftest import SAMPLE
+from helpers import SAMPLE
 
 
 def test_training_is_reproducible(tiny_tokenizer):

@@ -12,7 +12,7 @@ from bert_lightning.config import compose
 from bert_lightning.data.corpus import BadRecordError
 from bert_lightning.errors import MissingFileError, UserError
 from bert_lightning.training.pretrain import train
-from conftest import pretrain_tiny, tiny_overrides, write_corpus
+from helpers import pretrain_tiny, tiny_overrides, write_corpus
 
 
 def metric_rows(out_dir):

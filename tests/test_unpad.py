@@ -12,7 +12,7 @@ from bert_lightning.model.heads import (
     BertForSequenceClassification,
     BertForTokenClassification,
 )
-from conftest import TINY_NO_DROPOUT
+from helpers import TINY_NO_DROPOUT
 
 
 def ragged_batch(B: int = 5, T: int = 19, seed: int = 0):

@@ -94,19 +94,29 @@ def framing(tokenizer: Tokenizer, packing: str, max_seq_length: int) -> dict:
     }
 
 
+def framed(ids, cls_id: int, sep_id: int, block: int) -> list[int]:
+    """`[CLS] ids[:block] [SEP]`: the one framing of an example, for mapped, streamed and
+    memory-mapped (`prepare.TokenBlocks`) token ids alike."""
+    return [cls_id, *ids[:block], sep_id]
+
+
 def frame_batch(batch, cls_id: int, sep_id: int, block: int, packing: str, ticks=None):
     """Token ids of documents -> `[CLS] ... [SEP]` examples of at most `block + 2` tokens."""
     if ticks:
         ticks(len(batch["input_ids"]))
     if packing == "document":
-        return {"input_ids": [[cls_id, *ids[:block], sep_id] for ids in batch["input_ids"]]}
+        return {"input_ids": [framed(ids, cls_id, sep_id, block) for ids in batch["input_ids"]]}
     if packing == "packed_isolated":  # blocks of whole-framed documents, no extra [CLS]/[SEP]
         flat = [t for ids in batch["input_ids"] for t in (cls_id, *ids, sep_id)]
         n = len(flat) // (block + 2)
         return {"input_ids": [flat[i * (block + 2) : (i + 1) * (block + 2)] for i in range(n)]}
     flat = [t for ids in batch["input_ids"] for t in ids]
     n = len(flat) // block  # the tail of a map batch (< one block per 1,000 docs) is dropped
-    return {"input_ids": [[cls_id, *flat[i * block : (i + 1) * block], sep_id] for i in range(n)]}
+    return {
+        "input_ids": [
+            framed(flat[i * block : (i + 1) * block], cls_id, sep_id, block) for i in range(n)
+        ]
+    }
 
 
 def shown_total(docs: datasets.Dataset, procs: int | None) -> int | None:

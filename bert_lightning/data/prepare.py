@@ -23,6 +23,7 @@ from tqdm.auto import tqdm
 
 from bert_lightning.atomic import atomic_path
 from bert_lightning.data.corpus import iter_documents
+from bert_lightning.data.pipeline import framed
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -133,4 +134,4 @@ class TokenBlocks(Dataset):
         else:
             start = int(ends[j - 1]) if j else 0
             ids = tokens[start : min(int(ends[j]), start + self.block)]
-        return {"input_ids": [self.cls_id, *ids.tolist(), self.sep_id]}
+        return {"input_ids": framed(ids.tolist(), self.cls_id, self.sep_id, self.block)}

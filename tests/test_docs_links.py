@@ -1,0 +1,49 @@
+"""Every relative link of README.md and docs/ reaches a file of the repository and, where it
+names one, a heading of that file (GitHub's anchors: the heading lowercased, punctuation but
+`-` and `_` dropped, spaces as `-`)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from helpers import ROOT
+
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def anchors(text: str) -> set[str]:
+    """The anchors GitHub gives a Markdown file's headings (code blocks' `#` lines are not)."""
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    heads = re.findall(r"^#{1,6} +(.+?) *$", text, flags=re.M)
+    return {re.sub(r"[^\w\- ]", "", h.lower()).replace(" ", "-") for h in heads}
+
+
+def links() -> list[tuple[str, str]]:
+    found = []
+    for doc in DOCS:
+        text = re.sub(r"```.*?```", "", doc.read_text(), flags=re.S)
+        for target in LINK.findall(text):
+            if not re.match(r"[a-z]+:", target):  # http(s):, mailto:
+                found.append((doc.relative_to(ROOT).as_posix(), target))
+    return found
+
+
+def test_the_docs_have_links():
+    assert len(links()) > 20
+
+
+@pytest.mark.parametrize(("doc", "target"), links())
+def test_a_relative_link_reaches_its_file_and_heading(doc, target):
+    path, _, anchor = target.partition("#")
+    file = (ROOT / doc).parent / path if path else ROOT / doc
+    assert file.exists(), f"{doc}: {target}: no such file"
+    if anchor:
+        assert anchor in anchors(file.read_text()), f"{doc}: {target}: no such heading"
+
+
+def test_anchors_are_githubs():
+    text = "# Fine-tuning and inference\n## The order (ad relevance)\n```\n# not a heading\n```\n"
+    assert anchors(text) == {"fine-tuning-and-inference", "the-order-ad-relevance"}
