@@ -1,3 +1,6 @@
+"""The optimizer's parameter groups (fused AdamW, decay on matrices only, head and layer-wise
+rates) and the FLOP counts behind MFU."""
+
 import re
 
 import torch
