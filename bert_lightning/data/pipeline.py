@@ -94,10 +94,10 @@ def framing(tokenizer: Tokenizer, packing: str, max_seq_length: int) -> dict:
     }
 
 
-def framed(ids, cls_id: int, sep_id: int, block: int) -> list[int]:
-    """`[CLS] ids[:block] [SEP]`: the one framing of an example, for mapped, streamed and
-    memory-mapped (`prepare.TokenBlocks`) token ids alike."""
-    return [cls_id, *ids[:block], sep_id]
+def framed(ids, cls_id: int, sep_id: int) -> list[int]:
+    """`[CLS] ids [SEP]`: the one framing of an example (`ids` at most a block), for mapped,
+    streamed and memory-mapped (`prepare.TokenBlocks`) token ids alike."""
+    return [cls_id, *ids, sep_id]
 
 
 def frame_batch(batch, cls_id: int, sep_id: int, block: int, packing: str, ticks=None):
@@ -105,7 +105,7 @@ def frame_batch(batch, cls_id: int, sep_id: int, block: int, packing: str, ticks
     if ticks:
         ticks(len(batch["input_ids"]))
     if packing == "document":
-        return {"input_ids": [framed(ids, cls_id, sep_id, block) for ids in batch["input_ids"]]}
+        return {"input_ids": [framed(ids[:block], cls_id, sep_id) for ids in batch["input_ids"]]}
     if packing == "packed_isolated":  # blocks of whole-framed documents, no extra [CLS]/[SEP]
         flat = [t for ids in batch["input_ids"] for t in (cls_id, *ids, sep_id)]
         n = len(flat) // (block + 2)
@@ -113,9 +113,7 @@ def frame_batch(batch, cls_id: int, sep_id: int, block: int, packing: str, ticks
     flat = [t for ids in batch["input_ids"] for t in ids]
     n = len(flat) // block  # the tail of a map batch (< one block per 1,000 docs) is dropped
     return {
-        "input_ids": [
-            framed(flat[i * block : (i + 1) * block], cls_id, sep_id, block) for i in range(n)
-        ]
+        "input_ids": [framed(flat[i * block : (i + 1) * block], cls_id, sep_id) for i in range(n)]
     }
 
 

@@ -134,4 +134,4 @@ class TokenBlocks(Dataset):
         else:
             start = int(ends[j - 1]) if j else 0
             ids = tokens[start : min(int(ends[j]), start + self.block)]
-        return {"input_ids": framed(ids.tolist(), self.cls_id, self.sep_id, self.block)}
+        return {"input_ids": framed(ids.tolist(), self.cls_id, self.sep_id)}
