@@ -303,6 +303,7 @@ def test_gpu_distill_carries_a_teacher_and_brings_back_both_students(tmp_path):
             torch.testing.assert_close(v, trained.state_dict[k].float(), atol=2e-3, rtol=1e-3)
 
 
+@pytest.mark.slow
 def test_rtd_step_bench_times_both_objectives(tmp_path):
     """bench/rtd_step.py on a tiny batch: both step times, their ratio and the sampling share."""
     args = ["--size", "bert_tiny", "--vocab-size", "500", "--batch-size", "4", "--seq-len", "16"]
@@ -372,6 +373,7 @@ def test_the_onnx_speedup_is_the_median_of_each_rounds_ratio(monkeypatch):
     assert medians(runs)[1]["int8"] == {"b": 3.0}
 
 
+@pytest.mark.slow
 def test_paired_runs_scores_both_runs_on_their_shared_test_rows(tmp_path):
     """bench/paired_runs.py on two tiny ranking runs (one split, two learning rates): each
     run's per-query figures are the ones its own test wrote, and the difference is paired."""
@@ -403,6 +405,7 @@ def test_paired_runs_scores_both_runs_on_their_shared_test_rows(tmp_path):
         assert got["a - b"][m]["mean"] == pytest.approx(want, abs=1e-6)
 
 
+@pytest.mark.slow
 def test_recipe_arms_gives_each_arm_minus_the_zero_shot_encoder_in_and_out_of_domain(tmp_path):
     """bench/recipe_arms.py on two tiny bi-encoder runs of one split, the first run's own
     encoder as the zero-shot one: a bi-encoder's score is its cosine scaled, so the first arm
@@ -453,11 +456,14 @@ def test_recipe_arms_gives_each_arm_minus_the_zero_shot_encoder_in_and_out_of_do
     assert "± 0.000" in pooled and "\na " in pooled and "\nb " not in pooled  # the arms both ran
 
 
-def test_the_pooled_recipe_table_in_the_docs_is_what_the_kept_seeds_give(tmp_path):
+def test_the_pooled_recipe_table_in_the_docs_is_what_the_kept_seeds_give(monkeypatch):
     """docs/finetuning.md's pooled table of the Home Depot recipe's arms: every interval and
     mean ± std `recipe_arms.py --combine` gives over bench/results/recipe_arms/s*.json."""
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    from recipe_arms import combine, table
+
     kept = [str(ROOT / f"bench/results/recipe_arms/s{seed}.json") for seed in (1234, 2, 3)]
-    pooled = bench(str(ROOT / "bench/recipe_arms.py"), "--combine", *kept, cwd=tmp_path)
+    pooled = table(combine(kept))
     doc = (ROOT / "docs/finetuning.md").read_text().replace("**", "")
     cells = re.findall(r"[+-]\d\.\d{3} (?:\[[+-]\d\.\d{3}, [+-]\d\.\d{3}\]|± \d\.\d{3})", pooled)
     assert len(cells) == 4 * 2 * 3  # arms x sets x figures
@@ -465,6 +471,7 @@ def test_the_pooled_recipe_table_in_the_docs_is_what_the_kept_seeds_give(tmp_pat
         assert cell in doc, cell
 
 
+@pytest.mark.slow
 def test_first_step_times_a_runs_first_step_and_its_validations(tmp_path):
     from helpers import tiny_overrides, write_corpus
 
@@ -479,6 +486,7 @@ def test_first_step_times_a_runs_first_step_and_its_validations(tmp_path):
     assert f"first step after {got['first_step_s']:.0f} s; 3 validations" in out
 
 
+@pytest.mark.slow
 def test_task_text_writes_the_training_splits_distinct_texts_and_nothing_else(tmp_path):
     """bench/task_text.py: the texts a ranking run trains on, once each; the test queries'
     rows (other groups) stay out."""

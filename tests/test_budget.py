@@ -111,7 +111,7 @@ def test_steps_and_a_time_limit_train_at_the_lower_of_their_rates(tmp_path, fake
     assert torch.load(tmp_path / "checkpoints/last.ckpt", weights_only=True)["global_step"] == steps
 
 
-def test_share_of_time_validates_a_budget_n_times(tmp_path):
+def test_share_of_time_is_an_nth_of_the_budget():
     """`${share_of_time:${trainer.max_time},N,STEPS}` (the budgeted experiments' validation
     cadence): an Nth of the budget, a time-based interval Lightning validates at; STEPS
     without a budget."""
@@ -120,6 +120,11 @@ def test_share_of_time_validates_a_budget_n_times(tmp_path):
     assert share_of_time("00:00:30:00", 10, 1000) == "00:00:03:00"
     assert share_of_time("01:02:00:00", 10, 1000) == "00:02:36:00"
     assert share_of_time(None, 10, 1000) == 1000
+
+
+@pytest.mark.slow
+def test_a_budget_shared_by_time_validates_n_times(tmp_path):
+    """A 4-second run validating each third of its budget: three validations or more."""
     write_corpus(tmp_path / "corpus.jsonl", 60)
     every = "trainer.val_check_interval='${share_of_time:${trainer.max_time},3,1000}'"
     budget = ["trainer.max_steps=-1", "trainer.max_time=00:00:00:04", every]

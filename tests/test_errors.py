@@ -52,6 +52,7 @@ def pretrain_error(capsys, tmp_path, *extra) -> str:
     return cli_error(capsys, "pretrain", *tiny_overrides(tmp_path, hydra_dir, *extra))
 
 
+@pytest.mark.slow
 def test_a_bad_json_line_names_file_line_and_column_from_train_py(tmp_path):
     out = tmp_path / "run"
     corpus = write_corpus(out / "corpus.jsonl", 20)

@@ -98,6 +98,7 @@ def test_a_time_budgeted_run_saves_its_final_step(tmp_path):
     assert last_step(tmp_path) == steps
 
 
+@pytest.mark.slow
 def test_a_signal_during_validation_stops_the_run_as_the_validation_ends(tmp_path):
     """Not acted on before, a stop signal in a validation of the fit let the run go on."""
     stop = ["+callbacks.stop._target_=probe.SignalAtValidation", "+callbacks.stop.sig=SIGTERM"]
@@ -143,6 +144,7 @@ def test_a_fine_tuning_run_ends_with_all_its_processes(tmp_path, end):
     assert r.returncode == code, r.stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_a_run_past_its_bound_fails_with_the_python_stacks_of_every_process_of_its_group():
     """A hang is told from slowness the first time it happens: where each process waits."""
     child = "import time\ndef napping_child():\n    time.sleep(60)\nnapping_child()"
