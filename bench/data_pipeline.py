@@ -87,7 +87,7 @@ def throughput(tok, work: Path, repeats: int) -> dict:
     res["arrow_1proc"] = {"MB_per_s": mb / t, "tokens_per_s": n_tokens / t}
     # disk and random block reads
     out = work / "tok1"
-    blocks = TokenBlocks(files, out, 126, 2, 3)
+    blocks = TokenBlocks(files, out, 126, 2, 3, "packed")
     tok_bytes = sum(shard_paths(out, f)[0].stat().st_size for f in files)
     dm = configured(
         "data",
@@ -142,7 +142,7 @@ def masking():
 def rss_child(token_dir: str, n_copies: int) -> None:
     """Run in a fresh process: a full epoch of the training loader; prints peak RSS (MB)."""
     files = [f"copy{i}.json" for i in range(n_copies)]
-    blocks = TokenBlocks(files, Path(token_dir), 126, 2, 3)
+    blocks = TokenBlocks(files, Path(token_dir), 126, 2, 3, "packed")
     collate = MLMCollator(0, 4, [0, 1, 2, 3, 4], 8192, masking())
     loader = torch.utils.data.DataLoader(
         SeededExamples(blocks, 0),
@@ -175,7 +175,7 @@ def _status(key: str) -> float:
 
 def rss(tok, work: Path) -> dict:
     out = cache_folder(work / "rss", tok)
-    prepare([SAMPLE], out, tok)
+    prepare([SAMPLE], out, tok, 1)
     src_tokens, src_docs = shard_paths(out, SAMPLE)
     for i in range(20):  # the corpus 20 times: 20 shards with the sample's arrays
         dst_tokens, dst_docs = shard_paths(out, f"copy{i}.json")
@@ -192,7 +192,7 @@ def rss(tok, work: Path) -> dict:
 def headroom(tok, work: Path, repeats: int) -> dict:
 
     out = cache_folder(work / "rss", tok)
-    blocks = TokenBlocks([SAMPLE], out, 126, 2, 3)
+    blocks = TokenBlocks([SAMPLE], out, 126, 2, 3, "packed")
     collate = MLMCollator(0, 4, [0, 1, 2, 3, 4], tok.get_vocab_size(), masking())
     loader = torch.utils.data.DataLoader(
         SeededExamples(blocks, 0),

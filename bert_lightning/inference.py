@@ -37,6 +37,7 @@ FINETUNE = OmegaConf.load(CONFIG_DIR / "finetune.yaml")  # what a fine-tuning ru
 EMBED_LENGTH = 128  # what `embed` and /embed truncate to by default
 SCORE_BATCH = FINETUNE.eval_batch_size  # rows per forward pass of `score`, as a run evaluates
 EMBED_BATCH = 32  # rows per forward pass of the other uses
+EMBED_POOLING = "cls"  # what `embed` and /embed pool by default: the pooled [CLS], as BERT
 MLM_HEAD = "cls.predictions.transform.dense.weight"
 # what a fine-tuned checkpoint that stores no max_seq_length is truncated to: the shipped one
 DEFAULT_MAX_SEQ_LENGTH = FINETUNE.max_seq_length
@@ -261,7 +262,7 @@ def embed_texts(
     model: BertModel,
     tok: Tokenizer,
     texts: list[str],
-    pooling="cls",
+    pooling=EMBED_POOLING,
     batch_size=EMBED_BATCH,
     progress=False,
 ) -> torch.Tensor:

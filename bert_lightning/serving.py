@@ -36,6 +36,7 @@ from starlette.exceptions import HTTPException
 from bert_lightning.checkpoint import FINETUNING, read_checkpoint
 from bert_lightning.errors import UserError
 from bert_lightning.inference import (
+    EMBED_POOLING,
     check_mlm_head,
     embed_texts,
     fill_masks,
@@ -89,7 +90,7 @@ class TextsRequest(Body):
 
 class EmbedRequest(Body):
     texts: Annotated[list[NonBlank], Field(min_length=1, max_length=MAX_ITEMS)]
-    pooling: Literal[tuple(POOLINGS)] = "cls"
+    pooling: Literal[tuple(POOLINGS)] = EMBED_POOLING
 
 
 class FillMaskRequest(Body):

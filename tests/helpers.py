@@ -20,6 +20,7 @@ from bert_lightning.shipped import group_defaults
 
 SAMPLE = bundled("c4_sample.jsonl")
 ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "bert_lightning"
 
 
 def shipped(path: str) -> dict:

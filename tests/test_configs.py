@@ -1,3 +1,4 @@
+import ast
 import inspect
 from dataclasses import MISSING, fields, is_dataclass
 from pathlib import Path
@@ -13,6 +14,7 @@ from bert_lightning.data.brackets import write_grammar_data
 from bert_lightning.data.masking import MaskingConfig
 from bert_lightning.data.tokenizer import TokenizerConfig
 from bert_lightning.model import BertConfig
+from helpers import PACKAGE
 
 # each experiment's first lines give its command, and so its entry point
 FINETUNE_EXPERIMENTS = {
@@ -266,6 +268,91 @@ def test_no_value_is_defined_in_the_config_and_in_the_code():
         if own_defaults(f"{cls.__module__}.{cls.__name__}")
     ]
     assert not both
+
+
+def config_keys(node) -> set[str]:
+    """Every key name a config sets, at any depth (Hydra's own and `defaults` aside)."""
+    if isinstance(node, list):
+        return set().union(*map(config_keys, node)) if node else set()
+    if not isinstance(node, dict):
+        return set()
+    own = {k for k in node if not k.startswith("_") and k not in ("defaults", "hydra")}
+    return own.union(*(config_keys(v) for k, v in node.items() if k != "hydra"))
+
+
+CONFIGS = sorted(CONFIG_DIR.rglob("*.yaml"))
+# parameters and reads named as a config key that hold another value: where -> why
+NOT_A_CONFIG_VALUE = {
+    "commands/evaluate.py:_main:baselines": "a metrics dict's optional part",
+    "data/brackets.py:write_grammar_data:seed": "the grammar data's own draw (its folder)",
+    "data/sampling.py:EpochSampler.__init__:seed": "torch's DistributedSampler signature",
+    "errors.py:reported:debug": "the traceback switch, not the debug group",
+    "experiments/brackets/report.py:masking_stats:seed": "the report's own draw",
+    "experiments/brackets/report.py:evaluate:seed": "the report's held-out draw",
+    "tasks/ad_relevance.py:AdRelevance.hf_head:architecture": "older checkpoints: cross",
+    "tasks/base.py:Task.hf_head:pooling": "older checkpoints stored none: the pooled [CLS]",
+    "tasks/ranking.py:interval:seed": "the bootstrap's draw",
+    "training/finetune_module.py:FinetuneModule.train:mode": "nn.Module.train's signature",
+    "training/module_base.py:EncoderModule.on_load_checkpoint:tokenizer": "older checkpoints",
+}
+
+
+class RestatedDefaults(ast.NodeVisitor):
+    """(where, text) of each literal keyword default (None aside: "not given") of a parameter
+    or dataclass field named as a config key, and of each `.get("key", default)`; where is
+    `file:qualified.name:key`."""
+
+    def __init__(self, path: Path, keys: set[str]):
+        self.file, self.keys, self.scope, self.found = path.relative_to(PACKAGE), keys, [], {}
+
+    def add(self, key: str, text: str):
+        self.found[f"{self.file.as_posix()}:{'.'.join(self.scope)}:{key}"] = text
+
+    def visit_FunctionDef(self, node):
+        self.scope.append(node.name)
+        a = node.args
+        positional = [*a.posonlyargs, *a.args]
+        pairs = [*zip(positional[len(positional) - len(a.defaults) :], a.defaults, strict=True),
+                 *zip(a.kwonlyargs, a.kw_defaults, strict=True)]  # fmt: skip
+        for arg, d in pairs:
+            if arg.arg in self.keys and isinstance(d, ast.Constant) and d.value is not None:
+                self.add(arg.arg, f"{node.name}({arg.arg}={ast.unparse(d)})")
+        self.generic_visit(node)
+        self.scope.pop()
+
+    def visit_ClassDef(self, node):
+        self.scope.append(node.name)
+        module = ".".join(("bert_lightning", *self.file.with_suffix("").parts))
+        mirror = get_object(HF_MIRROR)
+        if (module, node.name) != (mirror.__module__, mirror.__name__):
+            for b in node.body:
+                named = isinstance(b, ast.AnnAssign) and isinstance(b.target, ast.Name)
+                if named and b.target.id in self.keys and isinstance(b.value, ast.Constant):
+                    self.add(b.target.id, f"{b.target.id} = {ast.unparse(b.value)}")
+        self.generic_visit(node)
+        self.scope.pop()
+
+    def visit_Call(self, node):
+        f, args = node.func, node.args
+        get = isinstance(f, ast.Attribute) and f.attr == "get" and len(args) == 2
+        if get and isinstance(args[0], ast.Constant) and args[0].value in self.keys:
+            self.add(args[0].value, ast.unparse(node))
+        self.generic_visit(node)
+
+
+def test_no_code_default_restates_a_config_key():
+    """conf/ is the one home of a value: a keyword default or `.get("key", default)` in the
+    package for a key name a YAML file sets is a second one, found by reading each module's
+    syntax tree (the shipped value, when code needs one, is read from the YAML: `shipped`).
+    `BertConfig` mirrors transformers' (the test above); the others named with a reason."""
+    keys = set().union(*(config_keys(yaml.safe_load(p.read_text())) for p in CONFIGS))
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        visitor = RestatedDefaults(path, keys)
+        visitor.visit(ast.parse(path.read_text()))
+        found |= visitor.found
+    assert not {w: t for w, t in found.items() if w not in NOT_A_CONFIG_VALUE}
+    assert set(NOT_A_CONFIG_VALUE) <= set(found)  # no stale entry
 
 
 SCHEDULE_KEYS = ("max_steps", "max_epochs", "val_check_interval", "check_val_every_n_epoch")

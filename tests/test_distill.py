@@ -67,7 +67,7 @@ def module(weights: dict, teacher, **kwargs) -> DistillModule:
     args = dict(temperature=2.0, relation_heads=None, student_layers=None)
     args |= dict(embeddings_from_teacher=False) | kwargs
     return DistillModule(
-        asdict(student), OPTIM, "teacher", **weights, **args, teacher_ckpt=teacher
+        asdict(student), OPTIM, "teacher", **weights, **args, objective="mlm", teacher_ckpt=teacher
     ).eval()
 
 
@@ -172,7 +172,9 @@ def test_a_student_that_is_its_teacher_has_zero_losses_but_mlm():
     student = with_layers(t, [0, 1])
     args = dict(temperature=2.0, relation_heads=None, student_layers=[0, 1])
     args |= dict(embeddings_from_teacher=False)
-    m = DistillModule(asdict(student.config), OPTIM, "teacher", **ALL, **args, teacher_ckpt=t)
+    m = DistillModule(
+        asdict(student.config), OPTIM, "teacher", **ALL, **args, objective="mlm", teacher_ckpt=t
+    )
     m.eval()
     m.model.load_state_dict(student.state_dict, strict=False)
     with torch.no_grad():

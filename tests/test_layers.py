@@ -22,10 +22,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-import bert_lightning
 from bert_lightning.config import CONFIG_DIR
+from helpers import PACKAGE
 
-PACKAGE = Path(bert_lightning.__file__).parent
 LAYERS = {  # module path -> layer, lowest first; the longest matching prefix wins
     "atomic": 0,  # standard-library helpers every layer uses
     "errors": 0,

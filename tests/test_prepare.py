@@ -32,7 +32,7 @@ def test_prepared_arrays_hold_each_documents_tokens(tmp_path, tiny_tokenizer):
         assert len(ends) == len(docs) and ends[-1] == len(tokens)
         starts = [0, *ends[:-1]]
         assert [tokens[s:e].tolist() for s, e in zip(starts, ends, strict=True)] == expected
-    blocks = TokenBlocks(files, out, block=30, cls_id=2, sep_id=3)
+    blocks = TokenBlocks(files, out, block=30, cls_id=2, sep_id=3, packing="packed")
     joined = np.concatenate([np.fromfile(shard_paths(out, f)[0], np.uint16) for f in files[:1]])
     assert blocks[0]["input_ids"] == [2, *joined[:30].tolist(), 3]
     n0 = len(joined) // 30
@@ -46,14 +46,14 @@ def test_prepared_arrays_hold_each_documents_tokens(tmp_path, tiny_tokenizer):
 def test_restart_skips_finished_shards_and_redoes_a_crashed_one(tmp_path, tiny_tokenizer):
     files = shards(tmp_path)
     out = cache_folder(tmp_path / "cache", tiny_tokenizer)
-    prepare(files, out, tiny_tokenizer)
+    prepare(files, out, tiny_tokenizer, 1)
     done = {f: os.stat(shard_paths(out, f)[1]).st_mtime_ns for f in files}
     good = shard_paths(out, files[1])[0].read_bytes()
     # a crash halfway through shard 1: its tokens half written, no `.docs.npy` marker
     tokens_path, docs_path = shard_paths(out, files[1])
     tokens_path.write_bytes(good[: len(good) // 2])
     docs_path.unlink()
-    prepare(files, out, tiny_tokenizer)
+    prepare(files, out, tiny_tokenizer, 1)
     assert tokens_path.read_bytes() == good  # redone
     for f in (files[0], files[2]):  # not redone
         assert os.stat(shard_paths(out, f)[1]).st_mtime_ns == done[f]

@@ -32,7 +32,7 @@ def test_deepspeed_config_is_zero_stage_2(tmp_path):
 
 def test_model_compile_keeps_checkpoint_keys(tmp_path):
     config = dict(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=2)
-    module = BertPretrainModule(config, OPTIM, compile=True)
+    module = BertPretrainModule(config, OPTIM, objective="mlm", compile=True)
     keys = list(module.state_dict())
     module.configure_model()
     module.configure_model()  # Lightning calls it before validate and again before fit

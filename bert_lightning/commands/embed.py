@@ -9,14 +9,20 @@ import numpy as np
 
 from bert_lightning.atomic import atomic_path
 from bert_lightning.data.tables import DataError, column, read_table, text_values
-from bert_lightning.inference import EMBED_BATCH, EMBED_LENGTH, embed_texts, load_embedder
+from bert_lightning.inference import (
+    EMBED_BATCH,
+    EMBED_LENGTH,
+    EMBED_POOLING,
+    embed_texts,
+    load_embedder,
+)
 from bert_lightning.model.heads import POOLINGS
 
 
 def embed(
     model_path,
     texts: list[str],
-    pooling="cls",
+    pooling=EMBED_POOLING,
     batch_size=EMBED_BATCH,
     max_seq_length=EMBED_LENGTH,
     progress=False,
@@ -47,7 +53,7 @@ def register(sub) -> None:
     p.add_argument("input", help=".txt (one text a line) or CSV/TSV/JSONL/Parquet with --column")
     p.add_argument("output", help="the .npy file: one row per text, in input order")
     p.add_argument("--column", default="text")
-    p.add_argument("--pooling", choices=list(POOLINGS), default="cls")
+    p.add_argument("--pooling", choices=list(POOLINGS), default=EMBED_POOLING)
     p.add_argument("--jsonl", help="also write {text, embedding} lines here")
     p.add_argument("--batch-size", type=int, default=EMBED_BATCH)
     p.add_argument("--max-seq-length", type=int, default=EMBED_LENGTH)

@@ -78,7 +78,7 @@ def prepare(
     files: list[str],
     out_dir: Path,
     tokenizer: Tokenizer,
-    num_proc: int = 1,
+    num_proc: int,
     read: dict | None = None,
 ) -> list[str]:
     """Tokenize every file not yet finished, `num_proc` at a time, with a progress bar."""
@@ -103,7 +103,7 @@ class TokenBlocks(Dataset):
     within a shard, each shard's tail dropped) or one truncated example per `document`.
     The memory maps open lazily, so each data loader worker opens its own."""
 
-    def __init__(self, files, out_dir, block: int, cls_id: int, sep_id: int, packing="packed"):
+    def __init__(self, files, out_dir, block: int, cls_id: int, sep_id: int, packing: str):
         self.paths = [shard_paths(Path(out_dir), f) for f in files]
         self.block, self.cls_id, self.sep_id, self.packing = block, cls_id, sep_id, packing
         counts = []

@@ -27,8 +27,8 @@ def param_groups(
     model: torch.nn.Module,
     weight_decay: float,
     lr: float,
-    head_lr: float | None = None,
-    layer_decay: float = 1.0,
+    head_lr: float | None,
+    layer_decay: float,
 ) -> list[dict]:
     """BERT's rule: decay matrices (linear and embedding weights), not biases or LayerNorm.
     `head_lr`: the rate of the parameters outside the encoder (`model.bert`): a new head fits

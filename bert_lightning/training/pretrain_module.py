@@ -27,7 +27,8 @@ class BertPretrainModule(EncoderModule):
         config: dict,
         optim: dict,
         tokenizer_json: str | None = None,
-        objective: str = "mlm",
+        *,
+        objective: str,
         compile: bool = False,
         data: dict | None = None,
     ):

@@ -27,7 +27,8 @@ class RTDPretrainModule(EncoderModule):
         generator_hidden_size: float,
         disc_weight: float,
         tokenizer_json: str | None = None,
-        objective: str = "mlm",
+        *,
+        objective: str,
         compile: bool = False,
         data: dict | None = None,
     ):
@@ -70,7 +71,7 @@ class RTDPretrainModule(EncoderModule):
     def validation_step(self, batch, batch_idx):
         """The generator's draws are seeded by the batch, as the masks are (`mask_once`): the
         validation loss is comparable across evaluations."""
-        seed = hash_seed((self.hparams.get("data") or {}).get("seed", 0), batch_idx)
+        seed = hash_seed(self.hparams.data["seed"] if self.hparams.data else 0, batch_idx)
         sampler = torch.Generator(self.device).manual_seed(seed)
         out = self(batch, sampler)
         self._log("val", out, batch, self.val_gen_acc, self.val_disc_acc)
