@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
 from bert_lightning.atomic import atomic_path, write_text
 from bert_lightning.errors import UserError, first_line, user_error
@@ -105,9 +105,10 @@ def drop_unused_folder(out_dir: Path) -> None:
                 parent.rmdir()
 
 
-def save_resolved_config(cfg: DictConfig, out_dir: Path) -> None:
-    """`config_resolved.yaml`: what ran, with every interpolation filled."""
-    write_text(Path(out_dir) / RESOLVED, OmegaConf.to_yaml(cfg, resolve=True))
+def save_resolved_config(text: str, out_dir: Path) -> None:
+    """`config_resolved.yaml`: what ran, every interpolation filled (`text`, the config's YAML:
+    the run folder holds it, never reads the config)."""
+    write_text(Path(out_dir) / RESOLVED, text)
 
 
 def keep_metrics_through(out_dir: Path, step: int | None) -> None:

@@ -240,3 +240,51 @@ def test_an_upward_config_target_is_caught(rel, text):
 def test_unknown_module_has_no_layer():
     with pytest.raises(AssertionError, match="no layer"):
         layer("nonexistent.module")
+
+
+# the modules a run's config passes through (a call given a DictConfig), in the order entered
+CONFIG_WALK = {
+    "train": ["training/pretrain.py", "training/run.py", "training/instantiate.py",
+              "training/resume.py", "fields.py", "data/pretraining.py", "training/trainer.py"],
+    "finetune": ["training/finetune.py", "training/run.py", "training/instantiate.py",
+                 "training/resume.py", "training/trainer.py"],
+}  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", CONFIG_WALK)
+def test_a_runs_config_is_read_in_its_few_rooms(kind, tmp_path):
+    """Every function of the package handed a DictConfig during `train(cfg)` / `finetune(cfg)`
+    (traced): the config stays in the modules listed; the rest (the run folder, the model, the
+    tasks' readers) are handed plain values."""
+    from omegaconf import DictConfig
+
+    from bert_lightning.config import compose
+    from bert_lightning.training.finetune import finetune
+    from bert_lightning.training.pretrain import train
+    from finetune_fixtures import overrides, task_files, write_tokenizer
+    from helpers import tiny_overrides, write_corpus
+
+    if kind == "train":
+        write_corpus(tmp_path / "corpus.jsonl")
+        run, cfg = train, compose("train", tiny_overrides(tmp_path))
+    else:
+        write_tokenizer(tmp_path / "tokenizer.json")
+        files = task_files(tmp_path, "seq_classification")
+        run, cfg = finetune, compose("finetune", overrides(tmp_path, "seq_classification", *files))
+    entered = []
+
+    def tracer(frame, event, arg):
+        code = frame.f_code
+        path = Path(code.co_filename)
+        if event == "call" and path.is_relative_to(PACKAGE):
+            given = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+            if any(isinstance(frame.f_locals.get(v), DictConfig) for v in given):
+                entered.append(path.relative_to(PACKAGE).as_posix())
+
+    sys.settrace(tracer)
+    try:
+        run(cfg)
+    finally:
+        sys.settrace(None)
+    assert list(dict.fromkeys(entered)) == CONFIG_WALK[kind]

@@ -19,7 +19,7 @@ from lightning.pytorch.accelerators import CPUAccelerator
 from lightning.pytorch.callbacks import ModelSummary, ProgressBar
 from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from bert_lightning.errors import UserError, first_line
 from bert_lightning.run_folder import save_resolved_config
@@ -61,7 +61,8 @@ class SaveResolvedConfig(L.Callback):
 
     @rank_zero_only
     def on_fit_start(self, trainer, pl_module):
-        save_resolved_config(self.cfg, Path(trainer.default_root_dir))
+        text = OmegaConf.to_yaml(self.cfg, resolve=True)
+        save_resolved_config(text, Path(trainer.default_root_dir))
 
 
 def evaluation_trainer(progress: bool) -> L.Trainer:
