@@ -320,6 +320,8 @@ class RestatedDefaults(ast.NodeVisitor):
         self.generic_visit(node)
         self.scope.pop()
 
+    visit_AsyncFunctionDef = visit_FunctionDef
+
     def visit_ClassDef(self, node):
         self.scope.append(node.name)
         module = ".".join(("bert_lightning", *self.file.with_suffix("").parts))
