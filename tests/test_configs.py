@@ -281,6 +281,7 @@ def config_keys(node) -> set[str]:
 
 
 CONFIGS = sorted(CONFIG_DIR.rglob("*.yaml"))
+MIRROR = f"{BertConfig.__module__}.{BertConfig.__name__}"  # HF_MIRROR, where it is defined
 # parameters and reads named as a config key that hold another value: where -> why
 NOT_A_CONFIG_VALUE = {
     "commands/evaluate.py:_main:baselines": "a metrics dict's optional part",
@@ -304,6 +305,7 @@ class RestatedDefaults(ast.NodeVisitor):
 
     def __init__(self, path: Path, keys: set[str]):
         self.file, self.keys, self.scope, self.found = path.relative_to(PACKAGE), keys, [], {}
+        self.module = ".".join(("bert_lightning", *self.file.with_suffix("").parts))
 
     def add(self, key: str, text: str):
         self.found[f"{self.file.as_posix()}:{'.'.join(self.scope)}:{key}"] = text
@@ -324,9 +326,7 @@ class RestatedDefaults(ast.NodeVisitor):
 
     def visit_ClassDef(self, node):
         self.scope.append(node.name)
-        module = ".".join(("bert_lightning", *self.file.with_suffix("").parts))
-        mirror = get_object(HF_MIRROR)
-        if (module, node.name) != (mirror.__module__, mirror.__name__):
+        if f"{self.module}.{node.name}" != MIRROR:
             for b in node.body:
                 named = isinstance(b, ast.AnnAssign) and isinstance(b.target, ast.Name)
                 if named and b.target.id in self.keys and isinstance(b.value, ast.Constant):
