@@ -16,10 +16,11 @@ from functools import lru_cache, partial
 import datasets
 from tokenizers import Tokenizer
 
-from bert_lightning.data.pipeline import fingerprint, map_procs
+from bert_lightning.data.pipeline import map_procs
 from bert_lightning.data.pretraining import PretrainDataModule
 from bert_lightning.data.tokenizer import batch_encode, special_ids
 from bert_lightning.errors import UserError
+from bert_lightning.fingerprints import fingerprint
 
 Document = Sequence[Sequence[int]]  # token ids of each sentence
 # what a pretraining run's batches train: MLM alone, or MLM + NSP on sentence pairs (this file)

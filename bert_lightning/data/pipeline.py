@@ -12,9 +12,6 @@ fingerprint of its inputs, so the same step on another rank reads the cache.
 
 from __future__ import annotations
 
-import hashlib
-import os
-
 import datasets
 import numpy as np
 import torch
@@ -24,6 +21,7 @@ from bert_lightning.data.corpus import BadRecordError, iter_documents
 from bert_lightning.data.masking import MLMCollator
 from bert_lightning.data.tokenizer import batch_encode, special_ids
 from bert_lightning.errors import UserError
+from bert_lightning.fingerprints import file_stamps, fingerprint
 from bert_lightning.progress import Ticks
 
 # packed: documents concatenated and cut into full blocks, attending across their joins;
@@ -32,20 +30,9 @@ from bert_lightning.progress import Ticks
 PACKINGS = ("packed", "packed_isolated", "document")
 
 
-def fingerprint(*parts) -> str:
-    """A `datasets` cache key for a step: every input that changes its output."""
-    return hashlib.sha256(repr(parts).encode()).hexdigest()[:32]
-
-
 def map_procs(docs: datasets.Dataset, num_proc: int | None) -> int | None:
     """Processes for a `map`: worth starting from 10,000 documents on."""
     return num_proc if num_proc and len(docs) >= 10_000 else None
-
-
-def file_stamps(files: list[str]) -> list[tuple[str, int, float]]:
-    """Each file's path, size and modification time: what a cache of its contents is keyed by,
-    so that an edited file is read again."""
-    return [(os.path.abspath(f), os.path.getsize(f), os.path.getmtime(f)) for f in files]
 
 
 def text_rows(files: list[str], stamp: list | None = None, **read):

@@ -24,8 +24,6 @@ from bert_lightning.data.corpus import interleave_documents, resolve_files
 from bert_lightning.data.masking import MaskingConfig, MLMCollator
 from bert_lightning.data.pipeline import (
     PACKINGS,
-    file_stamps,
-    fingerprint,
     hold_out,
     mask_once,
     mlm_examples,
@@ -43,6 +41,7 @@ from bert_lightning.data.tokenizer import (
 )
 from bert_lightning.errors import UserError
 from bert_lightning.fields import from_dict
+from bert_lightning.fingerprints import file_stamps, fingerprint
 from bert_lightning.signals import ignore_stop_signals
 
 log = logging.getLogger(__name__)
