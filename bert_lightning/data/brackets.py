@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import asdict
 from pathlib import Path
 
 import lightning as L
@@ -127,6 +128,16 @@ class BracketsDataModule(L.LightningDataModule):
 
     def collator(self) -> MLMCollator:
         return MLMCollator.for_tokenizer(self.tokenizer, self.masking)
+
+    def data_record(self) -> dict:
+        """What the sentences depend on, by config key (as `BertDataModule.data_record`)."""
+        return {
+            "data.n_train": self.n_train,
+            "data.n_val": self.n_val,
+            "data.pairs": self.pairs,
+            "data.masking": asdict(self.masking),
+            "data.seed": self.seed,
+        }
 
     def setup(self, stage: str | None = None):
         if self.train_set is not None:

@@ -181,19 +181,26 @@ def _records(f, path: str, text_unit: str) -> Iterator[tuple[int, bytes]]:
 READ = group_defaults("data", "_corpus")
 
 
-def iter_documents(
+def iter_documents(files: Sequence[str], *args, **read) -> Iterator[str]:
+    """The `text` of every good record (`numbered_documents` without the numbers)."""
+    return (text for _, _, text in numbered_documents(files, *args, **read))
+
+
+def numbered_documents(
     files: Sequence[str],
     on_bad_record: str = READ["on_bad_record"],
     bad: BadRecords | None = None,
     max_chars: int | None = READ["max_doc_chars"],
     text_unit: str = READ["text_unit"],
     long_docs: str = READ["long_docs"],
-) -> Iterator[str]:
-    """Yield the `text` of every good record; other fields are ignored. Blank lines are not
-    records. A corrupt or truncated `.gz` ends that file (skip) or raises (error). A document
-    over `max_chars` is a bad record (`long_docs=error`: a stray multi-MB page would stall the
-    sentence splitter and hold a worker's memory; C4 documents are rarely over 100,000
-    characters), or (`split`: books) is cut by `split_document`, each piece a document."""
+) -> Iterator[tuple[int, int, str]]:
+    """(index of its file in `files`, document number, text) of every good record; other
+    fields are ignored. Blank lines are not records. A corrupt or truncated `.gz` ends that file
+    (skip) or raises (error). A document over `max_chars` is a bad record (`long_docs=error`: a
+    stray multi-MB page would stall the sentence splitter and hold a worker's memory; C4
+    documents are rarely over 100,000 characters), or (`split`: books) is cut by
+    `split_document`, each piece a document of its own that keeps the whole one's number, so
+    that a held-out split takes whole documents (`pipeline.hold_out`)."""
     if on_bad_record not in ON_BAD_RECORD:
         raise UserError(f"data.on_bad_record={on_bad_record!r}; expected one of {ON_BAD_RECORD}")
     if text_unit not in TEXT_UNITS:
@@ -207,8 +214,8 @@ def iter_documents(
             raise BadRecordError(f"{where}; data.on_bad_record=skip skips such records")
         bad.add(where)
 
-    read = 0
-    for path in files:
+    read = number = 0
+    for index, path in enumerate(files):
         lineno = 0
         parse = _parse_text if path.endswith(TEXT_SUFFIXES) else _parse
         try:
@@ -222,7 +229,8 @@ def iter_documents(
                         reject(f"{path}:{line}:{col} {e}")
                         continue
                     read += len(texts)
-                    yield from texts
+                    yield from ((index, number, text) for text in texts)
+                    number += 1
         except (OSError, EOFError, zlib.error) as e:
             reject(f"{path}: unreadable after line {lineno}: {e}")
     if bad.count:

@@ -223,3 +223,10 @@ class NSPDataModule(PretrainDataModule):
             dupe_factor=dupe_factor,
             seed=self.seed,
         )
+
+    def data_record(self) -> dict:
+        pairing = self.examples.keywords
+        return super().data_record() | {
+            "data.short_seq_prob": pairing["short_seq_prob"],
+            "data.dupe_factor": pairing["dupe_factor"],
+        }

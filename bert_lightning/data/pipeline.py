@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from tokenizers import Tokenizer
 
-from bert_lightning.data.corpus import BadRecordError, iter_documents
+from bert_lightning.data.corpus import BadRecordError, iter_documents, numbered_documents
 from bert_lightning.data.masking import MLMCollator
 from bert_lightning.data.tokenizer import batch_encode, special_ids
 from bert_lightning.errors import UserError
@@ -36,24 +36,33 @@ def map_procs(docs: datasets.Dataset, num_proc: int | None) -> int | None:
 
 
 def text_rows(files: list[str], stamp: list | None = None, **read):
-    """Generator for `(Iterable)Dataset.from_generator`; `stamp` (`file_stamps`) only feeds the
-    cache fingerprint."""
+    """Generator for `(Iterable)Dataset.from_generator`: each document's `text`, the index of
+    its `file` and its number (`doc`, shared by the pieces of a split document: what
+    `hold_out` draws); `stamp` (`file_stamps`) only feeds the cache fingerprint."""
     ticks = Ticks(f"reading {len(files)} files")
-    for text in iter_documents(files, **read):
+    for file, doc, text in numbered_documents(files, **read):
         ticks()
-        yield {"text": text}
+        yield {"text": text, "file": file, "doc": doc}
+
+
+ROW_FEATURES = datasets.Features(
+    {
+        "text": datasets.Value("string"),
+        "file": datasets.Value("int32"),
+        "doc": datasets.Value("int64"),
+    }
+)
 
 
 def read_documents(files: list[str], read: dict, cache_dir: str | None = None) -> datasets.Dataset:
-    """The `text` of every document of `files`; `read`: the options of `iter_documents`."""
+    """Every document of `files` (`text_rows`); `read`: the options of `iter_documents`."""
     if next(iter_documents(files, **read), None) is None:
         raise UserError(f"no documents with text in {files}")
-    stamp = file_stamps(files)
     try:
         return datasets.Dataset.from_generator(
             text_rows,
-            features=datasets.Features({"text": datasets.Value("string")}),
-            gen_kwargs={"files": files, "stamp": stamp, **read},
+            features=ROW_FEATURES,
+            gen_kwargs={"files": files, "stamp": file_stamps(files), **read},
             cache_dir=cache_dir,
         )
     except datasets.exceptions.DatasetGenerationError as e:
@@ -169,15 +178,38 @@ def mlm_examples(
 def hold_out(
     docs: datasets.Dataset, val_docs: int, seed: int, source: object = "the corpus"
 ) -> tuple[datasets.Dataset, datasets.Dataset]:
-    """(training, validation) documents: `val_docs` whole documents drawn with the seed, so no
-    validation text is trained on."""
-    if len(docs) <= val_docs:
+    """(training, validation) rows of `docs` (`read_documents`'): `val_docs` whole documents
+    drawn with the seed, every piece of a split document on the side its document is, so no
+    validation text is trained on. The draw is `train_test_split`'s (a permutation of the
+    documents by `np.random.default_rng(seed)`, the first `val_docs` held out)."""
+    doc = np.asarray(docs["doc"])  # (rows,) ascending document numbers
+    n = int(doc[-1]) + 1 if len(doc) else 0
+    if n <= val_docs:
         raise UserError(
-            f"{len(docs)} documents in {source}: too few to hold out "
+            f"{n} documents in {source}: too few to hold out "
             f"data.val_docs={val_docs} for validation"
         )
-    split = docs.train_test_split(test_size=val_docs, seed=seed)
-    return split["train"], split["test"]
+    order = np.random.default_rng(seed).permutation(n)  # (n,)
+    starts = np.searchsorted(doc, np.arange(n + 1))  # (n + 1,) first row of each document
+
+    def rows(documents: np.ndarray) -> np.ndarray:  # (pieces of `documents`,) in their order
+        lengths = starts[documents + 1] - starts[documents]  # (len(documents),)
+        first = np.repeat(starts[documents] - np.cumsum(lengths) + lengths, lengths)
+        return first + np.arange(lengths.sum())
+
+    return docs.select(rows(order[val_docs:])), docs.select(rows(order[:val_docs]))
+
+
+def interleaved(docs: datasets.Dataset) -> np.ndarray:
+    """Row indices of `docs` (`read_documents`' rows, in any order) in reading order with the
+    files interleaved: the first document of each file, then the second of each, ..., as
+    `corpus.interleave_documents` reads files."""
+    pos = np.argsort(np.asarray(docs["doc"]), kind="stable")  # (rows,) reading order
+    file = np.asarray(docs["file"])[pos]  # (rows,)
+    by_file = np.argsort(file, kind="stable")  # (rows,)
+    rank = np.empty(len(file), np.int64)  # (rows,) the row's place within its file
+    rank[by_file] = np.arange(len(file)) - np.searchsorted(file[by_file], file[by_file])
+    return pos[np.lexsort((file, rank))]
 
 
 def _mask_batch(batch, indices, collator: MLMCollator, seed: int):

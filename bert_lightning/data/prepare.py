@@ -1,9 +1,10 @@
 """Tokenizing a corpus once into flat token arrays, shard by shard, in parallel processes.
 
-Each input file becomes `<name>.tokens` (uint16 token ids, uint32 from a vocab of 65,536 on) and
-`<name>.docs.npy` (the end offset of each document), under a folder named by the tokenizer's
-hash. Both are written to temporary names and renamed; `.docs.npy` last, so it marks a finished
-shard: a rerun skips finished shards and redoes a shard that crashed halfway. Training reads
+Each input file becomes `<name>.<key>.tokens` (uint16 token ids, uint32 from a vocab of 65,536
+on) and `<name>.<key>.docs.npy` (the end offset of each document), under a folder named by the
+tokenizer's hash; `<key>` fingerprints the file and how it is read (`shard_paths`). Both are
+written to temporary names and renamed; `.docs.npy` last, so it marks a finished shard: a rerun
+skips finished shards and redoes a shard that crashed halfway. Training reads
 blocks through `np.memmap`, so a process holds the index only (one offset per block), not the
 corpus. Why flat arrays and not the `datasets` Arrow cache: see `bench/data_pipeline.py`
 (half the bytes per token, and faster random block reads).
@@ -11,7 +12,6 @@ corpus. Why flat arrays and not the `datasets` Arrow cache: see `bench/data_pipe
 
 from __future__ import annotations
 
-import hashlib
 import os
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 from bert_lightning.atomic import atomic_path
 from bert_lightning.data.corpus import iter_documents
 from bert_lightning.data.pipeline import framed
+from bert_lightning.fingerprints import file_stamps, fingerprint
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -32,12 +33,15 @@ def token_dtype(vocab_size: int) -> np.dtype:
 
 def cache_folder(root: str | os.PathLike, tokenizer: Tokenizer) -> Path:
     """One folder per tokenizer: a different vocabulary never reads stale ids."""
-    digest = hashlib.sha256(tokenizer.to_str().encode()).hexdigest()[:16]
-    return Path(root) / f"tokens-{digest}"
+    return Path(root) / f"tokens-{fingerprint(tokenizer.to_str())[:16]}"
 
 
-def shard_paths(out_dir: Path, src: str) -> tuple[Path, Path]:
-    stem = Path(src).name
+def shard_paths(out_dir: Path, src: str, read: dict) -> tuple[Path, Path]:
+    """A shard's two files, named by its file's path, size and modification time and the
+    `read` options (`iter_documents`'): two files of one name, an edited file or other reading
+    options never share a shard."""
+    key = fingerprint(file_stamps([src]), sorted(read.items()))[:16]
+    stem = f"{Path(src).name}.{key}"
     return out_dir / f"{stem}.tokens", out_dir / f"{stem}.docs.npy"
 
 
@@ -50,7 +54,7 @@ def prepare_shard(src: str, out_dir: Path, tokenizer_json: str, read: dict) -> i
     """Tokenize one file into its two arrays; returns its token count."""
     tok = Tokenizer.from_str(tokenizer_json)
     dtype = token_dtype(tok.get_vocab_size())
-    tokens_path, docs_path = shard_paths(out_dir, src)
+    tokens_path, docs_path = shard_paths(out_dir, src, read)
     ends, total = [], 0
     batch: list[str] = []
 
@@ -79,12 +83,12 @@ def prepare(
     out_dir: Path,
     tokenizer: Tokenizer,
     num_proc: int,
-    read: dict | None = None,
+    read: dict,
 ) -> list[str]:
     """Tokenize every file not yet finished, `num_proc` at a time, with a progress bar."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    todo = [f for f in files if not shard_paths(out_dir, f)[1].is_file()]
-    args = (out_dir, tokenizer.to_str(), dict(read or {}))
+    todo = [f for f in files if not shard_paths(out_dir, f, read)[1].is_file()]
+    args = (out_dir, tokenizer.to_str(), dict(read))
     bar = tqdm(total=len(files), initial=len(files) - len(todo), desc="tokenizing shards")
     if num_proc > 1 and len(todo) > 1:
         with ProcessPoolExecutor(min(num_proc, len(todo))) as pool:
@@ -103,8 +107,10 @@ class TokenBlocks(Dataset):
     within a shard, each shard's tail dropped) or one truncated example per `document`.
     The memory maps open lazily, so each data loader worker opens its own."""
 
-    def __init__(self, files, out_dir, block: int, cls_id: int, sep_id: int, packing: str):
-        self.paths = [shard_paths(Path(out_dir), f) for f in files]
+    def __init__(
+        self, files, out_dir, read: dict, block: int, cls_id: int, sep_id: int, packing: str
+    ):
+        self.paths = [shard_paths(Path(out_dir), f, read) for f in files]
         self.block, self.cls_id, self.sep_id, self.packing = block, cls_id, sep_id, packing
         counts = []
         for _, docs_path in self.paths:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from dataclasses import asdict
 from functools import partial
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from bert_lightning.data.masking import MaskingConfig, MLMCollator
 from bert_lightning.data.pipeline import (
     PACKINGS,
     hold_out,
+    interleaved,
     mask_once,
     mlm_examples,
     read_documents,
@@ -164,13 +166,39 @@ class BertDataModule(L.LightningDataModule):
         stream's documents may change; `PretrainDataModule` keys its files)."""
         return None
 
-    def read_options(self) -> dict:
+    def data_record(self) -> dict:
+        """What the examples of a run depend on, each part under the config key that sets it
+        (plain values): a resumed run compares its checkpoint's record with its own and names
+        the parts that differ (training/resume.py)."""
+        return {
+            **self.source_record(),
+            **{f"data.{k}": v for k, v in self.read_settings().items()},
+            "data.tokenizer": fingerprint(self.tokenizer.to_str()) if self.tokenizer else None,
+            "data.objective": self.objective,
+            "data.max_seq_length": self.max_seq_length,
+            "data.packing": self.packing,
+            "data.masking": asdict(self.masking),
+            "data.max_eval_samples": self.max_eval_samples,
+            "data.seed": self.seed,
+        }
+
+    def source_record(self) -> dict:
+        """Where the documents come from (`data_record`'s first parts)."""
+        raise NotImplementedError
+
+    def read_settings(self) -> dict:
+        """How documents are read, by `data` key (`read_options` by `iter_documents`' names)."""
         return {
             "on_bad_record": self.on_bad_record,
-            "max_chars": self.max_doc_chars,
+            "max_doc_chars": self.max_doc_chars,
             "long_docs": self.long_docs,
             "text_unit": self.text_unit,
         }
+
+    def read_options(self) -> dict:
+        read = self.read_settings()
+        read["max_chars"] = read.pop("max_doc_chars")
+        return read
 
     def collator(self) -> MLMCollator:
         return MLMCollator.for_tokenizer(
@@ -249,6 +277,7 @@ class PretrainDataModule(BertDataModule):
         if cache_format == "tokens" and not val_files:
             raise UserError("data.cache_format=tokens needs data.val_files (no held-out split)")
         self.cache_format = cache_format
+        self._documents: tuple[datasets.Dataset, datasets.Dataset] | None = None  # documents()
         self.examples = partial(
             mlm_examples,
             packing=self.packing,
@@ -259,18 +288,48 @@ class PretrainDataModule(BertDataModule):
     def source(self):
         return self.train_files
 
+    def held_out_record(self) -> tuple | None:
+        """How validation documents are drawn from `train_files` (None: `val_files` given)."""
+        return None if self.val_files else (self.val_docs, self.seed)
+
+    def source_record(self) -> dict:
+        stamps = lambda files: [list(s) for s in file_stamps(files)] if files else None
+        return {
+            "data.train_files": stamps(self.train_files),
+            "data.val_files": stamps(self.val_files),
+            "data.val_docs": self.held_out_record(),
+            "data.cache_format": self.cache_format,
+        }
+
     def tokenizer_key(self) -> str:
         """The training files (paths, sizes, modification times: a changed file trains a new
-        tokenizer), how they are read and the tokenizer's settings."""
+        tokenizer), how they are read, the documents held out of them and the tokenizer's
+        settings."""
         cfg = self.tokenizer_cfg
         settings = (cfg.vocab_size, cfg.min_frequency, cfg.max_docs, SPECIAL_TOKENS)
         read = sorted(self.read_options().items())
-        return fingerprint(file_stamps(self.train_files), read, settings)
+        return fingerprint(file_stamps(self.train_files), read, self.held_out_record(), settings)
 
     def tokenizer_documents(self):
-        """The stream a tokenizer is trained on (its first `tokenizer.max_docs` documents): the
-        files interleaved, so that every source is in the vocabulary, not only the first."""
-        return interleave_documents(self.train_files, **self.read_options())
+        """The stream a tokenizer (or `tokenizer.extend`) learns from (its first
+        `tokenizer.max_docs` documents): the training documents, never a held-out one, the
+        files interleaved (the first document of each, then the second, ...), so that every
+        source is in the vocabulary, not only the first."""
+        if self.val_files:
+            return interleave_documents(self.train_files, **self.read_options())
+        train = self.documents()[0]
+        return (text for b in train.select(interleaved(train)).iter(1000) for text in b["text"])
+
+    def documents(self) -> tuple[datasets.Dataset, datasets.Dataset]:
+        """(training, validation) documents, read once: `train_files` and `val_files`, or
+        `val_docs` whole documents held out of `train_files`."""
+        if self._documents is None:
+            docs = self.read(self.train_files)
+            if self.val_files:
+                self._documents = docs, self.read(self.val_files)
+            else:
+                self._documents = hold_out(docs, self.val_docs, self.seed, self.train_files)
+        return self._documents
 
     def read(self, files: list[str]) -> datasets.Dataset:
         return read_documents(files, self.read_options(), self.cache_dir)
@@ -281,11 +340,7 @@ class PretrainDataModule(BertDataModule):
         if self.cache_format == "tokens":
             train_set, val_set = self.token_blocks(), self.held_out(self.val_files)
         else:
-            docs = self.read(self.train_files)
-            if self.val_files:
-                train_docs, val_docs = docs, self.read(self.val_files)
-            else:
-                train_docs, val_docs = hold_out(docs, self.val_docs, self.seed, self.train_files)
+            train_docs, val_docs = self.documents()
             train_set = self.examples(train_docs, self.tokenizer)
             if len(train_set) == 0:
                 raise UserError(f"no training examples from {self.train_files}")
@@ -301,11 +356,13 @@ class PretrainDataModule(BertDataModule):
     def token_blocks(self) -> TokenBlocks:
         """Training examples memory-mapped from flat token arrays, prepared once."""
         out = cache_folder(self.cache_dir or datasets.config.HF_DATASETS_CACHE, self.tokenizer)
-        prepare(self.train_files, out, self.tokenizer, self.num_proc or 1, self.read_options())
+        read = self.read_options()
+        prepare(self.train_files, out, self.tokenizer, self.num_proc or 1, read)
         ids = special_ids(self.tokenizer)
         return TokenBlocks(
             self.train_files,
             out,
+            read,
             self.max_seq_length - 2,
             ids["[CLS]"],
             ids["[SEP]"],

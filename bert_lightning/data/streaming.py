@@ -15,7 +15,7 @@ import datasets
 from datasets.distributed import split_dataset_by_node
 from tokenizers import Tokenizer
 
-from bert_lightning.data.corpus import resolve_files
+from bert_lightning.data.corpus import READ, resolve_files
 from bert_lightning.data.pipeline import (
     encode,
     frame_batch,
@@ -26,6 +26,7 @@ from bert_lightning.data.pipeline import (
 )
 from bert_lightning.data.pretraining import BertDataModule, world_and_rank
 from bert_lightning.errors import UserError
+from bert_lightning.fingerprints import file_stamps
 
 
 def stream_documents(
@@ -38,7 +39,7 @@ def stream_documents(
             raise UserError(f"data.data_files has no {split!r} files")
         return datasets.IterableDataset.from_generator(
             text_rows, gen_kwargs={"files": resolve_files(data_files[split]), **read}
-        )
+        ).select_columns(["text"])
     ds = datasets.load_dataset(
         path, name, split=split, data_files=data_files or None, streaming=True
     )
@@ -77,9 +78,21 @@ class StreamingDataModule(BertDataModule):
         shuffle_buffer: int,
         **kwargs,
     ):
-        for files_option in ("train_files", "val_files", "cache_format"):
-            kwargs.pop(files_option, None)  # of the files config extended; the stream replaces
+        for key in ("train_files", "val_files", "cache_format", "cache_dir"):
+            if kwargs.pop(key) is not None:  # the files config's keys, null in a stream's
+                raise UserError(
+                    f"data.{key}={kwargs.get(key)!r}: a stream caches nothing and reads "
+                    "data.path (data.path=files: the files of data.data_files.<split>); "
+                    f"leave data.{key} null"
+                )
         super().__init__(**kwargs)
+        if path != "files":  # `datasets` reads the hub's records, not our reader
+            for key, value in self.read_settings().items():
+                if value != READ[key]:
+                    raise UserError(
+                        f"data.{key}={value!r} applies to files our reader reads "
+                        f"(data.path=files), not to data.path={path}"
+                    )
         self.path, self.name = path, name
         # plain dict/list/str (Hydra passes its own containers, which `datasets` cannot read)
         self.data_files = {
@@ -91,6 +104,22 @@ class StreamingDataModule(BertDataModule):
 
     def source(self):
         return f"{self.path} split {self.train_split!r}"
+
+    def source_record(self) -> dict:
+        files = {
+            split: [list(s) for s in file_stamps(resolve_files(spec))]
+            for split, spec in self.data_files.items()
+            if self.path == "files"
+        }
+        return {
+            "data.path": self.path,
+            "data.name": self.name,
+            "data.data_files": files or self.data_files,
+            "data.train_split": self.train_split,
+            "data.val_split": self.val_split,
+            "data.val_docs": self.val_docs,
+            "data.shuffle_buffer": self.shuffle_buffer,
+        }
 
     def stream(self, split: str) -> datasets.IterableDataset:
         return stream_documents(self.path, self.name, self.data_files, split, self.read_options())
