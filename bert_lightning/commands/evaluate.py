@@ -4,18 +4,22 @@ A fine-tuned checkpoint: its task's metrics on a file in the task's format, as f
 (the task's reading, encoding, loss and metrics; `inference.task_metrics`, no Lightning), so the
 numbers are those `results.json` holds for a test file. A pretraining checkpoint
 (or a Hugging Face folder with an MLM head): MLM loss, masked-token accuracy and perplexity on
-a corpus, framed and masked once with a seed as pretraining's validation data are."""
+a corpus, read, framed (an NSP run's: paired, its loss MLM + NSP) and masked once with a seed as
+its run's validation data were."""
 
 from __future__ import annotations
 
 from dataclasses import asdict
 from functools import partial
 
+from hydra.utils import get_object
+
 from bert_lightning.atomic import write_json
 from bert_lightning.checkpoint import FINETUNING, read_checkpoint
 from bert_lightning.commands.options import add_table_arguments, table_options, task_options
 from bert_lightning.config import compose
 from bert_lightning.data.pipeline import PACKINGS
+from bert_lightning.data.pretraining import PretrainDataModule
 from bert_lightning.errors import UserError
 from bert_lightning.inference import (
     SCORE_BATCH,
@@ -46,11 +50,11 @@ def evaluate_mlm(
     pre=None,
 ) -> dict:
     """MLM loss, masked-token accuracy and perplexity of a checkpoint with an MLM head on a
-    corpus (files, folders, globs), as its pretraining run validated: length, framing, batch
-    size, seed and masking are the ones its checkpoint records (each given value overrides
-    them; a checkpoint without the record, e.g. a Hugging Face folder, takes `conf/data`'s
-    defaults), so the same files give the run's numbers. `pre`: the checkpoint at `path`,
-    read already."""
+    corpus (files, folders, globs), as its pretraining run validated: how files are read,
+    length, framing (an NSP run's pairs and loss), batch size, seed and masking are the ones
+    its checkpoint records (`validation_settings`; each given value overrides them; a
+    checkpoint without the record, e.g. a Hugging Face folder, takes `conf/data`'s defaults),
+    so the same files give the run's numbers. `pre`: the checkpoint at `path`, read already."""
     pre = pre or read_checkpoint(path)
     ran = pre.hparams.get("data") or {}
     given = {
@@ -61,6 +65,8 @@ def evaluate_mlm(
     }
     data = compose(overrides=["paths.output_dir=.", "trainer.accelerator=cpu"]).data
     settings = validation_settings(data) | ran | {k: v for k, v in given.items() if v is not None}
+    if not issubclass(get_object(settings["_target_"]), PretrainDataModule):
+        settings["_target_"] = data._target_  # a streamed run's blocks, framed from files
     if mlm_probability is not None:
         settings["masking"] = {**settings["masking"], "mlm_probability": mlm_probability}
     max_len = min(settings["max_seq_length"], pre.config.max_position_embeddings)
@@ -74,11 +80,13 @@ def evaluate_mlm(
             f"{' '.join(dm.val_files)}: too little text for one {dm.packing} example of "
             f"{max_len} tokens (--packing document frames every document, however short)"
         )
-    module = BertPretrainModule(asdict(pre.config), {}, pre.tokenizer.to_str(), objective="mlm")
+    module = BertPretrainModule(
+        asdict(pre.config), {}, pre.tokenizer.to_str(), objective=dm.objective
+    )
     load_into(module.model, mlm_state(path, pre, "evaluate"))
     metrics = evaluation_trainer(progress).validate(module, dm.val_dataloader(), verbose=False)[0]
     out = {"examples": len(dm.val_set)}
-    return out | {k.removeprefix("val/"): float(v) for k, v in metrics.items()}
+    return out | {k.removeprefix("val/"): float(v) for k, v in metrics.items() if "/" in k}
 
 
 def register(sub) -> None:

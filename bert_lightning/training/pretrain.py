@@ -41,12 +41,20 @@ from bert_lightning.training.trainer import build_trainer
 log = logging.getLogger(__name__)
 
 
+# the `data` settings a validation loss depends on: the data module that makes the examples,
+# how files are read, how examples are framed (NSP: paired) and masked, how many are scored
+VALIDATION_KEYS = (
+    "_target_",
+    *("text_unit", "max_doc_chars", "long_docs", "on_bad_record"),
+    *("max_seq_length", "packing", "short_seq_prob", "dupe_factor", "objective"),
+    *("batch_size", "seed", "masking", "max_eval_samples"),
+)
+
+
 def validation_settings(data: DictConfig) -> dict:
-    """The `data` settings a validation loss depends on (length, framing, batch size, seed,
-    masking, how long documents are read, how many examples): recorded in the checkpoint for
-    `evaluate`."""
-    framing = ("max_seq_length", "packing", "batch_size", "seed", "masking")
-    keys = [k for k in (*framing, "max_doc_chars", "long_docs", "max_eval_samples") if k in data]
+    """`data`'s VALIDATION_KEYS that it has: recorded in the checkpoint, so that `evaluate`
+    frames any files as the run framed its validation files."""
+    keys = [k for k in VALIDATION_KEYS if k in data]
     values = {k: data[k] for k in keys}  # read in place: `seed` is `${seed}` of the whole config
     return {
         k: OmegaConf.to_container(v) if OmegaConf.is_config(v) else v for k, v in values.items()
