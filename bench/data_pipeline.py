@@ -66,10 +66,10 @@ def throughput(tok, work: Path, repeats: int) -> dict:
         def run(procs=procs):
             out = work / f"tok{procs}"
             shutil.rmtree(out, ignore_errors=True)
-            prepare(files, out, tok, num_proc=procs)
+            prepare(files, out, tok, num_proc=procs, read={})
 
         t = median_time(run, repeats)
-        n_tokens = sum(int(np.load(shard_paths(work / f"tok{procs}", f)[1])[-1]) for f in files)
+        n_tokens = sum(int(np.load(shard_paths(work / f"tok{procs}", f, {})[1])[-1]) for f in files)
         res[f"tokens_{procs}proc"] = {"MB_per_s": mb / t, "tokens_per_s": n_tokens / t}
 
     def run_arrow():  # one process: datasets.map uses num_proc from 10,000 documents on
@@ -87,8 +87,8 @@ def throughput(tok, work: Path, repeats: int) -> dict:
     res["arrow_1proc"] = {"MB_per_s": mb / t, "tokens_per_s": n_tokens / t}
     # disk and random block reads
     out = work / "tok1"
-    blocks = TokenBlocks(files, out, 126, 2, 3, "packed")
-    tok_bytes = sum(shard_paths(out, f)[0].stat().st_size for f in files)
+    blocks = TokenBlocks(files, out, {}, 126, 2, 3, "packed")
+    tok_bytes = sum(shard_paths(out, f, {})[0].stat().st_size for f in files)
     dm = configured(
         "data",
         train_files=files,
@@ -141,8 +141,8 @@ def masking():
 
 def rss_child(token_dir: str, n_copies: int) -> None:
     """Run in a fresh process: a full epoch of the training loader; prints peak RSS (MB)."""
-    files = [f"copy{i}.json" for i in range(n_copies)]
-    blocks = TokenBlocks(files, Path(token_dir), 126, 2, 3, "packed")
+    files = copies(Path(token_dir))[:n_copies]
+    blocks = TokenBlocks(files, Path(token_dir), {}, 126, 2, 3, "packed")
     collate = MLMCollator(0, 4, [0, 1, 2, 3, 4], 8192, masking())
     loader = torch.utils.data.DataLoader(
         SeededExamples(blocks, 0),
@@ -173,26 +173,32 @@ def _status(key: str) -> float:
     raise KeyError(key)
 
 
+def copies(token_dir: Path) -> list[str]:
+    """The sample's 20 copies whose shards `rss` wrote into `token_dir`."""
+    return [str(token_dir.parent / f"copy{i}.json") for i in range(20)]
+
+
 def rss(tok, work: Path) -> dict:
     out = cache_folder(work / "rss", tok)
-    prepare([SAMPLE], out, tok, 1)
-    src_tokens, src_docs = shard_paths(out, SAMPLE)
-    for i in range(20):  # the corpus 20 times: 20 shards with the sample's arrays
-        dst_tokens, dst_docs = shard_paths(out, f"copy{i}.json")
+    prepare([SAMPLE], out, tok, 1, {})
+    src_tokens, src_docs = shard_paths(out, SAMPLE, {})
+    for copy in copies(out):  # the corpus 20 times: 20 shards with the sample's arrays
+        shutil.copy(SAMPLE, copy)
+        dst_tokens, dst_docs = shard_paths(out, copy, {})
         shutil.copy(src_tokens, dst_tokens)
         shutil.copy(src_docs, dst_docs)
     res = {}
-    for copies in (1, 20):
-        cmd = [sys.executable, __file__, "--rss-child", str(out), str(copies)]
+    for n in (1, 20):
+        cmd = [sys.executable, __file__, "--rss-child", str(out), str(n)]
         line = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=True).stdout
-        res[f"{copies}x"] = json.loads(line.strip().splitlines()[-1])
+        res[f"{n}x"] = json.loads(line.strip().splitlines()[-1])
     return res
 
 
 def headroom(tok, work: Path, repeats: int) -> dict:
 
     out = cache_folder(work / "rss", tok)
-    blocks = TokenBlocks([SAMPLE], out, 126, 2, 3, "packed")
+    blocks = TokenBlocks([SAMPLE], out, {}, 126, 2, 3, "packed")
     collate = MLMCollator(0, 4, [0, 1, 2, 3, 4], tok.get_vocab_size(), masking())
     loader = torch.utils.data.DataLoader(
         SeededExamples(blocks, 0),

@@ -22,9 +22,9 @@ def shards(tmp_path, n=3, docs=20):
 def test_prepared_arrays_hold_each_documents_tokens(tmp_path, tiny_tokenizer):
     files = shards(tmp_path)
     out = cache_folder(tmp_path / "cache", tiny_tokenizer)
-    prepare(files, out, tiny_tokenizer, num_proc=2)
+    prepare(files, out, tiny_tokenizer, num_proc=2, read={})
     for f in files:
-        tokens_path, docs_path = shard_paths(out, f)
+        tokens_path, docs_path = shard_paths(out, f, {})
         tokens = np.fromfile(tokens_path, dtype=np.uint16)  # vocab < 65,536: 2 bytes a token
         ends = np.load(docs_path)
         docs = list(iter_documents([f]))
@@ -32,31 +32,31 @@ def test_prepared_arrays_hold_each_documents_tokens(tmp_path, tiny_tokenizer):
         assert len(ends) == len(docs) and ends[-1] == len(tokens)
         starts = [0, *ends[:-1]]
         assert [tokens[s:e].tolist() for s, e in zip(starts, ends, strict=True)] == expected
-    blocks = TokenBlocks(files, out, block=30, cls_id=2, sep_id=3, packing="packed")
-    joined = np.concatenate([np.fromfile(shard_paths(out, f)[0], np.uint16) for f in files[:1]])
+    blocks = TokenBlocks(files, out, {}, block=30, cls_id=2, sep_id=3, packing="packed")
+    joined = np.concatenate([np.fromfile(shard_paths(out, f, {})[0], np.uint16) for f in files[:1]])
     assert blocks[0]["input_ids"] == [2, *joined[:30].tolist(), 3]
     n0 = len(joined) // 30
     assert (
         len(blocks) > n0
         and blocks[n0]["input_ids"][1:-1]
-        == np.fromfile(shard_paths(out, files[1])[0], np.uint16)[:30].tolist()
+        == np.fromfile(shard_paths(out, files[1], {})[0], np.uint16)[:30].tolist()
     )  # the second shard's first block
 
 
 def test_restart_skips_finished_shards_and_redoes_a_crashed_one(tmp_path, tiny_tokenizer):
     files = shards(tmp_path)
     out = cache_folder(tmp_path / "cache", tiny_tokenizer)
-    prepare(files, out, tiny_tokenizer, 1)
-    done = {f: os.stat(shard_paths(out, f)[1]).st_mtime_ns for f in files}
-    good = shard_paths(out, files[1])[0].read_bytes()
+    prepare(files, out, tiny_tokenizer, 1, {})
+    done = {f: os.stat(shard_paths(out, f, {})[1]).st_mtime_ns for f in files}
+    good = shard_paths(out, files[1], {})[0].read_bytes()
     # a crash halfway through shard 1: its tokens half written, no `.docs.npy` marker
-    tokens_path, docs_path = shard_paths(out, files[1])
+    tokens_path, docs_path = shard_paths(out, files[1], {})
     tokens_path.write_bytes(good[: len(good) // 2])
     docs_path.unlink()
-    prepare(files, out, tiny_tokenizer, 1)
+    prepare(files, out, tiny_tokenizer, 1, {})
     assert tokens_path.read_bytes() == good  # redone
     for f in (files[0], files[2]):  # not redone
-        assert os.stat(shard_paths(out, f)[1]).st_mtime_ns == done[f]
+        assert os.stat(shard_paths(out, f, {})[1]).st_mtime_ns == done[f]
     assert not [p for p in out.iterdir() if ".tmp" in p.name]
 
 

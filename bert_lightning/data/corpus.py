@@ -194,7 +194,7 @@ def numbered_documents(
     text_unit: str = READ["text_unit"],
     long_docs: str = READ["long_docs"],
 ) -> Iterator[tuple[int, int, str]]:
-    """(index of its file in `files`, document number, text) of every good record; other
+    """(index of its file in `files`, its number in the file, text) of every good record; other
     fields are ignored. Blank lines are not records. A corrupt or truncated `.gz` ends that file
     (skip) or raises (error). A document over `max_chars` is a bad record (`long_docs=error`: a
     stray multi-MB page would stall the sentence splitter and hold a worker's memory; C4
@@ -214,8 +214,9 @@ def numbered_documents(
             raise BadRecordError(f"{where}; data.on_bad_record=skip skips such records")
         bad.add(where)
 
-    read = number = 0
+    read = 0
     for index, path in enumerate(files):
+        number = 0
         lineno = 0
         parse = _parse_text if path.endswith(TEXT_SUFFIXES) else _parse
         try:

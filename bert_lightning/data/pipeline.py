@@ -35,14 +35,16 @@ def map_procs(docs: datasets.Dataset, num_proc: int | None) -> int | None:
     return num_proc if num_proc and len(docs) >= 10_000 else None
 
 
-def text_rows(files: list[str], stamp: list | None = None, **read):
-    """Generator for `(Iterable)Dataset.from_generator`: each document's `text`, the index of
-    its `file` and its number (`doc`, shared by the pieces of a split document: what
-    `hold_out` draws); `stamp` (`file_stamps`) only feeds the cache fingerprint."""
+def text_rows(files: list[str], index: list[int] | None = None, stamp: list | None = None, **read):
+    """Generator for `(Iterable)Dataset.from_generator`: each document's `text`, its `file`
+    (`index[i]` for `files[i]`: `datasets` hands each call a share of the lists) and its number
+    in the file (`doc`, shared by the pieces of a split document: `hold_out` draws whole ones);
+    `stamp` (`file_stamps`) only feeds the cache fingerprint."""
     ticks = Ticks(f"reading {len(files)} files")
-    for file, doc, text in numbered_documents(files, **read):
+    index = index or range(len(files))
+    for i, doc, text in numbered_documents(files, **read):
         ticks()
-        yield {"text": text, "file": file, "doc": doc}
+        yield {"text": text, "file": index[i], "doc": doc}
 
 
 ROW_FEATURES = datasets.Features(
@@ -62,7 +64,12 @@ def read_documents(files: list[str], read: dict, cache_dir: str | None = None) -
         return datasets.Dataset.from_generator(
             text_rows,
             features=ROW_FEATURES,
-            gen_kwargs={"files": files, "stamp": file_stamps(files), **read},
+            gen_kwargs={
+                "files": files,
+                "index": list(range(len(files))),
+                "stamp": file_stamps(files),
+                **read,
+            },
             cache_dir=cache_dir,
         )
     except datasets.exceptions.DatasetGenerationError as e:
@@ -175,6 +182,15 @@ def mlm_examples(
     return frame(tokenize(docs, tokenizer, num_proc), how, num_proc)
 
 
+def documents(docs: datasets.Dataset) -> np.ndarray:
+    """(rows,) each row's document, numbered 0, 1, ... in reading order (`read_documents`' rows,
+    in their order: a row's `file` and `doc` name it)."""
+    file, doc = np.asarray(docs["file"]), np.asarray(docs["doc"])  # (rows,) each
+    new = np.diff(file, prepend=-1) != 0
+    new |= np.diff(doc, prepend=-1) != 0  # (rows,) a document's first row
+    return np.cumsum(new) - 1
+
+
 def hold_out(
     docs: datasets.Dataset, val_docs: int, seed: int, source: object = "the corpus"
 ) -> tuple[datasets.Dataset, datasets.Dataset]:
@@ -182,7 +198,7 @@ def hold_out(
     drawn with the seed, every piece of a split document on the side its document is, so no
     validation text is trained on. The draw is `train_test_split`'s (a permutation of the
     documents by `np.random.default_rng(seed)`, the first `val_docs` held out)."""
-    doc = np.asarray(docs["doc"])  # (rows,) ascending document numbers
+    doc = documents(docs)  # (rows,)
     n = int(doc[-1]) + 1 if len(doc) else 0
     if n <= val_docs:
         raise UserError(
@@ -204,7 +220,7 @@ def interleaved(docs: datasets.Dataset) -> np.ndarray:
     """Row indices of `docs` (`read_documents`' rows, in any order) in reading order with the
     files interleaved: the first document of each file, then the second of each, ..., as
     `corpus.interleave_documents` reads files."""
-    pos = np.argsort(np.asarray(docs["doc"]), kind="stable")  # (rows,) reading order
+    pos = np.lexsort((np.asarray(docs["doc"]), np.asarray(docs["file"])))  # (rows,) as read
     file = np.asarray(docs["file"])[pos]  # (rows,)
     by_file = np.argsort(file, kind="stable")  # (rows,)
     rank = np.empty(len(file), np.int64)  # (rows,) the row's place within its file

@@ -297,7 +297,7 @@ class PretrainDataModule(BertDataModule):
         return {
             "data.train_files": stamps(self.train_files),
             "data.val_files": stamps(self.val_files),
-            "data.val_docs": self.held_out_record(),
+            "data.val_docs": None if self.val_files else self.val_docs,
             "data.cache_format": self.cache_format,
         }
 

@@ -79,13 +79,14 @@ class StreamingDataModule(BertDataModule):
         **kwargs,
     ):
         for key in ("train_files", "val_files", "cache_format", "cache_dir"):
-            if kwargs.pop(key) is not None:  # the files config's keys, null in a stream's
+            value = kwargs.pop(key)  # the files config's keys, null in a stream's
+            if value is not None:
                 raise UserError(
-                    f"data.{key}={kwargs.get(key)!r}: a stream caches nothing and reads "
+                    f"data.{key}={value!r}: a stream caches nothing and reads "
                     "data.path (data.path=files: the files of data.data_files.<split>); "
                     f"leave data.{key} null"
                 )
-        super().__init__(**kwargs)
+        super().__init__(cache_dir=None, **kwargs)
         if path != "files":  # `datasets` reads the hub's records, not our reader
             for key, value in self.read_settings().items():
                 if value != READ[key]:

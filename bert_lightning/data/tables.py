@@ -82,11 +82,20 @@ def _open_bytes(path: Path) -> Iterator[io.BufferedIOBase]:
             yield stack.enter_context(_UNPACK.get(path.suffix.lower(), open)(path, "rb"))
 
 
+def _decoding(encoding: str) -> str:
+    """UTF-8 read as `utf-8-sig`: a byte order mark goes before any parsing (after it, a quoted
+    first cell would keep its quotes, a header its first name)."""
+    return "utf-8-sig" if codecs.lookup(encoding).name == "utf-8" else encoding
+
+
 @contextmanager
 def _open_text(path: Path, encoding: str) -> Iterator[io.TextIOWrapper]:
     """Text with its line ends as they are (a CRLF in a quoted cell is the cell's): what the csv
     module reads."""
-    with _open_bytes(path) as raw, io.TextIOWrapper(raw, encoding=encoding, newline="") as f:
+    with (
+        _open_bytes(path) as raw,
+        io.TextIOWrapper(raw, encoding=_decoding(encoding), newline="") as f,
+    ):
         yield f
 
 
@@ -121,7 +130,7 @@ def _read_delimited(path: Path, fmt: str, encoding: str, header: bool, names) ->
     """CSV/TSV with the csv module, every row checked: as many fields as `names` or the first row,
     else an error naming the line the row starts on (pandas pads a short row with empty cells,
     takes a long first row's extra field for an index so that every column shifts, and counts
-    rows, not lines). Blank lines are skipped; a UTF-8 byte order mark is dropped."""
+    rows, not lines). Blank lines are skipped."""
     csv.field_size_limit(2**31 - 1)  # a long document in one cell: the default cap is 128 KiB
     quoting = csv.QUOTE_MINIMAL if fmt == "csv" else csv.QUOTE_NONE
     width = len(names) if names else None
@@ -134,8 +143,6 @@ def _read_delimited(path: Path, fmt: str, encoding: str, header: bool, names) ->
         try:
             for row in reader:
                 if row and (row[0].strip() or len(row) > 1 or row == [""]):  # "" is a quoted cell
-                    if not rows and row[0].startswith("\ufeff"):
-                        row[0] = row[0][1:]
                     width = width or len(row)
                     if len(row) != width:
                         raise DataError(
@@ -160,14 +167,15 @@ TABLE = group_defaults("task", "_table")  # how a task reads its files (conf/tas
 def read_table(
     path, fmt=None, encoding=TABLE["encoding"], header=TABLE["header"], names=None
 ) -> pd.DataFrame:
-    """Cells of CSV/TSV are read as strings (no NA guessing), so every conversion is ours."""
+    """Cells of CSV/TSV are read as strings (no NA guessing), of JSON lines as JSON gave them
+    (an integer stays one in a column with a float or a null), so every conversion is ours."""
     path = data_file(path)
     fmt = table_format(path, fmt)
     try:
         if fmt in ("csv", "tsv"):
             df = _read_delimited(path, fmt, encoding, header, names)
         elif fmt == "jsonl":
-            df = pd.DataFrame.from_records(read_jsonl(path, encoding))
+            df = pd.DataFrame(read_jsonl(path, encoding), dtype=object)
         else:
             df = pd.read_parquet(path)
     except UserError:  # already names the file (and line)
@@ -232,15 +240,46 @@ def read_jsonl(path: Path, encoding: str) -> list[dict]:
 
 
 def write_table(df: pd.DataFrame, path: Path) -> None:
-    """CSV, TSV, JSONL or Parquet by extension, through a temporary name."""
+    """CSV, TSV, JSONL or Parquet by extension, through a temporary name; `read_table` reads
+    each back cell for cell. TSV is written as it is read, without quoting: a cell with a tab
+    or a line break is refused. JSON numbers keep every digit (pandas' keep 10)."""
     fmt = table_format(path)
     with atomic_path(path) as tmp:
-        if fmt == "jsonl":
-            df.to_json(tmp, orient="records", lines=True, force_ascii=False)
-        elif fmt == "parquet":
+        if fmt == "parquet":
             df.to_parquet(tmp, index=False)
+        elif fmt == "csv":
+            df.to_csv(tmp, index=False)
         else:
-            df.to_csv(tmp, index=False, sep="," if fmt == "csv" else "\t")
+            with open(tmp, "w", encoding="utf-8", newline="") as f:
+                f.writelines(_jsonl_lines(df) if fmt == "jsonl" else _tsv_lines(df, path))
+
+
+def _cells(df: pd.DataFrame) -> Iterator[tuple[int, list]]:
+    """(row number from 1, its cells, a missing one None)."""
+    for i, row in enumerate(df.itertuples(index=False, name=None), 1):
+        yield i, [None if _missing(v) else v for v in row]
+
+
+def _jsonl_lines(df: pd.DataFrame) -> Iterator[str]:
+    names = [str(c) for c in df.columns]
+    for _, cells in _cells(df):
+        yield json.dumps(dict(zip(names, cells, strict=True)), ensure_ascii=False, default=str)
+        yield "\n"
+
+
+def _tsv_lines(df: pd.DataFrame, path: Path) -> Iterator[str]:
+    names = [str(c) for c in df.columns]
+    for i, cells in _cells(df):
+        if i == 1:
+            yield "\t".join(names) + "\n"
+        text = ["" if v is None else str(v) for v in cells]
+        for name, cell in zip(names, text, strict=True):
+            if re.search(r"[\t\n\r]", cell):
+                raise DataError(
+                    f"{path}: row {i}, column {name!r}: a tab or line break, which TSV cannot "
+                    "hold; write .csv, .jsonl or .parquet"
+                )
+        yield "\t".join(text) + "\n"
 
 
 def column(df: pd.DataFrame, name: str, path) -> list:
@@ -284,18 +323,27 @@ def float_values(values: list, path, name: str) -> list[float]:
     return out
 
 
-def label_values(values: list, labels: list[str], path, name: str, where="row") -> list[int]:
-    index = {str(l): i for i, l in enumerate(labels)}
+def label_strings(values: list, path, name: str, where="row", labels=None) -> list[str]:
+    """Each cell as the label it names, without surrounding spaces; a missing or blank one is a
+    bad row, never a class; with `labels`, one outside them too (the first bad row named)."""
     out = []
     for i, v in enumerate(values):
-        key = str(v)
-        if key not in index:
+        key = "" if _missing(v) else str(v).strip()
+        if not key:
+            raise DataError(f"{path}: {where} {i + 1}, column {name!r}: missing label")
+        if labels is not None and key not in labels:
             raise DataError(
                 f"{path}: {where} {i + 1}, column {name!r}: label {v!r} is not in the label "
-                f"set {list(index)}"
+                f"set {labels}"
             )
-        out.append(index[key])
+        out.append(key)
     return out
+
+
+def label_values(values: list, labels: list[str], path, name: str, where="row") -> list[int]:
+    """Each cell's index in `labels` (`label_strings`)."""
+    index = {str(l): i for i, l in enumerate(labels)}
+    return [index[k] for k in label_strings(values, path, name, where, list(index))]
 
 
 def read_conll(path, token_column: int = 0, tag_column: int = -1):
@@ -307,7 +355,7 @@ def read_conll(path, token_column: int = 0, tag_column: int = -1):
     words, tags, lines = [], [], []
     cur = ([], [], [])
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:
             for n, line in enumerate(f, 1):
                 fields = line.rstrip("\n").split("\t") if "\t" in line else line.split()
                 if not line.strip() or fields[0] == "-DOCSTART-":

@@ -1,0 +1,249 @@
+"""Issue #53's reproductions for the pretraining data, kept so they stay fixed: the tokens cache
+keyed by file and reading options (rows 1, 2), whole documents held out before a long one is
+cut into pieces and nothing fitted on a held-out one (row 3), a stream refusing the files
+options it would ignore (row 9); and each data cache missed when any of its inputs changes."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from bert_lightning.config import compose
+from bert_lightning.data import pipeline
+from bert_lightning.data.prepare import cache_folder
+from bert_lightning.data.tokenizer import train_wordpiece
+from bert_lightning.errors import UserError
+from bert_lightning.training.instantiate import instantiate
+from helpers import data_module, write_corpus
+
+TOKENIZER = {"vocab_size": 300, "min_frequency": 1, "max_docs": None}
+
+
+def lines(path, texts):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    return str(path)
+
+
+def book(i: int, pieces: int = 5, chars: int = 300) -> str:
+    """A document of `pieces` paragraphs just under `chars` characters, each naming its book."""
+    para = (f"book{i} " * chars)[: chars - 10].strip()
+    return "\n\n".join([para] * pieces)
+
+
+def tokens_module(tmp_path, train, tok, **values):
+    val = str(write_corpus(tmp_path / "val.jsonl", 5))
+    kw = dict(val_files=val, max_seq_length=32, cache_format="tokens", given_tokenizer=tok)
+    return data_module(
+        "corpus", train_files=train, cache_dir=str(tmp_path / "cache"), **kw | values
+    )
+
+
+def blocks_of(dm) -> list[list[int]]:
+    dm.setup()
+    return [dm.train_set[i]["input_ids"] for i in range(len(dm.train_set))]
+
+
+def test_row1_two_files_of_one_name_and_an_edited_file_are_tokenized_apart(
+    tmp_path, tiny_tokenizer
+):
+    a = write_corpus(tmp_path / "a" / "train.jsonl", 30)
+    b = lines(tmp_path / "b" / "train.jsonl", [f"other text number {i} " * 20 for i in range(30)])
+    both = blocks_of(tokens_module(tmp_path, [str(a), b], tiny_tokenizer))
+    only_a = blocks_of(tokens_module(tmp_path / "fresh_a", [str(a)], tiny_tokenizer))
+    only_b = blocks_of(tokens_module(tmp_path / "fresh_b", [b], tiny_tokenizer))
+    assert both == only_a + only_b  # b's own tokens follow a's, not a's again
+    lines(tmp_path / "b" / "train.jsonl", ["edited " * 40] * 30)  # the same file, edited
+    again = blocks_of(tokens_module(tmp_path, [b], tiny_tokenizer))
+    assert again == blocks_of(tokens_module(tmp_path / "fresh_edit", [b], tiny_tokenizer))
+    assert again != only_b
+
+
+@pytest.mark.parametrize(
+    "first, second",
+    [
+        ({"max_doc_chars": 100_000}, {"max_doc_chars": 300}),
+        ({"max_doc_chars": 300, "long_docs": "error", "on_bad_record": "skip"}, {}),
+        ({"text_unit": "block"}, {"text_unit": "line"}),
+    ],
+)
+def test_row2_the_tokens_cache_is_keyed_by_how_files_are_read(
+    tmp_path, tiny_tokenizer, first, second
+):
+    docs = [book(i) for i in range(20)]
+    corpus = lines(tmp_path / "books.jsonl", docs)
+    text = tmp_path / "books.txt"
+    text.write_text("\n\n".join(d.replace("\n\n", "\n") for d in docs) + "\n")
+    train = str(text) if "text_unit" in first else corpus
+    split = {"long_docs": "split", "max_doc_chars": 100_000, "packing": "document"}
+    tokens_module(tmp_path, train, tiny_tokenizer, **split | first).setup()
+    cached = blocks_of(tokens_module(tmp_path, train, tiny_tokenizer, **split | second))
+    fresh = blocks_of(tokens_module(tmp_path / "fresh", train, tiny_tokenizer, **split | second))
+    assert cached == fresh
+
+
+def test_row3_a_held_out_book_has_no_piece_in_training_nor_in_the_tokenizer(tmp_path):
+    corpus = lines(tmp_path / "books.jsonl", [book(i) for i in range(20)])
+    dm = data_module(
+        "corpus",
+        train_files=corpus,
+        val_docs=5,
+        max_doc_chars=300,  # each book: 5 pieces
+        cache_dir=str(tmp_path / "cache"),
+        tokenizer=TOKENIZER,
+    )
+    docs = pipeline.read_documents(dm.train_files, dm.read_options(), dm.cache_dir)
+    train, val = pipeline.hold_out(docs, dm.val_docs, dm.seed)
+    assert (len(train), len(val)) == (75, 25)
+    named = lambda texts: {t.split()[0] for t in texts}
+    held = named(val["text"])
+    assert len(held) == 5 and not held & named(train["text"])
+    assert not held & named(dm.tokenizer_documents())  # what the tokenizer is trained on
+
+
+def test_row3_the_draw_is_train_test_splits_when_no_document_is_cut(tmp_path):
+    """The default run's validation documents stay those of `train_test_split`."""
+    corpus = write_corpus(tmp_path / "c.jsonl", 40)
+    dm = data_module("corpus", train_files=str(corpus), val_docs=5, cache_dir=str(tmp_path))
+    train, val = dm.documents()
+    split = dm.read(dm.train_files).train_test_split(test_size=5, seed=dm.seed)
+    assert list(train["text"]) == list(split["train"]["text"])
+    assert list(val["text"]) == list(split["test"]["text"])
+
+
+def test_the_tokenizer_reads_the_training_files_interleaved(tmp_path):
+    """With documents held out, the tokenizer's stream is still the files in turn (the
+    first document of each, then the second, ...), less the held-out ones."""
+    a = lines(tmp_path / "a.jsonl", [f"alpha{i} text" for i in range(6)])
+    b = lines(tmp_path / "b.jsonl", [f"beta{i} text" for i in range(3)])
+    dm = data_module("corpus", train_files=[a, b], val_docs=2, cache_dir=str(tmp_path))
+    held = set(dm.documents()[1]["text"])
+    order = ["alpha0", "beta0", "alpha1", "beta1", "alpha2", "beta2", "alpha3", "alpha4"]
+    expected = [f"{w} text" for w in [*order, "alpha5"] if f"{w} text" not in held]
+    assert list(dm.tokenizer_documents()) == expected
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        "data.train_files=c.jsonl",
+        "data.val_files=c.jsonl",
+        "data.cache_format=tokens",
+        "data.cache_dir=cache",
+        "data.long_docs=split",
+        "data.text_unit=line",
+    ],
+)
+def test_row9_a_stream_refuses_the_options_it_would_ignore(override):
+    cfg = compose(overrides=["data=c4_hub", override])
+    key, value = override.split("=")
+    with pytest.raises(UserError, match=f"^{key}='?{value}'?"):
+        instantiate(cfg.data, "data", out_dir=None, given_tokenizer=None)
+
+
+def test_row9_a_stream_of_files_reads_them_with_our_reader(tmp_path, tiny_tokenizer):
+    train = write_corpus(tmp_path / "t.jsonl", 30)
+    cfg = compose(
+        overrides=[
+            "data=c4_hub",
+            "data.path=files",
+            "data.name=null",
+            f"+data.data_files.train={train}",
+            f"+data.data_files.validation={train}",
+            "data.text_unit=line",  # our reader's option: taken
+            "data.max_seq_length=32",
+        ]
+    )
+    dm = instantiate(cfg.data, "data", out_dir=None, given_tokenizer=tiny_tokenizer)
+    dm.setup()
+    assert len(dm.val_set) > 0 and dm.data_record()["data.text_unit"] == "line"
+
+
+def stamp_changes(path):
+    """A change of one character, and of its modification time (the size stays)."""
+
+    def edit():
+        text = path.read_text()
+        path.write_text(text.replace("o", "0", 1))
+        os.utime(path, ns=(1, os.stat(path).st_mtime_ns + 10**9))
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "file",
+        "on_bad_record",
+        "max_doc_chars",
+        "long_docs",
+        "text_unit",
+        "val_docs",
+        "seed",
+        "vocab_size",
+        "min_frequency",
+        "max_docs",
+    ],
+)
+def test_the_tokenizer_cache_misses_when_any_input_changes(tmp_path, change):
+    corpus = write_corpus(tmp_path / "c.jsonl", 40)
+    base = dict(train_files=str(corpus), cache_dir=str(tmp_path / "cache"), tokenizer=TOKENIZER)
+    key = data_module("corpus", **base).tokenizer_key()
+    assert data_module("corpus", **base).tokenizer_key() == key  # the same inputs: a hit
+    changed = {
+        "on_bad_record": {"on_bad_record": "skip"},
+        "max_doc_chars": {"max_doc_chars": 5000},
+        "long_docs": {"long_docs": "error"},
+        "text_unit": {"text_unit": "line"},
+        "val_docs": {"val_docs": 7},
+        "seed": {"seed": 1},
+        "vocab_size": {"tokenizer": TOKENIZER | {"vocab_size": 280}},
+        "min_frequency": {"tokenizer": TOKENIZER | {"min_frequency": 2}},
+        "max_docs": {"tokenizer": TOKENIZER | {"max_docs": 30}},
+    }
+    if change == "file":
+        stamp_changes(corpus)()
+    assert data_module("corpus", **base | changed.get(change, {})).tokenizer_key() != key
+
+
+def test_the_tokens_cache_misses_for_another_tokenizer(tmp_path, tiny_tokenizer):
+    docs = [f"text {i} " * 30 for i in range(30)]
+    other = train_wordpiece(lambda: iter(docs), vocab_size=300)
+    assert cache_folder(tmp_path, other) != cache_folder(tmp_path, tiny_tokenizer)
+    corpus = lines(tmp_path / "c.jsonl", docs)
+    mine = blocks_of(tokens_module(tmp_path, corpus, tiny_tokenizer))
+    theirs = blocks_of(tokens_module(tmp_path, corpus, other))
+    assert theirs == blocks_of(tokens_module(tmp_path / "fresh", corpus, other)) != mine
+
+
+@pytest.mark.parametrize("change", ["file", "max_doc_chars", "long_docs", "text_unit"])
+def test_the_arrow_documents_cache_misses_when_any_input_changes(tmp_path, change):
+    corpus = tmp_path / "books.txt"  # a book a block, a paragraph a line
+    corpus.write_text("\n\n".join(book(i, 1 + i % 3).replace("\n\n", "\n") for i in range(9)))
+    base = dict(
+        train_files=str(corpus), cache_dir=str(tmp_path / "c"), val_docs=2, long_docs="split"
+    )
+    before = data_module("corpus", **base).documents()[0]
+    changed = {
+        "max_doc_chars": {"max_doc_chars": 300},
+        "long_docs": {"long_docs": "error", "on_bad_record": "skip", "max_doc_chars": 500},
+        "text_unit": {"text_unit": "line"},
+    }.get(change, {})
+    if change == "file":
+        stamp_changes(corpus)()
+    cached = data_module("corpus", **base | changed).documents()[0]
+    fresh = data_module("corpus", **base | changed | {"cache_dir": str(tmp_path / "fresh")})
+    assert list(cached["text"]) == list(fresh.documents()[0]["text"]) != list(before["text"])
+
+
+def test_the_data_record_names_each_part_a_run_depends_on(tmp_path, tiny_tokenizer):
+    corpus = write_corpus(tmp_path / "c.jsonl", 40)
+    dm = data_module("corpus", train_files=str(corpus), given_tokenizer=tiny_tokenizer)
+    dm.build_tokenizer()
+    record = dm.data_record()
+    assert json.loads(json.dumps(record)) == record  # plain values, stored as they are
+    ((path, size, mtime),) = record["data.train_files"]
+    assert (path, size) == (str(corpus.resolve()), corpus.stat().st_size)
+    assert record["data.val_docs"] == 50 and record["data.seed"] == dm.seed
+    assert record["data.long_docs"] == "split" and np.isfinite(mtime)
