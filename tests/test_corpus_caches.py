@@ -20,7 +20,11 @@ def tokenizer_of(corpus, cache, caplog, **tokenizer):
     """(the trained or cached tokenizer of `corpus`, what the data module logged for it)"""
     caplog.clear()
     dm = data_module(
-        "corpus", train_files=str(corpus), cache_dir=str(cache), tokenizer=TOKENIZER | tokenizer
+        "corpus",
+        train_files=str(corpus),
+        cache_dir=str(cache),
+        val_docs=5,
+        tokenizer=TOKENIZER | tokenizer,
     )
     with caplog.at_level(logging.INFO):
         tok = dm.build_tokenizer()
@@ -59,7 +63,7 @@ def test_a_second_run_reuses_the_tokenizer_and_lines_show_the_progress(
 
     first = run("first")
     assert "trained a WordPiece vocabulary" in first
-    for line in ("tokenizer, pass 1 of 2: 1 of", "tokenizer, pass 2 of 2: 1 of 60 documents"):
+    for line in ("tokenizer, pass 1 of 2: 1 of", "tokenizer, pass 2 of 2: 1 of 50 documents"):
         assert line in first
     assert "reading 1 files: " in first and "tokenizing: " in first and "framing: " in first
     assert "validating on 3 of " in first
