@@ -7,6 +7,7 @@ found here, once, as a `UserError` naming the file."""
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import zipfile
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
-from tokenizers import Tokenizer
+from tokenizers import Tokenizer, normalizers
 
 from bert_lightning.atomic import atomic_path, write_text  # noqa: F401  (re-exported)
 from bert_lightning.data.tokenizer import load_tokenizer
@@ -156,24 +157,59 @@ def read_hf_weights(folder: Path) -> dict[str, torch.Tensor]:
     raise MissingFileError(f"{folder}: neither model.safetensors nor pytorch_model.bin")
 
 
+BERT_TOKENIZERS = (None, "BertTokenizer", "BertTokenizerFast")  # tokenizer_class values
+
+
+def as_transformers_reads(folder: Path, tokenizer: Tokenizer) -> Tokenizer:
+    """`tokenizer` with the normalizer `transformers` gives a BERT tokenizer of `folder`: built
+    from tokenizer_config.json (`do_lower_case`, `strip_accents`, `tokenize_chinese_chars`,
+    with its defaults for a missing key), whatever tokenizer.json holds; a folder without that
+    file, or of another tokenizer class, keeps its tokenizer's own."""
+    path = folder / "tokenizer_config.json"
+    if not path.is_file():
+        return tokenizer
+    settings = json.loads(path.read_text())
+    if settings.get("tokenizer_class") not in BERT_TOKENIZERS:
+        return tokenizer
+    tokenizer.normalizer = normalizers.BertNormalizer(
+        clean_text=True,
+        handle_chinese_chars=settings.get("tokenize_chinese_chars", True),
+        strip_accents=settings.get("strip_accents"),
+        lowercase=settings.get("do_lower_case", True),
+    )
+    return tokenizer
+
+
+def check_tied(folder: Path, weights: dict[str, torch.Tensor]) -> None:
+    """Our MLM decoder is the word embeddings: a folder whose decoder is a matrix of its own
+    (`tie_word_embeddings: false`) would load into another function."""
+    decoder = weights.get(DECODER)
+    embeddings = weights.get(WORD_EMBEDDINGS, weights.get(WORD_EMBEDDINGS.removeprefix("bert.")))
+    if decoder is not None and embeddings is not None and not torch.equal(decoder, embeddings):
+        raise UserError(
+            f"{folder}: {DECODER} differs from {WORD_EMBEDDINGS} (an untied decoder); this "
+            "BERT ties them, so the MLM head would compute another function"
+        )
+
+
 def load_hf_folder(folder: str | Path) -> Checkpoint:
-    """A Hugging Face BERT folder: config.json, weights, tokenizer.json or vocab.txt."""
+    """A Hugging Face BERT folder: config.json, weights, tokenizer.json or vocab.txt (with
+    tokenizer_config.json's settings, as `transformers` reads them)."""
     folder = Path(folder)
     if not (folder / "config.json").is_file():
         raise MissingFileError(f"{folder}: no config.json (not a Hugging Face model folder)")
     for name in ("tokenizer.json", "vocab.txt"):
         if (folder / name).is_file():
-            tokenizer = load_tokenizer(folder / name)
+            tokenizer = as_transformers_reads(folder, load_tokenizer(folder / name))
             break
     else:
         raise MissingFileError(f"{folder}: neither tokenizer.json nor vocab.txt")
     config = config_from_hf(folder / "config.json")
     check_vocab(folder, config.vocab_size, tokenizer)
+    weights = read_hf_weights(folder)
+    check_tied(folder, weights)
     return Checkpoint(
-        config,
-        hf_to_ours(read_hf_weights(folder)),
-        tokenizer,
-        source=f"Hugging Face folder {folder}",
+        config, hf_to_ours(weights), tokenizer, source=f"Hugging Face folder {folder}"
     )
 
 
@@ -311,7 +347,9 @@ def write_finetuned(path: str | Path, like: str | Path, ckpt: Checkpoint, record
     write_model(path, raw["hyper_parameters"], state, raw["tokenizer"], **kept, **record)
 
 
-VOCAB_ROWS = ("bert.embeddings.word_embeddings.weight", "cls.predictions.bias")  # one row an id
+WORD_EMBEDDINGS = "bert.embeddings.word_embeddings.weight"
+DECODER = "cls.predictions.decoder.weight"  # tied: the word embeddings, in our .ckpt files too
+VOCAB_ROWS = (WORD_EMBEDDINGS, "cls.predictions.bias")  # one row an id
 
 
 def padded_vocab(n: int) -> int:
@@ -322,7 +360,7 @@ def padded_vocab(n: int) -> int:
 def with_new_words(ckpt: Checkpoint, tok: Tokenizer, pieces: dict[str, list[int]]) -> Checkpoint:
     """`ckpt` for `tok`, its tokenizer with new words (`extend_wordpiece`): each new word's
     embedding row and MLM bias the mean of its pieces', the vocabulary padded to a multiple of
-    64 with the mean row (ids no text has)."""
+    64 with the mean row (ids no text has); the tied decoder a `.ckpt` holds, the same rows."""
     size = max(padded_vocab(tok.get_vocab_size()), ckpt.config.vocab_size)
     ids = [tok.token_to_id(w) for w in pieces]
     state = dict(ckpt.state_dict)
@@ -335,6 +373,8 @@ def with_new_words(ckpt: Checkpoint, tok: Tokenizer, pieces: dict[str, list[int]
         if ids:
             rows[ids] = torch.stack([old[p].mean(0) for p in pieces.values()])  # (N, ...)
         state[key] = rows
+    if DECODER in state:
+        state[DECODER] = state[WORD_EMBEDDINGS]
     config = replace(ckpt.config, vocab_size=size)
     source = f"{ckpt.source} with {len(ids)} new words"
     return replace(ckpt, config=config, state_dict=state, tokenizer=tok, source=source)

@@ -34,10 +34,12 @@ from bert_lightning.tasks.base import Task, inputs, truncating
 from bert_lightning.tasks.kinds import make_task, stored_task
 
 FINETUNE = OmegaConf.load(CONFIG_DIR / "finetune.yaml")  # what a fine-tuning run evaluates with
-EMBED_LENGTH = 128  # what `embed` and /embed truncate to by default
+EMBED_LENGTH = 128  # what `embed` and /embed truncate a checkpoint's texts to by default
 SCORE_BATCH = FINETUNE.eval_batch_size  # rows per forward pass of `score`, as a run evaluates
 EMBED_BATCH = 32  # rows per forward pass of the other uses
-EMBED_POOLING = "cls"  # what `embed` and /embed pool by default: the pooled [CLS], as BERT
+# what `embed` and /embed pool a checkpoint's texts by default: the pooled [CLS], as BERT (an
+# ONNX export pools as it was exported)
+EMBED_POOLING = "cls"
 MLM_HEAD = "cls.predictions.transform.dense.weight"
 # what a fine-tuned checkpoint that stores no max_seq_length is truncated to: the shipped one
 DEFAULT_MAX_SEQ_LENGTH = FINETUNE.max_seq_length
@@ -86,8 +88,12 @@ def load_finetuned(path, use: str = "score", pre: Checkpoint | None = None) -> F
     task = stored_task(pre.hparams["task"], str(path))
     model = task.build_model(pre.config)
     load_into(model, pre.state_dict)
-    length = pre.hparams.get("max_seq_length") or DEFAULT_MAX_SEQ_LENGTH
-    return Finetuned(model.eval(), task, pre.tokenizer.to_str(), length)
+    return Finetuned(model.eval(), task, pre.tokenizer.to_str(), fine_tuned_length(pre))
+
+
+def fine_tuned_length(pre: Checkpoint) -> int:
+    """The length a fine-tuned checkpoint's texts are truncated to: what it was fine-tuned on."""
+    return pre.hparams.get("max_seq_length") or DEFAULT_MAX_SEQ_LENGTH
 
 
 def check_mlm_head(path, pre: Checkpoint, use: str = "fill-mask") -> None:
@@ -120,11 +126,12 @@ def mlm_state(path, pre: Checkpoint, use: str = "fill-mask") -> dict[str, torch.
 
 
 def load_embedder(
-    path, max_seq_length: int = EMBED_LENGTH, pre: Checkpoint | None = None
+    path, max_seq_length: int | None = None, pre: Checkpoint | None = None
 ) -> tuple[BertModel, Tokenizer]:
-    """(bare encoder in eval mode, its tokenizer truncating to `max_seq_length`, or to the
-    positions the model has if fewer) of any checkpoint, or the embedding model of a folder
-    `export-onnx` wrote (truncating to its length if shorter): what `embed_texts` runs."""
+    """(bare encoder in eval mode, its tokenizer truncating to `max_seq_length` (None:
+    `EMBED_LENGTH`), or to the positions the model has if fewer) of any checkpoint, or the
+    embedding model of a folder `export-onnx` wrote, truncating to its length (None) or a
+    shorter one: what `embed_texts` runs. A longer one than the export's is refused, not cut."""
     if pre is None and is_exported(path):
         model, spec, tokenizer_json = load_exported(path)
         if spec["use"] != "embed":
@@ -132,10 +139,15 @@ def load_embedder(
                 f"{path}: an exported fine-tuned model; embedding needs an exported embedding "
                 "model (export-onnx of a pretrained checkpoint or Hugging Face folder)"
             )
-        n = min(max_seq_length, spec["max_seq_length"])
-        return model, truncating(Tokenizer.from_str(tokenizer_json), n)
+        n = spec["max_seq_length"]
+        if (max_seq_length or n) > n:
+            raise UserError(
+                f"{path}: exported to truncate at {n}; --max-seq-length {max_seq_length} needs "
+                f"an export with --max-seq-length {max_seq_length}"
+            )
+        return model, truncating(Tokenizer.from_str(tokenizer_json), max_seq_length or n)
     pre = pre or read_checkpoint(path)
-    n = min(max_seq_length, pre.config.max_position_embeddings)
+    n = min(max_seq_length or EMBED_LENGTH, pre.config.max_position_embeddings)
     return encoder_from(pre), truncating(pre.tokenizer, n)
 
 
@@ -257,22 +269,33 @@ def table_metrics(
     return out | {k: float(v) for k, v in task.compute(metrics).items()}
 
 
+def pooling_of(model: torch.nn.Module, pooling: str | None) -> str:
+    """The pooling `embed_texts` applies: an export's own (its `onnx.json` says it; another one
+    asked is refused), else the one asked, else `EMBED_POOLING`."""
+    if not isinstance(model, OrtModel):
+        return pooling or EMBED_POOLING
+    exported = model.spec["pooling"]
+    if pooling not in (None, exported):
+        raise UserError(
+            f"{model.folder}: exported with pooling {exported}; "
+            f"pooling {pooling} needs an export with --pooling {pooling}"
+        )
+    return exported
+
+
 @torch.inference_mode()
 def embed_texts(
     model: BertModel,
     tok: Tokenizer,
     texts: list[str],
-    pooling=EMBED_POOLING,
+    pooling: str | None = None,
     batch_size=EMBED_BATCH,
     progress=False,
 ) -> torch.Tensor:
-    """(N, H) one vector per text, pooled by `POOLINGS` ((N, 4H) for last4), on the CPU."""
+    """(N, H) one vector per text, pooled by `POOLINGS` ((N, 4H) for last4), on the CPU;
+    `pooling` None: `pooling_of`'s default."""
     exported = isinstance(model, OrtModel)
-    if exported and pooling != model.spec["pooling"]:
-        raise UserError(
-            f"{model.folder}: exported with pooling {model.spec['pooling']}; "
-            f"pooling {pooling} needs an export with --pooling {pooling}"
-        )
+    pooling = pooling_of(model, pooling)
 
     def embed(b: dict) -> torch.Tensor:
         mask = b["attention_mask"]  # (B, T)

@@ -142,9 +142,12 @@ def hf_config(
     labels: list[str] | None = None,
     problem_type: str | None = None,
     num_labels: int | None = None,
+    target_scale: tuple[float, float] | None = None,
 ) -> dict:
     """`config.json` with `transformers.BertConfig` fields. Pre-LN blocks have no HF BERT
-    equivalent: refused rather than exported into a model that would compute something else."""
+    equivalent: refused rather than exported into a model that would compute something else.
+    `target_scale`: a regression head's (mean, std), recorded as folded into its weights (so
+    that no reader applies it again)."""
     if config.pre_layer_norm:
         raise UserError(
             "model.pre_layer_norm=true: Hugging Face BERT has post-LN blocks only, so a pre-LN "
@@ -171,7 +174,36 @@ def hf_config(
         out["label2id"] = {str(n): i for i, n in enumerate(names)}
         if problem_type:
             out["problem_type"] = problem_type
+    if target_scale is not None:
+        mean, std = target_scale
+        out["target_scale"] = {"mean": mean, "std": std, "folded_into_classifier": True}
     return out
+
+
+# what a Hugging Face folder's config.json says of its head: kept when it is exported again
+HEAD_FIELDS = ("id2label", "label2id", "problem_type", "target_scale")
+
+
+def hf_folder_head(folder: str | Path) -> tuple[dict, int | None]:
+    """A Hugging Face folder's `HEAD_FIELDS` (config.json) and the length `transformers`
+    truncates its texts to (`model_max_length` of tokenizer_config.json; None if it says none):
+    what its export again keeps."""
+    folder = Path(folder)
+    raw = json.loads((folder / "config.json").read_text())
+    tokenizer_config = folder / "tokenizer_config.json"
+    tok = json.loads(tokenizer_config.read_text()) if tokenizer_config.is_file() else {}
+    return {k: raw[k] for k in HEAD_FIELDS if k in raw}, tok.get("model_max_length")
+
+
+def folded(state: dict[str, torch.Tensor], target_scale: tuple[float, float]) -> dict:
+    """A regression head's standardised output `w.h + b` turned into the target's scale,
+    `(w.h + b) std + mean = (std w).h + (std b + mean)`: `transformers` then predicts what
+    `bert-lightning score` does."""
+    mean, std = target_scale
+    w, b = state["classifier.weight"], state["classifier.bias"]  # (1, H), (1,)
+    if len(b) != 1:
+        raise UserError(f"a target scale for a head of {len(b)} outputs; expected 1")
+    return state | {"classifier.weight": w * std, "classifier.bias": b * std + mean}
 
 
 def hf_tokenizer_files(tok: Tokenizer, model_max_length: int) -> dict[str, str]:
@@ -218,27 +250,37 @@ def export_hf_folder(
     head: tuple[str, str | None] | None = None,
     labels: list[str] | None = None,
     overwrite: bool = False,
+    target_scale: tuple[float, float] | None = None,
+    max_seq_length: int | None = None,
+    kept: dict | None = None,
 ) -> Path:
     """Write a folder that `transformers`' `from_pretrained` reads: config.json,
     model.safetensors and the tokenizer files. `state` is in our key space; `head`, the HF
     class and problem type of a fine-tuned model (its task says them: `tasks.kinds.hf_head`;
-    None: the class told from the state's heads) and `labels`, a classifier's label names.
-    Written into a temporary sibling folder, then renamed: never a half-written folder."""
+    None: the class told from the state's heads) and `labels`, a classifier's label names;
+    `target_scale`, a regression head's (mean, std), folded into its weights (`folded`);
+    `max_seq_length`, what `transformers` truncates to (`model_max_length`; None: the model's
+    positions); `kept`, config.json fields of a Hugging Face folder exported again
+    (`hf_folder_head`). Written into a temporary sibling folder, then renamed: never a
+    half-written folder."""
     from safetensors.torch import save_file
 
     out_dir = Path(out_dir)
     if out_dir.exists() and not overwrite:
         raise FileExistsError(f"{out_dir} exists; choose a new folder (or overwrite=True)")
     arch, problem_type = head or (hf_architecture(state), None)
+    if target_scale is not None:
+        state = folded(state, target_scale)
     weights = {k: v.detach().contiguous() for k, v in ours_to_hf(state).items()}
     dtype = weights["bert.embeddings.word_embeddings.weight"].dtype
     classifier = {}
     if "classifier.weight" in weights:
         num_labels = weights["classifier.weight"].shape[0]
         classifier = dict(num_labels=num_labels, labels=labels, problem_type=problem_type)
-    hf = hf_config(config, arch, dtype, **classifier)
+    hf = hf_config(config, arch, dtype, **classifier, target_scale=target_scale) | (kept or {})
     files = {"config.json": json.dumps(hf, indent=2) + "\n"}
-    files.update(hf_tokenizer_files(tokenizer, config.max_position_embeddings))
+    length = min(max_seq_length or config.max_position_embeddings, config.max_position_embeddings)
+    files.update(hf_tokenizer_files(tokenizer, length))
 
     with atomic_path(out_dir, folder=True) as tmp:  # an old folder goes once the new is whole
         save_file(weights, tmp / "model.safetensors", metadata={"format": "pt"})

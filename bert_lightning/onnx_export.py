@@ -16,7 +16,7 @@ import torch
 from bert_lightning.atomic import atomic_path
 from bert_lightning.checkpoint import FINETUNING, read_checkpoint
 from bert_lightning.errors import UserError
-from bert_lightning.inference import EMBED_LENGTH, load_embedder, load_finetuned
+from bert_lightning.inference import load_embedder, load_finetuned
 from bert_lightning.model import BertModel
 from bert_lightning.model.heads import BertBiEncoder
 from bert_lightning.ort import INPUTS, SPEC, BiEncoderSide, Embedder, onnx_runtime
@@ -55,7 +55,7 @@ def export_onnx(
         else:
             spec["head"], output = "logits", "logits"
     else:
-        encoder, tok = load_embedder(path, max_seq_length or EMBED_LENGTH, pre)
+        encoder, tok = load_embedder(path, max_seq_length, pre)
         model, tok_json, output = Embedder(encoder, pooling), tok.to_str(), "embeddings"
         length = tok.truncation["max_length"]
         spec = {"use": "embed", "pooling": pooling}

@@ -36,7 +36,6 @@ from starlette.exceptions import HTTPException
 from bert_lightning.checkpoint import FINETUNING, read_checkpoint
 from bert_lightning.errors import UserError
 from bert_lightning.inference import (
-    EMBED_POOLING,
     check_mlm_head,
     embed_texts,
     fill_masks,
@@ -90,7 +89,9 @@ class TextsRequest(Body):
 
 class EmbedRequest(Body):
     texts: Annotated[list[NonBlank], Field(min_length=1, max_length=MAX_ITEMS)]
-    pooling: Literal[tuple(POOLINGS)] = EMBED_POOLING
+    pooling: Literal[tuple(POOLINGS)] | None = Field(
+        None, description="none: the model's (an ONNX export's own), `inference.pooling_of`"
+    )
 
 
 class FillMaskRequest(Body):
@@ -206,7 +207,7 @@ class Embed(Endpoint):
             try:
                 flat = [t for ts in texts for t in ts]
                 vectors = embed_texts(self.model, self.tok, flat, pooling).tolist()
-            except UserError as e:  # last4 on fewer than 4 layers
+            except UserError as e:  # last4 on fewer than 4 layers; not an export's pooling
                 replies |= {i: Reply({"error": str(e)}, 400) for i in group}
                 continue
             for i, v in zip(group, split(vectors, map(len, texts)), strict=True):

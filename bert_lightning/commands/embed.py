@@ -15,6 +15,7 @@ from bert_lightning.inference import (
     EMBED_POOLING,
     embed_texts,
     load_embedder,
+    pooling_of,
 )
 from bert_lightning.model.heads import POOLINGS
 
@@ -22,12 +23,13 @@ from bert_lightning.model.heads import POOLINGS
 def embed(
     model_path,
     texts: list[str],
-    pooling=EMBED_POOLING,
+    pooling: str | None = None,
     batch_size=EMBED_BATCH,
-    max_seq_length=EMBED_LENGTH,
+    max_seq_length: int | None = None,
     progress=False,
 ) -> np.ndarray:
-    """(N, H) one vector per text (`embed_texts`) of the model at `model_path`."""
+    """(N, H) one vector per text (`embed_texts`) of the model at `model_path`; `pooling`,
+    `max_seq_length` None: the model's (an ONNX export's own, `load_embedder`, `pooling_of`)."""
     model, tok = load_embedder(model_path, max_seq_length)
     return embed_texts(model, tok, texts, pooling, batch_size, progress).numpy()
 
@@ -53,18 +55,26 @@ def register(sub) -> None:
     p.add_argument("input", help=".txt (one text a line) or CSV/TSV/JSONL/Parquet with --column")
     p.add_argument("output", help="the .npy file: one row per text, in input order")
     p.add_argument("--column", default="text")
-    p.add_argument("--pooling", choices=list(POOLINGS), default=EMBED_POOLING)
+    p.add_argument(
+        "--pooling",
+        choices=list(POOLINGS),
+        help=f"default: {EMBED_POOLING}, or the pooling an export-onnx folder was exported with",
+    )
     p.add_argument("--jsonl", help="also write {text, embedding} lines here")
     p.add_argument("--batch-size", type=int, default=EMBED_BATCH)
-    p.add_argument("--max-seq-length", type=int, default=EMBED_LENGTH)
+    p.add_argument(
+        "--max-seq-length",
+        type=int,
+        help=f"default: {EMBED_LENGTH}, or the length an export-onnx folder was exported with",
+    )
     p.set_defaults(func=_main)
 
 
 def _main(args) -> None:
     texts = read_texts(args.input, args.column)
-    vectors = embed(
-        args.model, texts, args.pooling, args.batch_size, args.max_seq_length, progress=True
-    )
+    model, tok = load_embedder(args.model, args.max_seq_length)
+    pooling = pooling_of(model, args.pooling)
+    vectors = embed_texts(model, tok, texts, pooling, args.batch_size, progress=True).numpy()
     out = Path(args.output)
     with atomic_path(out) as tmp:
         np.save(tmp, vectors)
@@ -72,4 +82,4 @@ def _main(args) -> None:
         with atomic_path(args.jsonl) as tmp, open(tmp, "w", encoding="utf-8") as f:
             for text, v in zip(texts, vectors.tolist(), strict=True):
                 f.write(json.dumps({"text": text, "embedding": v}, ensure_ascii=False) + "\n")
-    print(f"wrote {vectors.shape[0]} x {vectors.shape[1]} embeddings ({args.pooling}) to {out}")
+    print(f"wrote {vectors.shape[0]} x {vectors.shape[1]} embeddings ({pooling}) to {out}")

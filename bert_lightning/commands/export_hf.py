@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
-from bert_lightning.checkpoint import read_checkpoint
-from bert_lightning.interop import export_hf_folder
+from bert_lightning.checkpoint import FINETUNING, HUGGING_FACE, read_checkpoint
+from bert_lightning.inference import fine_tuned_length
+from bert_lightning.interop import export_hf_folder, hf_folder_head
 from bert_lightning.tasks.kinds import hf_head
 
 
 def export_hf(ckpt_path: str, out_dir: str, overwrite: bool = False) -> str:
+    """A fine-tuned model exports with what is applied after its head (a regression's target
+    scale, folded into it) and the length it was fine-tuned on (`model_max_length`); a Hugging
+    Face folder keeps its head's labels, problem type, target scale and length."""
     ckpt = read_checkpoint(ckpt_path)
-    task = ckpt.hparams.get("task")
-    task = task if isinstance(task, dict) else {}
+    task = ckpt.hparams["task"] if ckpt.kind == FINETUNING else {}
+    kept, length = hf_folder_head(ckpt_path) if ckpt.kind == HUGGING_FACE else ({}, None)
+    regression = task.get("kind") == "regression"
     return str(
         export_hf_folder(
             ckpt.state_dict,
@@ -20,6 +25,9 @@ def export_hf(ckpt_path: str, out_dir: str, overwrite: bool = False) -> str:
             head=hf_head(task) if task else None,
             labels=task.get("labels"),
             overwrite=overwrite,
+            target_scale=(task["target_mean"], task["target_std"]) if regression else None,
+            max_seq_length=fine_tuned_length(ckpt) if task else length,
+            kept=kept,
         )
     )
 
