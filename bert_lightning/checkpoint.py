@@ -106,6 +106,9 @@ def check_kind(path, ckpt: Checkpoint, kind: str | None, use: str) -> None:
         raise UserError(f"{path}: a {ckpt.kind} checkpoint; {use} needs a {kind} one")
 
 
+DATA_RECORD = "data_record"  # the checkpoint key of what the run trained on (module_base.py)
+
+
 @dataclass
 class ResumePoint:
     """Where a `.ckpt` left its run: what `ckpt_path=` continues from."""
@@ -113,6 +116,7 @@ class ResumePoint:
     step: int  # optimizer steps done (Lightning's global_step)
     hparams: dict  # the module's hyper_parameters (`optim` holds the schedule's total_steps)
     tokenizer: str  # the tokenizer the run was trained with (a resumed run must keep it)
+    data: dict | None  # its data record (training/resume.py); None: written before the record
 
 
 def resume_point(path: str | Path, kind: str | None = None, use: str = "") -> ResumePoint:
@@ -129,7 +133,8 @@ def resume_point(path: str | Path, kind: str | None = None, use: str = "") -> Re
             f"{e}; the newest intact checkpoint beside it is {other} (step {step}): "
             f"ckpt_path={other} continues from there"
         ) from e
-    return ResumePoint(ckpt.step, ckpt.hparams, ckpt.tokenizer.to_str())
+    data = torch_load(path).get(DATA_RECORD)  # memory-mapped: the weights are not read again
+    return ResumePoint(ckpt.step, ckpt.hparams, ckpt.tokenizer.to_str(), data)
 
 
 def _raw_ckpt(path: str | Path, need=("state_dict", "config", "tokenizer")) -> dict:

@@ -4,13 +4,19 @@
 than the run's, or says what changed with `resume_with_new_data=true` (row 10)."""
 
 import json
+import os
 
 import pytest
+import torch
 
+from bert_lightning.checkpoint import DATA_RECORD, read_checkpoint
 from bert_lightning.cli import main
 from bert_lightning.config import bundled, compose
 from bert_lightning.data.corpus import iter_documents
+from bert_lightning.errors import UserError
+from bert_lightning.training.finetune import finetune
 from bert_lightning.training.pretrain import train
+from finetune_fixtures import overrides, regression_rows, write_jsonl, write_tokenizer
 from helpers import tiny_overrides, write_corpus
 
 
@@ -61,3 +67,119 @@ def test_evaluate_scores_an_nsp_run_on_its_pairs(tmp_path):
     got = evaluated_loss(tmp_path, out / "checkpoints" / "last.ckpt", val)
     assert got["loss"] == pytest.approx(val_loss, abs=1e-5)
     assert got["loss"] == pytest.approx(got["mlm_loss"] + got["nsp_loss"], abs=1e-5)
+
+
+def finetune_regression(tmp_path, *extra):
+    """A debug=tiny regression run on tmp_path/train.jsonl (as it is), writing into tmp_path/run,
+    with last.ckpt at step 4."""
+    cfg = compose(
+        "finetune",
+        overrides(
+            tmp_path, "regression", f"task.train_file={tmp_path / 'train.jsonl'}",
+            "trainer.max_steps=4", "trainer.max_epochs=-1",
+            "callbacks.model_checkpoint.every_n_train_steps=4", *extra,
+        ),
+    )  # fmt: skip
+    return finetune(cfg)
+
+
+TARGET_SCALE = ("target_mean", "target_std")
+
+
+def write_targets(path, scale: float) -> None:
+    """regression_rows' 48 rows with their targets times `scale` (dollars -> cents: 100)."""
+    write_jsonl(path, [r | {"target": r["target"] * scale} for r in regression_rows(48)])
+
+
+def rescaled_resume(tmp_path, *extra):
+    """A regression run fine-tuned on targets in dollars for 4 steps: (its last.ckpt, what a
+    resume on the same file in cents names as changed, that resume to step 6 with `extra`)."""
+    write_tokenizer(tmp_path / "tokenizer.json")
+    write_targets(tmp_path / "train.jsonl", 1.0)
+    finetune_regression(tmp_path)
+    last = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    before = os.path.getsize(tmp_path / "train.jsonl")
+    write_targets(tmp_path / "train.jsonl", 100.0)
+    after = os.path.getsize(tmp_path / "train.jsonl")
+    task = read_checkpoint(last).hparams["task"]  # the scale in dollars; in cents: x 100
+    scale = "; ".join(f"task.{k} {task[k]:.6g} -> {task[k] * 100:.6g}" for k in TARGET_SCALE)
+    changed = f"task.train_file: train.jsonl changed ({before:,} -> {after:,} bytes); {scale}"
+    more = ("trainer.max_steps=6", f"ckpt_path={last}", *extra)
+    return last, changed, lambda: finetune_regression(tmp_path, *more)
+
+
+@pytest.mark.slow
+def test_a_finetuning_resume_on_rescaled_targets_is_refused(tmp_path):
+    """Row 10: targets changed from dollars to cents between a run and its resume: refused in
+    one line naming the file and the target scale, and the run left as it was."""
+    last, changed, resume = rescaled_resume(tmp_path)
+    ckpt = last.read_bytes()
+    with pytest.raises(UserError) as e:
+        resume()
+    assert str(e.value) == (
+        f"{last}: trained on other data: {changed}; resume_with_new_data=true continues on these"
+    )
+    assert last.read_bytes() == ckpt and not (tmp_path / "run" / "FAILED").exists()
+
+
+@pytest.mark.slow
+def test_resume_with_new_data_trains_on_them_and_says_what_changed(tmp_path, caplog):
+    """`resume_with_new_data=true`: the run continues on the cents, its log names what changed,
+    and its checkpoints record the new data (the target scale its head now predicts in)."""
+    last, changed, resume = rescaled_resume(tmp_path, "resume_with_new_data=true")
+    first = read_checkpoint(last).hparams["task"]
+    with caplog.at_level("WARNING", logger="bert_lightning.training.resume"):
+        assert resume()["steps"] == 6
+    assert (
+        f"{last}: continuing on other data (resume_with_new_data=true): {changed}"
+        in caplog.messages
+    )
+    now = read_checkpoint(last).hparams["task"]
+    assert [now[k] for k in TARGET_SCALE] == pytest.approx([first[k] * 100 for k in TARGET_SCALE])
+    write_targets(tmp_path / "train.jsonl", 100.0)  # as it is: written again, the same rows
+    caplog.clear()
+    finetune_regression(tmp_path, f"ckpt_path={last}", "trainer.max_steps=8")  # its data now
+    assert not [m for m in caplog.messages if "other data" in m]
+
+
+@pytest.mark.slow
+def test_a_pretraining_resume_on_another_corpus_is_refused(tmp_path):
+    """Row 10: a pretraining run continued on another corpus (and so another validation set,
+    held out of it) is refused, naming the files; `resume_with_new_data=true` trains on it."""
+    out = tmp_path / "run"
+    write_corpus(out / "corpus.jsonl")
+    train(compose(overrides=tiny_overrides(out, "trainer.max_steps=3")))
+    last = out / "checkpoints" / "last.ckpt"
+    other = write_corpus(tmp_path / "other.jsonl", 50)
+    again = tiny_overrides(out, f"data.train_files={other}", f"ckpt_path={last}")
+    with pytest.raises(UserError) as e:
+        train(compose(overrides=again))
+    assert str(e.value) == (
+        f"{last}: trained on other data: data.train_files: corpus.jsonl no longer read, "
+        "other.jsonl read now; resume_with_new_data=true continues on these"
+    )
+    assert train(compose(overrides=[*again, "resume_with_new_data=true"])) is not None
+    assert torch.load(last, weights_only=True)["global_step"] == 6
+
+
+def test_a_checkpoint_without_a_data_record_resumes_with_a_warning(tmp_path, caplog):
+    """A checkpoint written before the record was kept: the data cannot be checked, and the
+    log says so."""
+    out = tmp_path / "run"
+    write_corpus(out / "corpus.jsonl")
+    train(
+        compose(overrides=tiny_overrides(out, "trainer.max_steps=2", "validate_before_fit=false"))
+    )
+    last = out / "checkpoints" / "last.ckpt"
+    old = torch.load(last, weights_only=True)
+    del old[DATA_RECORD]
+    torch.save(old, last)
+    with caplog.at_level("WARNING", logger="bert_lightning.training.resume"):
+        train(compose(overrides=tiny_overrides(out, f"ckpt_path={last}", "trainer.max_steps=3")))
+    assert (
+        caplog.messages.count(
+            f"{last} records no data (written before checkpoints did): this run's data are not "
+            "checked against those it trained on"
+        )
+        == 1
+    )

@@ -5,6 +5,7 @@ it as they take those."""
 from __future__ import annotations
 
 import logging
+from dataclasses import asdict
 from functools import partial
 
 import lightning as L
@@ -15,6 +16,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from bert_lightning.data.sampling import ResumableShuffle
 from bert_lightning.data.tables import GroupBatchSampler, collate, eval_loader
 from bert_lightning.data.tokenizer import special_ids
+from bert_lightning.fingerprints import file_digest, file_stamps
 from bert_lightning.tasks.base import Task
 
 log = logging.getLogger(__name__)
@@ -42,6 +44,17 @@ class TaskDataModule(L.LightningDataModule):
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
         self.max_seq_length = max_seq_length
         self.features: dict[str, list[dict]] = {}
+
+    def data_record(self) -> dict:
+        """What the run's examples depend on, by config key (a resume compares it: training/
+        resume.py): the task's settings with what the train file fixed (label set, target
+        scale), its files (stamps and contents: tables are small, and an edit may keep a
+        file's size), the length and the seed."""
+        record = {f"task.{k}": v for k, v in asdict(self.task.cfg).items()}
+        for key in ("task.train_file", "task.validation_file", "task.test_file"):
+            if record[key] is not None:
+                record[key] = [[*file_stamps([record[key]])[0], file_digest(record[key])]]
+        return record | {"max_seq_length": self.max_seq_length, "seed": self.seed}
 
     @property
     def rows(self) -> dict[str, int]:

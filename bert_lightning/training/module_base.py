@@ -7,12 +7,17 @@ from __future__ import annotations
 import lightning as L
 import torch
 
+from bert_lightning.checkpoint import DATA_RECORD
 from bert_lightning.training import optim
 
 
 class EncoderModule(L.LightningModule):
     """Subclasses set `self.model` (a model with `.bert`), `self.tokenizer_json` and keep the
-    `conf/optim` config as `hparams.optim` (and `hparams.compile`, optional)."""
+    `conf/optim` config as `hparams.optim` (and `hparams.compile`, optional). The run sets
+    `data_record`, what it trains on, which every checkpoint keeps for a resume to compare
+    (training/resume.py `check_same_data`)."""
+
+    data_record: dict | None = None
 
     def configure_model(self) -> None:
         """Under FSDP2 (`trainer=fsdp`: Lightning's ModelParallelStrategy) shard each encoder
@@ -63,6 +68,8 @@ class EncoderModule(L.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["tokenizer"] = self.tokenizer_json
+        if self.data_record is not None:
+            checkpoint[DATA_RECORD] = self.data_record
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         self.tokenizer_json = checkpoint.get("tokenizer", self.tokenizer_json)

@@ -31,6 +31,7 @@ from bert_lightning.model import BertConfig
 from bert_lightning.training.instantiate import check_types, instantiate
 from bert_lightning.training.resume import (
     FREE_ON_RESUME,
+    check_same_data,
     check_same_model,
     check_same_objective,
     continued_optim,
@@ -143,9 +144,10 @@ def starting_point(cfg: DictConfig, teacher: Checkpoint | None) -> Checkpoint | 
 
 def build(cfg: DictConfig, start: ResumePoint | None = None):
     """Data module, Lightning module and trainer of a run, before any training. `start`: the
-    checkpoint a resumed run continues (its tokenizer and schedule). The weights, shape and
-    tokenizer come from `init_from=` or a distillation's teacher when given (`starting_point`);
-    a resumed run reads those again for its shape, and its weights from `start`."""
+    checkpoint a resumed run continues (its tokenizer and schedule; its data are checked). The
+    weights, shape and tokenizer come from `init_from=` or a distillation's teacher when given
+    (`starting_point`); a resumed run reads those again for its shape, and its weights from
+    `start`."""
     out_dir = Path(cfg.paths.output_dir)
     check_types(cfg.optim, "optim")  # built by the trainer, once the corpus is read
     teacher = read_checkpoint(cfg.objective.teacher) if cfg.objective.get("teacher") else None
@@ -176,6 +178,8 @@ def build(cfg: DictConfig, start: ResumePoint | None = None):
         begin = with_new_words(begin, *extend_wordpiece(begin.tokenizer, docs, extend))
         dm = data(begin.tokenizer)
     tok = dm.build_tokenizer()
+    record = dm.data_record()
+    check_same_data(start, cfg.ckpt_path, record, cfg.resume_with_new_data)
     config = model_config(cfg, tok, begin)
     for name, c in (("model", config), ("objective.teacher", teacher and teacher.config)):
         if c is not None and c.max_position_embeddings < cfg.data.max_seq_length:
@@ -193,6 +197,7 @@ def build(cfg: DictConfig, start: ResumePoint | None = None):
         data=validation_settings(cfg.data),
         **({"teacher_ckpt": teacher} if teacher is not None else {}),
     )
+    module.data_record = record
     if start is None and begin is not None:
         load_start(module.model, begin)
     elif start is None and cfg.objective.get("embeddings_from_teacher"):

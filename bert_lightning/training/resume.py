@@ -1,10 +1,12 @@
 """What makes a resumed run the same run: per-step random seeds, and `ckpt_path=` continuing
-the run it names with its objective, its model and its learning-rate schedule (where it writes
-and how its folder is found again: `run_folder.py`)."""
+the run it names with its objective, its model, its data and its learning-rate schedule (where
+it writes and how its folder is found again: `run_folder.py`)."""
 
 from __future__ import annotations
 
 import logging
+import os
+from collections import Counter
 from pathlib import Path
 
 import lightning as L
@@ -128,3 +130,89 @@ def continued_optim(optim: dict, start: ResumePoint | None, max_steps: int) -> d
             max_steps,
         )
     return {**optim, "total_steps": total}
+
+
+def is_stamps(value) -> bool:
+    """A list of files as a data record holds them: `file_stamps`' (path, size, mtime ns),
+    with the contents' SHA-256 after them where the record keeps it (fine-tuning's tables)."""
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(
+            isinstance(s, list | tuple) and len(s) in (3, 4) and isinstance(s[1], int)
+            for s in value
+        )
+    )
+
+
+def file_changes(was: list, now: list) -> str | None:
+    """How two records' files differ, None when they are the same files. A file is its name
+    and size (and contents, where both records hold them): a copy in another folder, or one
+    touched since, is the same file."""
+    digests = all(len(s) == 4 for s in (*was, *now))
+    name = lambda s: (os.path.basename(s[0]), s[1], *(s[3:] if digests else ()))
+    gone = {k[0]: k for k in Counter(map(name, was)) - Counter(map(name, now))}
+    new = {k[0]: k for k in Counter(map(name, now)) - Counter(map(name, was))}
+    changes = []
+    for f in [*gone, *(f for f in new if f not in gone)]:
+        if f not in new:
+            changes.append(f"{f} no longer read")
+        elif f not in gone:
+            changes.append(f"{f} read now")
+        elif gone[f][1] != new[f][1]:
+            changes.append(f"{f} changed ({gone[f][1]:,} -> {new[f][1]:,} bytes)")
+        else:
+            changes.append(f"{f} changed (its contents)")
+    return ", ".join(changes) or None
+
+
+def shown(value) -> str:
+    """A record's value in a message: files by their names, numbers to 6 digits."""
+    if is_stamps(value):
+        return ",".join(os.path.basename(s[0]) for s in value)
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return "null" if value is None else str(value)
+
+
+def data_changes(was: dict, now: dict, prefix: str = "") -> list[str]:
+    """The parts of two data records that differ, named by config key (a nested part by its
+    dotted key), each with both values; a part the older record lacks is not compared."""
+    changes = []
+    for key in [*now, *(k for k in was if k not in now)]:
+        if key not in was or was[key] == now.get(key):
+            continue
+        a, b, name = was[key], now.get(key), f"{prefix}{key}"
+        if is_stamps(a) and is_stamps(b):
+            if (files := file_changes(a, b)) is not None:
+                changes.append(f"{name}: {files}")
+        elif isinstance(a, dict) and isinstance(b, dict):
+            changes += data_changes(a, b, f"{name}.")
+        else:
+            changes.append(f"{name} {shown(a)} -> {shown(b)}")
+    return changes
+
+
+def check_same_data(start: ResumePoint | None, ckpt_path: str, record: dict, new_data: bool):
+    """A continued run trains on the data it trained on (`record`: this run's data record,
+    compared with the checkpoint's): other data are an error naming what changed, unless
+    `resume_with_new_data=true` (`new_data`), which continues on them and logs what changed.
+    A checkpoint written before the record was kept cannot be checked: a warning says so."""
+    if start is None:
+        return
+    if start.data is None:
+        log.warning(
+            "%s records no data (written before checkpoints did): this run's data are not "
+            "checked against those it trained on",
+            ckpt_path,
+        )
+        return
+    changes = "; ".join(data_changes(start.data, record))
+    if not changes:
+        return
+    if not new_data:
+        raise UserError(
+            f"{ckpt_path}: trained on other data: {changes}; resume_with_new_data=true "
+            "continues on these"
+        )
+    log.warning("%s: continuing on other data (resume_with_new_data=true): %s", ckpt_path, changes)
