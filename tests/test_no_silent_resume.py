@@ -152,8 +152,10 @@ def test_a_pretraining_resume_on_another_corpus_is_refused(tmp_path):
     last = out / "checkpoints" / "last.ckpt"
     other = write_corpus(tmp_path / "other.jsonl", 50)
     again = tiny_overrides(out, f"data.train_files={other}", f"ckpt_path={last}")
+    written = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
     with pytest.raises(UserError) as e:
         train(compose(overrides=again))
+    assert {p: p.stat().st_mtime_ns for p in written} == written  # nothing rewritten
     assert str(e.value) == (
         f"{last}: trained on other data: data.train_files: corpus.jsonl no longer read, "
         "other.jsonl read now; resume_with_new_data=true continues on these"

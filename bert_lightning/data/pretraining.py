@@ -169,11 +169,13 @@ class BertDataModule(L.LightningDataModule):
     def data_record(self) -> dict:
         """What the examples of a run depend on, each part under the config key that sets it
         (plain values): a resumed run compares its checkpoint's record with its own and names
-        the parts that differ (training/resume.py)."""
+        the parts that differ (training/resume.py), before it writes anything (the tokenizer:
+        the one built, else the one given)."""
+        tok = self.tokenizer or self.given_tokenizer
         return {
             **self.source_record(),
             **{f"data.{k}": v for k, v in self.read_settings().items()},
-            "data.tokenizer": fingerprint(self.tokenizer.to_str()) if self.tokenizer else None,
+            "data.tokenizer": fingerprint(tok.to_str()) if tok else None,
             "data.objective": self.objective,
             "data.max_seq_length": self.max_seq_length,
             "data.packing": self.packing,

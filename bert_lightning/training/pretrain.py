@@ -167,6 +167,8 @@ def build(cfg: DictConfig, start: ResumePoint | None = None):
     tokenizer = resumed or (given.tokenizer if given is not None else None)
     data = lambda tok: instantiate(cfg.data, "data", out_dir=str(out_dir), given_tokenizer=tok)
     dm = data(tokenizer)
+    if start is not None:  # the resumed run's tokenizer given: nothing written yet
+        check_same_data(start, cfg.ckpt_path, dm.data_record(), cfg.resume_with_new_data)
     extend = OmegaConf.select(cfg, "data.tokenizer.extend", default=0)
     if extend and start is None:  # a resumed run has the words in its tokenizer
         if begin is None or teacher is not None:
@@ -178,8 +180,6 @@ def build(cfg: DictConfig, start: ResumePoint | None = None):
         begin = with_new_words(begin, *extend_wordpiece(begin.tokenizer, docs, extend))
         dm = data(begin.tokenizer)
     tok = dm.build_tokenizer()
-    record = dm.data_record()
-    check_same_data(start, cfg.ckpt_path, record, cfg.resume_with_new_data)
     config = model_config(cfg, tok, begin)
     for name, c in (("model", config), ("objective.teacher", teacher and teacher.config)):
         if c is not None and c.max_position_embeddings < cfg.data.max_seq_length:
@@ -197,7 +197,7 @@ def build(cfg: DictConfig, start: ResumePoint | None = None):
         data=validation_settings(cfg.data),
         **({"teacher_ckpt": teacher} if teacher is not None else {}),
     )
-    module.data_record = record
+    module.data_record = dm.data_record()
     if start is None and begin is not None:
         load_start(module.model, begin)
     elif start is None and cfg.objective.get("embeddings_from_teacher"):
