@@ -8,9 +8,10 @@ wall-clock budget, and each is scored by its held-out figures at the budget's en
 
 `--arm NAME=OVERRIDES` (space-separated overrides; empty for the base) runs
 `train.py <overrides...> <arm's overrides>` into `OUT/NAME/` with `trainer.max_time` set to the
-budget (bench/budget_runs.py's `pretrain`: a finished arm is not redone, a stopped one
-continues). Writes `OUT/ablation.md` and `OUT/ablation.json`: steps, median tokens/s and the
-last validation's figures of each arm. Run nothing else meanwhile: the budget is wall time.
+budget (bench/budget_runs.py's `pretrain`: a finished arm is not redone unless its overrides
+or budget changed, a stopped one continues). Writes `OUT/ablation.md` and `OUT/ablation.json`:
+steps, median tokens/s and the last validation's figures of each arm. Run nothing else
+meanwhile: the budget is wall time.
 """
 
 from __future__ import annotations

@@ -12,9 +12,10 @@ out): `OUT/ours_<m>min/`, `OUT/rtd_<m>min/`, `OUT/transformers_<m>min/`; then on
 `bert-lightning downstream` suite over all of them in `OUT/downstream/` (its random row is the
 0-minute point of every curve).
 Writes `OUT/curve.md`, `OUT/curve.json` and `OUT/curve.png`. Rerun with the same OUT to
-continue: a finished pretraining run and a finished cell are not redone, and a run of ours
-that was stopped continues from its `last.ckpt` with what is left of its budget. Run nothing
-else on the machine meanwhile: a budget is wall time.
+continue: a finished pretraining run and a finished cell of the same settings are not redone
+(other overrides run them again), and a run of ours that was stopped continues from its
+`last.ckpt` with what is left of its budget. Run nothing else on the machine meanwhile: a
+budget is wall time.
 """
 
 from __future__ import annotations

@@ -1,16 +1,21 @@
 """What the budgeted pretraining benchmarks share (budget_curve, ablate): one run of ours, of
 RTD or of `transformers` under a wall-clock budget, continued where a stopped one left off,
-and the steps it took."""
+and the steps it took. A run's folder is reused only for the trainer, budget and overrides it
+was started with (`<folder>.key`); other ones start it again."""
 
 from __future__ import annotations
 
 import csv
 import json
 import os
+import shutil
 import subprocess
 import sys
 from datetime import timedelta
 from pathlib import Path
+
+from bert_lightning.atomic import write_text
+from bert_lightning.fingerprints import fingerprint
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -31,6 +36,12 @@ def pretrain(trainer: str, folder: Path, minutes: float, overrides: list[str]) -
     checkpoint and spends what is left of its budget: a long budget can be run in pieces."""
     budget = [*overrides, "trainer.max_steps=-1", f"trainer.max_time={max_time(minutes)}"]
     done = folder.parent / f"{folder.name}.done"
+    key, kept = fingerprint(trainer, minutes, overrides), folder.parent / f"{folder.name}.key"
+    if (folder.exists() or done.exists()) and (not kept.is_file() or kept.read_text() != key):
+        print(f"{folder.name}: started with other settings: pretraining again", flush=True)
+        shutil.rmtree(folder, ignore_errors=True)
+        done.unlink(missing_ok=True)
+    write_text(kept, key)
     if TRAINERS[trainer] is not None:
         model = folder / "checkpoints" / "last.ckpt"
         cmd = [str(ROOT / "train.py"), *budget, *TRAINERS[trainer], f"paths.output_dir={folder}"]

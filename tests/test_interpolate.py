@@ -149,6 +149,17 @@ def test_a_start_that_is_not_known_or_not_the_start_is_one_line(runs, tmp_path, 
         str(other),
     )
     assert err == (
+        f"error: {other} is not where {moved} started ({tmp / 'hf'} at step 0): step 0, "
+        "other weights"
+    )
+    # a checkpoint with no record of its start (fine-tuned before they kept one): the shapes
+    raw = torch.load(moved, weights_only=True)
+    del raw["hyper_parameters"]["start"]
+    torch.save(raw, moved)
+    err = cli_error(
+        capsys, "interpolate", moved, tmp_path / "o.ckpt", "--alpha", "0.5", "--start", other
+    )
+    assert err == (
         f"error: Hugging Face folder {other} is not where checkpoint {moved} started: its "
         "bert.encoder.layer.1.attention.self.qkv.weight is none, the fine-tuned one (96, 32)"
     )

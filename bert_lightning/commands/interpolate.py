@@ -4,16 +4,20 @@ encoder moved back towards the weights it started from, `(1 - a) * start + a * f
 fine-tuning data, at no cost at inference. `--alpha A` writes one; without it, a = 0, 0.1,
 ..., 1 are scored on the run's own validation split (or `--validation FILE`) and the best by
 the task's main metric (`task.monitor`) is written. The start is the run's `pretrained=`
-(its `config_resolved.yaml`), or `--start`."""
+(its `config_resolved.yaml`), or `--start`: with the tokenizer and, by content, the weights the
+checkpoint records it started from (a start that went on training since is refused)."""
 
 from __future__ import annotations
 
+import logging
+import os
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
 from bert_lightning.checkpoint import (
     FINETUNING,
+    Checkpoint,
     interpolated,
     read_checkpoint,
     write_finetuned,
@@ -23,8 +27,11 @@ from bert_lightning.inference import load_finetuned, table_metrics
 from bert_lightning.run_folder import RESOLVED
 from bert_lightning.tasks.base import load_splits
 from bert_lightning.tasks.kinds import stored_task
+from bert_lightning.training.finetune import model_digest
 
 ALPHAS = [i / 10 for i in range(11)]
+
+log = logging.getLogger(__name__)
 
 
 def run_config(ckpt_path: str | Path):
@@ -48,6 +55,41 @@ def validation_table(ckpt_path, task, cfg, validation: str | None) -> dict:
     return tables["validation"]
 
 
+def check_start(ckpt_path, ft: Checkpoint, start, begin: Checkpoint) -> None:
+    """`begin` (read from `start`) is where `ft` was fine-tuned from: the same tokenizer (same
+    shapes are not the same ids), and the weights `ft` records it started from (`finetune`
+    writes `start`: path, digest, step; a checkpoint without one is warned about)."""
+    ids, other = ft.tokenizer.get_vocab(), begin.tokenizer.get_vocab()
+    if ids != other:
+        tokens, others = ({i: t for t, i in v.items()} for v in (ids, other))
+        moved = sum(tokens.get(i) != others.get(i) for i in tokens.keys() | others.keys())
+        raise UserError(
+            f"{begin.source} is not where {ft.source} started: {moved} of {len(tokens)} token ids "
+            "name other tokens in its tokenizer (interpolating would average their embeddings)"
+        )
+    record = ft.hparams.get("start")
+    if record is None:
+        log.warning(
+            "%s records no start (fine-tuned before checkpoints did): that %s is where it "
+            "started cannot be checked",
+            ckpt_path,
+            start,
+        )
+        return
+    if model_digest(start) == record["digest"]:
+        return
+    then, now = record["step"], begin.step
+    if os.path.abspath(start) == record["path"]:
+        raise UserError(
+            f"{start}: changed since {ckpt_path} was fine-tuned from it (step {then} then, step "
+            f"{now} now: other weights); give --start with the weights it started from"
+        )
+    raise UserError(
+        f"{start} is not where {ckpt_path} started ({record['path']} at step {then}): "
+        f"step {now}, other weights"
+    )
+
+
 def interpolate(
     ckpt_path: str,
     out: str,
@@ -65,6 +107,7 @@ def interpolate(
             "config_resolved.yaml: random weights, or a moved checkpoint); give --start"
         )
     begin = read_checkpoint(start)
+    check_start(ckpt_path, ft, start, begin)
     report: dict = {"start": str(start)}
     if alpha is None:
         task = stored_task(ft.hparams["task"], str(ckpt_path))

@@ -3,16 +3,19 @@ budget per task (`experiments/budgets/<budget>.yaml`), beside the same shapes fr
 `downstream.md`, `downstream.json` and `downstream.png` say what pretraining bought.
 
 Each cell (model, task, seed) is an ordinary fine-tuning run folder,
-`<out>/cells/<model>/<task>/seed<s>/`; one holding `results.json` is finished and not re-run, so
-an interrupted suite continues where it stopped. Cells run a seed at a time, so a suite stopped
-part-way leaves whole seeds, and seeds can be split over machines or sessions (`--seeds 2,3`)."""
+`<out>/cells/<model>/<task>/seed<s>/`, keyed (`cell_key.json`) by what its results depend on: the
+start's weights by content, its settings, the files it reads. One holding `results.json` under
+the key the suite now gives it is finished and not re-run, so an interrupted suite continues
+where it stopped; under another key (another checkpoint, budget or data) it runs again. Cells
+run a seed at a time, so a suite stopped part-way leaves whole seeds, and seeds can be split over
+machines or sessions (`--seeds 2,3`)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
+import os
 import shutil
 import statistics
 import time
@@ -21,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from bert_lightning.atomic import write_json, write_text
 from bert_lightning.checkpoint import read_checkpoint
@@ -29,13 +32,15 @@ from bert_lightning.config import compose
 from bert_lightning.data.tokenizer import save_tokenizer
 from bert_lightning.errors import MissingFileError, UserError
 from bert_lightning.fields import from_dict
+from bert_lightning.fingerprints import file_digest, file_stamps, fingerprint
 from bert_lightning.progress import eta_text
 from bert_lightning.training.callbacks import save_figure
-from bert_lightning.training.finetune import finetune
+from bert_lightning.training.finetune import finetune, model_digest
 
 # BertConfig fields that do not shape a model (the random row keeps the rest): the random row
 # starts from BERT's init, whatever init a pretraining run started from
 BUDGETS = Path(__file__).parent / "budgets"  # cpu.yaml, gpu.yaml: --budget NAME
+KEY = "cell_key.json"  # in a cell's folder: what it runs with (`cell_key`)
 NOT_SHAPE = ("vocab_size", "pad_token_id", "position_embedding_init")
 QUIET = ("lightning.pytorch", "lightning.fabric")  # their console lines, kept in each cell's log
 RANKING_PER_QUERY = ("spearman", "ndcg@10")  # --ranking: gains within each query, paired
@@ -63,6 +68,7 @@ class Model:
     name: str
     overrides: tuple[str, ...]  # what starts it: pretrained=..., or random weights of a shape
     source: str
+    digest: str  # its weights by content (`model_digest`); random weights: its tokenizer's
 
 
 def load_budget(name_or_path: str) -> tuple[list[str], dict[str, TaskBudget]]:
@@ -94,10 +100,9 @@ def pretrained_models(specs: list[str], out: Path, random: bool) -> list[Model]:
     for spec in specs:
         name, _, path = spec.partition("=") if "=" in spec else (model_name(spec), "", spec)
         ckpt = read_checkpoint(path)
-        models.append(Model(name, (f"pretrained={path}",), ckpt.source))
+        models.append(Model(name, (f"pretrained={path}",), ckpt.source, model_digest(path)))
         shape = {k: v for k, v in asdict(ckpt.config).items() if k not in NOT_SHAPE}
-        tok = ckpt.tokenizer.to_str()
-        key = hashlib.sha256(json.dumps([shape, tok], sort_keys=True).encode()).hexdigest()[:12]
+        key = fingerprint(shape, ckpt.tokenizer.to_str())
         shapes.setdefault(key, (name, shape, ckpt.tokenizer))
     names = [m.name for m in models]
     if len(set(names)) != len(names) or "random" in names:
@@ -110,9 +115,8 @@ def pretrained_models(specs: list[str], out: Path, random: bool) -> list[Model]:
         if not tok_path.is_file():
             save_tokenizer(tok, tok_path)
         model = tuple(f"model.{k}={v}" for k, v in shape.items())
-        models.append(
-            Model(name, (f"tokenizer={tok_path}", *model), f"random weights, {like}'s shape")
-        )
+        source = f"random weights, {like}'s shape"
+        models.append(Model(name, (f"tokenizer={tok_path}", *model), source, file_digest(tok_path)))
     return models
 
 
@@ -183,12 +187,44 @@ def cell_folder(out: Path, model: Model, task: str, seed: int) -> Path:
     return out / "cells" / model.name / task / f"seed{seed}"
 
 
-def run_cell(overrides: list[str], folder: Path) -> dict:
-    """One fine-tuning run into `folder`; a half-done one (no results.json) starts over."""
+def cell_key(model: Model, cfg: DictConfig) -> dict[str, str]:
+    """What a cell's results depend on, part by part (a changed part re-runs it, and is named):
+    the start's `weights` (and a distillation teacher's) by content; its `settings`, the
+    composed config as written (`${...}` unresolved: not this machine's core count) but where it
+    writes; the `data` files its task reads, by path, size and time."""
+    settings = OmegaConf.to_container(cfg)
+    settings.pop("paths")
+    teacher = cfg.distill.teacher
+    files = [cfg.task[k] for k in sorted(cfg.task) if k.endswith("_file") and cfg.task[k]]
+    return {
+        "weights": fingerprint(
+            model.digest, model_digest(teacher) if teacher and teacher != cfg.pretrained else None
+        ),
+        "settings": fingerprint(settings),
+        "data": fingerprint(file_stamps(f for f in files if os.path.isfile(f))),
+    }
+
+
+def rerun_reason(folder: Path, key: dict) -> str | None:
+    """None: `folder` holds a cell finished under `key`, to reuse. Else why it runs: "" when it
+    never finished, or what it finished with that differs now."""
+    if not (folder / "results.json").is_file():
+        return ""
+    if not (folder / KEY).is_file():
+        return "finished without a record of what it ran with"
+    ran = json.loads((folder / KEY).read_text())
+    changed = [part for part in key if ran.get(part) != key[part]]
+    return f"finished with other {', '.join(changed)}" if changed else None
+
+
+def run_cell(cfg: DictConfig, key: dict, folder: Path) -> dict:
+    """One fine-tuning run into `folder`, under `key`; a half-done one (no results.json) or one
+    of another key starts over."""
     if folder.exists():
         shutil.rmtree(folder)
+    write_json(key, folder / KEY)
     with cell_log(folder / "train.log"):
-        return finetune(compose("finetune", overrides))
+        return finetune(cfg)
 
 
 def score(results: dict, metric: str) -> float:
@@ -209,6 +245,7 @@ def summarise(models, tasks: dict[str, TaskBudget], seeds, scores) -> dict:
         averages = [statistics.fmean(per_task[t][i] for t in tasks) for i in range(len(seeds))]
         out[m.name] = {
             "source": m.source,
+            "digest": m.digest,
             "cells": {t: dict(zip(map(str, seeds), v, strict=True)) for t, v in per_task.items()},
             "mean_std": {t: mean_std(v) for t, v in per_task.items()},
             "average": mean_std(averages),
@@ -228,13 +265,19 @@ def table(summary: dict, tasks: dict[str, TaskBudget], seeds) -> str:
     return "\n".join(lines)
 
 
-def ranking_table(out: Path, against: str) -> str:
-    """The cells of `out` that rank (ad relevance: results.json has `ranking`), per model and
-    task: per-query Spearman and NDCG@10 minus `against` (zero_shot or bm25) on the same test
-    queries (over seeds: mean ± std and in how many seeds the paired 95% bootstrap interval lies
-    above 0; of one seed: its interval), beside the global Spearman and AUROC (means)."""
+def ranking_table(out: Path, against: str, cells: list[Path] | None = None) -> str:
+    """The cells of `out` that rank (ad relevance: results.json has `ranking`; `cells`: of those
+    folders alone, a suite's own), per model and task: per-query Spearman and NDCG@10 minus
+    `against` (zero_shot or bm25) on the same test queries (over seeds: mean ± std and in how
+    many seeds the paired 95% bootstrap interval lies above 0; of one seed: its interval),
+    beside the global Spearman and AUROC (means)."""
     found: dict = {}
-    for path in sorted(Path(out).glob("cells/*/*/seed*/results.json")):
+    paths = (
+        Path(out).glob("cells/*/*/seed*/results.json")
+        if cells is None
+        else (c / "results.json" for c in cells)
+    )
+    for path in sorted(paths):
         results = json.loads(path.read_text())
         if "ranking" not in results:
             continue
@@ -302,9 +345,9 @@ def downstream(
     random: bool,
     ranking: str | None = None,
 ) -> dict:
-    """Runs the cells not yet finished, then writes the table, JSON and chart into `out`.
-    `task_names` None: every task of the budget, in its order; `ranking` (zero_shot or bm25):
-    the ranking cells' table against that baseline too (`ranking_table`)."""
+    """Runs the cells not finished under their key (`cell_key`), then writes the table, JSON
+    and chart into `out`. `task_names` None: every task of the budget, in its order; `ranking`
+    (zero_shot or bm25): the suite's ranking cells' table against that baseline too."""
     out_dir, data = Path(out), Path(data_dir)
     common, budgets = load_budget(budget)
     task_names = list(budgets) if task_names is None else task_names
@@ -322,25 +365,36 @@ def downstream(
     seeds = seed_list(seeds)
     models = pretrained_models(specs, out_dir, random)
     cells = [(m, t, s) for s in seeds for m in models for t in tasks]
+    folders = {c: cell_folder(out_dir, *c) for c in cells}
+    configs = {
+        (m, t, s): compose(
+            "finetune", [*m.overrides, *cell_overrides(common, tasks[t], data, s, f)]
+        )
+        for (m, t, s), f in folders.items()
+    }
+    keys = {c: cell_key(c[0], cfg) for c, cfg in configs.items()}
+    reasons = {c: rerun_reason(folders[c], keys[c]) for c in cells}
     scores, spent = {}, {}
-    for i, (m, t, s) in enumerate(cells, 1):
-        folder = cell_folder(out_dir, m, t, s)
-        done = folder / "results.json"
-        if done.is_file():
-            scores[m.name, t, s] = score(json.loads(done.read_text()), tasks[t].metric)
+    for i, c in enumerate(cells, 1):
+        (m, t, s), folder = c, folders[c]
+        if reasons[c] is None:
+            results = json.loads((folder / "results.json").read_text())
+            scores[m.name, t, s] = score(results, tasks[t].metric)
             continue
+        head = f"[{i}/{len(cells)}] {m.name} {t} seed {s}"
+        if reasons[c]:
+            print(f"{head}: {reasons[c]}: re-running", flush=True)
         start = time.perf_counter()
-        overrides = [*m.overrides, *cell_overrides(common, tasks[t], data, s, folder)]
-        scores[m.name, t, s] = value = score(run_cell(overrides, folder), tasks[t].metric)
+        value = score(run_cell(configs[c], keys[c], folder), tasks[t].metric)
+        scores[m.name, t, s] = value
         spent.setdefault(t, []).append(time.perf_counter() - start)
         left = sum(
-            statistics.fmean(spent.get(t2) or [x for v in spent.values() for x in v])
-            for m2, t2, s2 in cells[i:]
-            if not (cell_folder(out_dir, m2, t2, s2) / "results.json").is_file()
+            statistics.fmean(spent.get(c2[1]) or [x for v in spent.values() for x in v])
+            for c2 in cells[i:]
+            if reasons[c2] is not None
         )
         print(
-            f"[{i}/{len(cells)}] {m.name} {t} seed {s}: {tasks[t].metric} {value:.4f} "
-            f"({spent[t][-1]:.0f} s; eta {eta_text(left)})",
+            f"{head}: {tasks[t].metric} {value:.4f} ({spent[t][-1]:.0f} s; eta {eta_text(left)})",
             flush=True,
         )
     summary = summarise(models, tasks, seeds, scores)
@@ -352,7 +406,7 @@ def downstream(
     }
     text = table(summary, tasks, seeds)
     if ranking:
-        text += "\n\n" + ranking_table(out_dir, ranking)
+        text += "\n\n" + ranking_table(out_dir, ranking, list(folders.values()))
     write_json(report, out_dir / "downstream.json")
     write_text(out_dir / "downstream.md", text + "\n")
     plot(summary, tasks, out_dir / "downstream.png")
