@@ -437,8 +437,9 @@ def missing_or_surrogate(v) -> bool:
 )
 def test_text_and_label_values(values, labels, at, bad):
     """Text: a str the tokenizer takes, for any value but a missing one or a lone surrogate (valid
-    JSON, yet no tokenizer input), named by row. Labels: the index in the label set, or the
-    first row whose value is not in it."""
+    JSON, yet no tokenizer input), named by row. Labels: the index in the label set (a value's
+    surrounding spaces aside), or the first row whose value is missing or blank (a bad row,
+    never a class) or not in it."""
     texts, message = outcome(lambda: text_values(values, "t.jsonl", "text"), "t.jsonl")
     assert message is not None or texts == [str(v) for v in values]
     at = min(at, len(values))
@@ -447,11 +448,14 @@ def test_text_and_label_values(values, labels, at, bad):
     first = next(i for i, v in enumerate(with_bad) if missing_or_surrogate(v))
     assert message.startswith(f"t.jsonl: row {first + 1}, column 'text':"), message
     ids, message = outcome(lambda: label_values(values, labels, "t.jsonl", "label"), "t.jsonl")
-    first_bad = next((i for i, v in enumerate(values) if str(v) not in labels), None)
+    key = lambda v: "" if missing_or_surrogate(v) and not isinstance(v, str) else str(v).strip()
+    first_bad = next((i for i, v in enumerate(values) if key(v) not in labels), None)
     if first_bad is None:
-        assert ids == [labels.index(str(v)) for v in values]
+        assert ids == [labels.index(key(v)) for v in values]
     else:
         assert message.startswith(f"t.jsonl: row {first_bad + 1}, column 'label':"), message
+        if not key(values[first_bad]):
+            assert message.endswith("missing label"), message
 
 
 # ---------------------------------------------------------------- CoNLL

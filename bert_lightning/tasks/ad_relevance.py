@@ -12,19 +12,22 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torchmetrics import SpearmanCorrCoef
-from torchmetrics.classification import (
-    BinaryAccuracy,
-    BinaryAUROC,
-    BinaryF1Score,
-)
-from torchmetrics.retrieval import RetrievalNormalizedDCG
+from torchmetrics.classification import BinaryAccuracy
 
 from bert_lightning.data import tables as D
 from bert_lightning.errors import UserError
 from bert_lightning.model.heads import HEAD_POOLINGS, ZERO_SHOT_POOLING, BertBiEncoder
 from bert_lightning.tasks.base import TableConfig, Task, ZeroShot, baselines_table
-from bert_lightning.tasks.ranking import ranking_report, ranking_table
+from bert_lightning.tasks.metrics import (
+    AUROC,
+    F1,
+    NDCG,
+    SpearmanCorrCoef,
+    no_order,
+    nothing_relevant,
+    one_class,
+)
+from bert_lightning.tasks.ranking import RELEVANT, ranking_report, ranking_table
 
 LOSSES = ("pointwise", "pairwise", "listwise", "pointwise+pairwise", "pointwise+listwise")
 
@@ -95,8 +98,8 @@ class AdRelevance(Task):
 
     def read(self, path):
         table = super().read(path)
-        if not self.cfg.group_column:  # rows of one query stay together
-            table["group"] = list(table["text"])
+        if not self.cfg.group_column:  # one query's rows stay together, however cased or spaced
+            table["group"] = [" ".join(q.casefold().split()) for q in table["text"]]
         return table
 
     def prepare(self, table):
@@ -221,16 +224,32 @@ class AdRelevance(Task):
         return c.label_type == "binary" or (c.label_type == "graded" and c.graded_to == "threshold")
 
     def metrics(self):
-        """Threshold-free metrics always (AUROC with relevant = target >= 0.5, NDCG@10, and
-        Spearman for graded or click targets); accuracy and F1 at a score of 0.5 only for 0/1
-        targets, where a score is a probability of relevance and 0.5 means something."""
-        m = {"auroc": BinaryAUROC()}
+        """Threshold-free metrics always (NDCG@10; AUROC, relevant = target >= 0.5, for 0/1
+        labels and grades; Spearman for graded or click targets); accuracy and F1 at a score
+        of 0.5 only for 0/1 targets, where a score is a probability of relevance and 0.5
+        means something. Click rates have no AUROC: a rate is not relevant or not, and at 0.5
+        nearly every row would be one class."""
+        c = self.cfg
+        m = {} if c.label_type == "clicks" else {"auroc": AUROC()}
         if self.binary_targets:
-            m |= {"acc": BinaryAccuracy(), "f1": BinaryF1Score()}
-        if self.cfg.label_type != "binary":
+            m |= {"acc": BinaryAccuracy(), "f1": F1()}
+        if c.label_type != "binary":
             m["spearman"] = SpearmanCorrCoef()
-        m["ndcg@10"] = RetrievalNormalizedDCG(top_k=10, empty_target_action="skip")
+        m["ndcg@10"] = NDCG(top_k=10, empty_target_action="skip")
         return nn.ModuleDict(m)
+
+    @property
+    def metrics_depend_on(self) -> str:
+        return f"task.label_type={self.cfg.label_type}"
+
+    def monitor_undefined(self, table: dict) -> str | None:
+        t = torch.tensor(table["target"])  # (N,)
+        why = {
+            "auroc": lambda: one_class((t >= RELEVANT).long()),
+            "spearman": lambda: no_order(t),
+            "ndcg@10": lambda: nothing_relevant(t),
+        }.get(self.cfg.monitor)
+        return why() if why else None
 
     def update(self, metrics, logits, batch):
         self.update_scores(metrics, self.scores(logits), batch["target"], batch["group"])
@@ -239,7 +258,7 @@ class AdRelevance(Task):
     def update_scores(metrics, score, target, group):
         """score, target, group: (B,); also what a baseline's scores go through."""
         t = target.float()
-        relevant = (t >= 0.5).long()  # (B,)
+        relevant = (t >= RELEVANT).long()  # (B,)
         for name, m in metrics.items():
             if name == "spearman":
                 m.update(score.float(), t)

@@ -121,9 +121,12 @@ class Task:
     def label_keys(self) -> tuple[str, ...]:
         return ("label_column",)
 
-    def fit(self, train: dict) -> dict:
+    def fit(self, train: dict, rows: list[int]) -> dict:
         """What the train file fixes that the config leaves open (label set, target scale), as
-        the config keys to set; {} when the config gives them."""
+        the config keys to set; {} when the config gives them. `train`: the file's table,
+        checked whole (its errors name the file's rows); `rows`: the indices of those trained
+        on, all but the validation and test rows `split` cuts from it, which nothing fitted
+        sees."""
         return {}
 
     def prepare(self, table: dict) -> dict:
@@ -186,6 +189,34 @@ class Task:
     def metrics(self) -> nn.ModuleDict:
         raise NotImplementedError
 
+    @property
+    def metric_names(self) -> list[str]:
+        """What `compute` reports (and validation logs as `val/<name>`)."""
+        return list(self.metrics())
+
+    @property
+    def metrics_depend_on(self) -> str | None:
+        """The config key that decides which metrics the task has, for an error to name."""
+        return None
+
+    def monitor_undefined(self, table: dict) -> str | None:
+        """Why `task.monitor` has no value on the rows of `table` whatever the model predicts
+        (one class, one target value), as the metric's warning says it; None when it has."""
+        return None
+
+    def check_monitor(self, validation: dict, where) -> None:
+        """`task.monitor` must be a metric the task reports (or the loss) and have a value on
+        the validation rows (`where`: their file): a NaN at every validation would keep the
+        first checkpoint and stop the run early, with nothing said."""
+        m, names = self.cfg.monitor, [*self.metric_names, "loss"]
+        if m not in names:
+            by = f" ({self.metrics_depend_on})" if self.metrics_depend_on else ""
+            raise UserError(
+                f"task.monitor={m!r}: not a metric of this task{by}; expected one of {names}"
+            )
+        if why := self.monitor_undefined(validation):
+            raise D.DataError(f"{where}: the validation part: task.monitor={m} is undefined {why}")
+
     def scores(self, logits: torch.Tensor) -> torch.Tensor:
         """One number per row, for `bert-lightning score`."""
         raise UserError(f"a {self.cfg.kind} model gives no score per row")
@@ -201,20 +232,20 @@ def inputs(table: dict) -> list:
 
 
 def load_splits(task: Task, seed: int) -> tuple[Task, dict[str, dict]]:
-    """The task completed by its train file and the train/validation/test tables. The train
-    file fixes the label set (what `task.fit` learns completes the config) before any
-    checking. A missing validation or test file is cut from the train file by `split`
-    fractions, whole groups at a time; `subsample` then keeps exactly N rows of a part (whole
-    groups but the last)."""
+    """The task completed by its train file and the train/validation/test tables. A missing
+    validation or test file is cut from the train file by `split` fractions, whole groups at a
+    time; what `task.fit` learns (label set, target scale) completes the config, from the rows
+    trained on, before any checking; `subsample` then keeps exactly N rows of a part (whole
+    groups but the last). The monitor is checked against the validation rows."""
     train = task.read(task.cfg.train_file)
-    task = type(task)(replace(task.cfg, **task.fit(train)))
+    files = {k: getattr(task.cfg, f"{k}_file") for k in ("validation", "test")}
+    missing = {k: float(task.cfg.split[k]) for k, f in files.items() if not f}
+    parts = D.grouped_split(train["group"], missing, seed) if missing else None
+    trained_on = parts["train"] if parts else list(range(len(train["group"])))
+    task = type(task)(replace(task.cfg, **task.fit(train, trained_on)))
     c = task.cfg
-    tables = {"train": task.prepare(train)}
-    files = {k: getattr(c, f"{k}_file") for k in ("validation", "test")}
-    missing = {k: float(c.split[k]) for k, f in files.items() if not f}
-    if missing:
-        parts = D.grouped_split(train["group"], missing, seed)
-        tables = {k: subset(train, idx) for k, idx in parts.items()}
+    train = task.prepare(train)
+    tables = {k: subset(train, idx) for k, idx in parts.items()} if parts else {"train": train}
     for k, f in files.items():
         if f:
             tables[k] = task.prepare(task.read(f))
@@ -224,6 +255,7 @@ def load_splits(task: Task, seed: int) -> tuple[Task, dict[str, dict]]:
     for k, t in tables.items():
         if not t["group"]:
             raise D.DataError(f"{Path(c.train_file)}: the {k} part is empty; adjust task.split")
+    task.check_monitor(tables["validation"], Path(files["validation"] or c.train_file))
     return task, tables
 
 

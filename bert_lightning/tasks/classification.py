@@ -4,19 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
 import torch.nn.functional as F
 from torch import nn
-from torchmetrics.classification import (
-    BinaryF1Score,
-    MulticlassAccuracy,
-    MulticlassF1Score,
-)
+from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
 from bert_lightning.data import tables as D
 from bert_lightning.errors import UserError
 from bert_lightning.model.heads import BertForTokenClassification
 from bert_lightning.tasks.base import SentenceConfig, Task, TaskConfig, truncating
-from bert_lightning.tasks.metrics import EntityF1, MatthewsCorrCoef
+from bert_lightning.tasks.metrics import F1, EntityF1, MatthewsCorrCoef, bio_spans, single_class
 
 
 @dataclass
@@ -37,10 +34,15 @@ class SeqClassification(Task):
     config_class = SeqClassificationConfig
     problem_type = "single_label_classification"
 
-    def fit(self, train):
+    def fit(self, train, rows):
+        """The label set of the whole train file: it names the classes (a class seen only in
+        held-out rows is one the model is scored on, never a failed run); no statistic."""
         if self.cfg.labels:
             return {}
-        return {"labels": sorted({str(v) for v in train["raw"]["label_column"]})}
+        col = self.cfg.label_column
+        return {
+            "labels": sorted(set(D.label_strings(train["raw"]["label_column"], train["path"], col)))
+        }
 
     def prepare(self, table):
         col = self.cfg.label_column
@@ -61,10 +63,15 @@ class SeqClassification(Task):
         return nn.ModuleDict(
             {
                 "acc": MulticlassAccuracy(n, average="micro"),
-                "f1": BinaryF1Score() if n == 2 else MulticlassF1Score(n, average="macro"),
+                "f1": F1() if n == 2 else MulticlassF1Score(n, average="macro"),
                 "mcc": MatthewsCorrCoef(n),
             }
         )
+
+    def monitor_undefined(self, table):
+        if self.cfg.monitor != "mcc":
+            return None
+        return single_class(torch.bincount(torch.tensor(table["label"]), minlength=self.num_labels))
 
     def update(self, metrics, logits, batch):
         pred = logits.argmax(-1)  # (B,)
@@ -99,7 +106,7 @@ class TokenClassification(Task):
             "group": list(range(len(words))),
         }
 
-    def fit(self, train):
+    def fit(self, train, rows):
         if self.cfg.labels:
             return {}
         return {"labels": ["O", *sorted({t for s in train["tags"] for t in s} - {"O"})]}
@@ -151,6 +158,17 @@ class TokenClassification(Task):
 
     def metrics(self):
         return nn.ModuleDict({"entity": EntityF1(self.cfg.labels)})
+
+    @property
+    def metric_names(self):
+        return list(EntityF1.NAMES)
+
+    def monitor_undefined(self, table):
+        """Recall and F1 have no value without a gold entity (precision: without a predicted one,
+        which only the model decides)."""
+        if self.cfg.monitor == "precision" or any(bio_spans(t) for t in table["tags"]):
+            return None
+        return "with no entity in the gold tags"
 
     def update(self, metrics, logits, batch):
         pred = logits.argmax(-1)  # (B, T)

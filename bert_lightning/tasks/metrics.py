@@ -1,11 +1,86 @@
-"""Entity-level precision/recall/F1 for BIO tags (exact span and type), as conlleval counts; and
-Matthews correlation with the usual 0 for constant predictions."""
+"""Entity-level precision/recall/F1 for BIO tags (exact span and type), as conlleval counts;
+Matthews correlation with the usual 0 for constant predictions; and torchmetrics' AUROC, F1,
+Spearman and NDCG. A metric with no value on its rows (one class, one row, one target value,
+nothing relevant) is NaN, said in one warning line: torchmetrics gives 0 there, a figure that
+looks real (a run would keep the first checkpoint by it)."""
 
 from __future__ import annotations
 
+import logging
+
 import torch
+import torchmetrics
 from torchmetrics import Metric
-from torchmetrics.classification import MulticlassMatthewsCorrCoef
+from torchmetrics.classification import BinaryAUROC, BinaryF1Score, MulticlassMatthewsCorrCoef
+from torchmetrics.retrieval import RetrievalNormalizedDCG
+from torchmetrics.utilities import dim_zero_cat
+
+log = logging.getLogger(__name__)
+
+
+def undefined(name: str, why: str) -> torch.Tensor:
+    """NaN, with the one line that says why."""
+    log.warning("%s is undefined %s: NaN", name, why)
+    return torch.tensor(float("nan"))
+
+
+def one_class(target: torch.Tensor) -> str | None:
+    """Why AUROC-like metrics have no value on these 0/1 targets (N,), or None."""
+    pos = int(target.sum())
+    if 0 < pos < len(target):
+        return None
+    return f"on rows of one class ({pos} relevant, {len(target) - pos} not)"
+
+
+def single_class(counts: torch.Tensor) -> str | None:
+    """Why MCC has no value on rows of these counts per true class (C,), or None."""
+    return (
+        None if int((counts > 0).sum()) >= 2 else f"on rows of one class ({int(counts.sum())} rows)"
+    )
+
+
+def nothing_relevant(target: torch.Tensor) -> str | None:
+    """Why NDCG has no value on these gains (N,), or None."""
+    return None if bool((target > 0).any()) else "with no relevant row in any query"
+
+
+def no_order(target: torch.Tensor) -> str | None:
+    """Why a correlation has no value on these targets (N,) (no order to read), or None."""
+    if len(target) < 2:
+        return f"on {len(target)} row(s)"
+    return "on targets of one value" if bool((target == target[0]).all()) else None
+
+
+class AUROC(BinaryAUROC):
+    def compute(self) -> torch.Tensor:
+        why = one_class(dim_zero_cat(self.target))
+        return undefined("AUROC", why) if why else super().compute()
+
+
+class F1(BinaryF1Score):
+    """F1 of the positive class; 0/0 where no row is positive, true or predicted."""
+
+    def compute(self) -> torch.Tensor:
+        if int(self.tp + self.fp + self.fn) == 0:
+            return undefined("F1", "with no positive row, true or predicted")
+        return super().compute()
+
+
+class SpearmanCorrCoef(torchmetrics.SpearmanCorrCoef):
+    """Constant scores over targets with an order keep torchmetrics' 0 (`ranking.correlation`'s
+    rule: a scorer that ranks nothing)."""
+
+    def compute(self) -> torch.Tensor:
+        why = no_order(dim_zero_cat(self.target))
+        return undefined("Spearman", why) if why else super().compute()
+
+
+class NDCG(RetrievalNormalizedDCG):
+    """Queries with no relevant row are skipped; with none left there is no mean."""
+
+    def compute(self) -> torch.Tensor:
+        why = nothing_relevant(dim_zero_cat(self.target))
+        return undefined("NDCG", why) if why else super().compute()
 
 
 def bio_spans(tags: list[str]) -> set[tuple[int, int, str]]:
@@ -23,9 +98,11 @@ def bio_spans(tags: list[str]) -> set[tuple[int, int, str]]:
 
 
 class EntityF1(Metric):
-    """Counts over a whole evaluation set; `compute` gives precision, recall and F1."""
+    """Counts over a whole evaluation set; `compute` gives precision, recall and F1 (`NAMES`):
+    precision NaN with no entity predicted, recall with none to find, F1 with neither."""
 
     full_state_update = False
+    NAMES = ("precision", "recall", "f1")
 
     def __init__(self, labels: list[str]):
         super().__init__()
@@ -44,19 +121,28 @@ class EntityF1(Metric):
             self.n_gold += len(g)
 
     def compute(self) -> dict[str, torch.Tensor]:
-        precision = self.tp / self.n_pred.clamp(min=1)
-        recall = self.tp / self.n_gold.clamp(min=1)
-        f1 = 2 * precision * recall / (precision + recall).clamp(min=1e-12)
-        return {"precision": precision.float(), "recall": recall.float(), "f1": f1.float()}
+        tp, n_pred, n_gold = (float(v) for v in (self.tp, self.n_pred, self.n_gold))
+        none = "with no entity predicted" if n_pred == 0 else None
+        precision = undefined("entity precision", none) if none else torch.tensor(tp / n_pred)
+        none = "with no entity in the gold tags" if n_gold == 0 else None
+        recall = undefined("entity recall", none) if none else torch.tensor(tp / n_gold)
+        if n_pred + n_gold == 0:
+            f1 = undefined("entity F1", "with no entity, gold or predicted")
+        else:
+            f1 = torch.tensor(2 * tp / (n_pred + n_gold))  # the harmonic mean of the two
+        return dict(zip(self.NAMES, (precision, recall, f1), strict=True))
 
 
 class MatthewsCorrCoef(MulticlassMatthewsCorrCoef):
     """torchmetrics gives constant predictions (all acceptable) a small non-zero MCC; GLUE and
-    scikit-learn give 0, the value the formula's limit and every published CoLA figure use."""
+    scikit-learn give 0, the value the formula's limit and every published CoLA figure use.
+    Rows of one true class have no MCC, whatever is predicted: NaN."""
 
     def compute(self) -> torch.Tensor:
         cm = self.confmat.double()  # (C, C) true x predicted
         s, c = cm.sum(), cm.trace()
         t, p = cm.sum(1), cm.sum(0)  # (C,), (C,)
+        if why := single_class(t):
+            return undefined("MCC", why)
         denom = ((s**2 - (p**2).sum()) * (s**2 - (t**2).sum())).sqrt()
         return ((c * s - (p * t).sum()) / denom if denom > 0 else torch.zeros(())).float()

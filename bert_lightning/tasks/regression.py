@@ -7,10 +7,11 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torchmetrics import MeanAbsoluteError, MeanSquaredError, PearsonCorrCoef, SpearmanCorrCoef
+from torchmetrics import MeanAbsoluteError, MeanSquaredError, PearsonCorrCoef
 
 from bert_lightning.data import tables as D
 from bert_lightning.tasks.base import SentenceConfig, Task
+from bert_lightning.tasks.metrics import SpearmanCorrCoef, no_order
 
 
 @dataclass
@@ -26,13 +27,21 @@ class Regression(Task):
     config_class = RegressionConfig
     problem_type = "regression"
 
-    def fit(self, train):
+    def fit(self, train, rows):
+        """The mean and std of the targets trained on (the whole file checked)."""
         if self.cfg.target_mean is not None:
             return {}
         col = self.cfg.label_column
-        t = torch.tensor(D.float_values(train["raw"]["label_column"], train["path"], col))
+        t = torch.tensor(D.float_values(train["raw"]["label_column"], train["path"], col))[rows]
         std = float(t.std()) if len(t) > 1 else 1.0
         return {"target_mean": float(t.mean()), "target_std": max(std, 1e-6)}
+
+    def monitor_undefined(self, table):
+        return (
+            no_order(torch.tensor(table["target"]))
+            if self.cfg.monitor in ("pearson", "spearman")
+            else None
+        )
 
     def prepare(self, table):
         table["target"] = D.float_values(
