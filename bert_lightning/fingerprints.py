@@ -27,7 +27,12 @@ def file_stamps(files: Iterable[str | os.PathLike]) -> list[tuple[str, int, int]
 
 
 def file_digest(path: str | os.PathLike) -> str:
-    """The SHA-256 of a file's bytes (what a checkpoint is, wherever it lies)."""
+    """The SHA-256 of a file's bytes; of a folder (a Hugging Face model: weights, config,
+    tokenizer), of its files' names and digests. A copy has the same digest, the same path
+    written again another."""
+    if os.path.isdir(path):
+        files = sorted((f for f in os.scandir(path) if f.is_file()), key=lambda f: f.name)
+        return fingerprint([(f.name, file_digest(f.path)) for f in files])
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):

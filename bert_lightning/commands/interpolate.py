@@ -23,11 +23,11 @@ from bert_lightning.checkpoint import (
     write_finetuned,
 )
 from bert_lightning.errors import MissingFileError, UserError
+from bert_lightning.fingerprints import file_digest
 from bert_lightning.inference import load_finetuned, table_metrics
 from bert_lightning.run_folder import RESOLVED
 from bert_lightning.tasks.base import load_splits
 from bert_lightning.tasks.kinds import stored_task
-from bert_lightning.training.finetune import model_digest
 
 ALPHAS = [i / 10 for i in range(11)]
 
@@ -76,7 +76,7 @@ def check_start(ckpt_path, ft: Checkpoint, start, begin: Checkpoint) -> None:
             start,
         )
         return
-    if model_digest(start) == record["digest"]:
+    if file_digest(start) == record["digest"]:
         return
     then, now = record["step"], begin.step
     if os.path.abspath(start) == record["path"]:

@@ -35,7 +35,7 @@ from bert_lightning.fields import from_dict
 from bert_lightning.fingerprints import file_digest, file_stamps, fingerprint
 from bert_lightning.progress import eta_text
 from bert_lightning.training.callbacks import save_figure
-from bert_lightning.training.finetune import finetune, model_digest
+from bert_lightning.training.finetune import finetune
 
 # BertConfig fields that do not shape a model (the random row keeps the rest): the random row
 # starts from BERT's init, whatever init a pretraining run started from
@@ -68,7 +68,7 @@ class Model:
     name: str
     overrides: tuple[str, ...]  # what starts it: pretrained=..., or random weights of a shape
     source: str
-    digest: str  # its weights by content (`model_digest`); random weights: its tokenizer's
+    digest: str  # its weights by content (`file_digest`); random weights: its tokenizer's
 
 
 def load_budget(name_or_path: str) -> tuple[list[str], dict[str, TaskBudget]]:
@@ -100,7 +100,7 @@ def pretrained_models(specs: list[str], out: Path, random: bool) -> list[Model]:
     for spec in specs:
         name, _, path = spec.partition("=") if "=" in spec else (model_name(spec), "", spec)
         ckpt = read_checkpoint(path)
-        models.append(Model(name, (f"pretrained={path}",), ckpt.source, model_digest(path)))
+        models.append(Model(name, (f"pretrained={path}",), ckpt.source, file_digest(path)))
         shape = {k: v for k, v in asdict(ckpt.config).items() if k not in NOT_SHAPE}
         key = fingerprint(shape, ckpt.tokenizer.to_str())
         shapes.setdefault(key, (name, shape, ckpt.tokenizer))
@@ -198,7 +198,7 @@ def cell_key(model: Model, cfg: DictConfig) -> dict[str, str]:
     files = [cfg.task[k] for k in sorted(cfg.task) if k.endswith("_file") and cfg.task[k]]
     return {
         "weights": fingerprint(
-            model.digest, model_digest(teacher) if teacher and teacher != cfg.pretrained else None
+            model.digest, file_digest(teacher) if teacher and teacher != cfg.pretrained else None
         ),
         "settings": fingerprint(settings),
         "data": fingerprint(file_stamps(f for f in files if os.path.isfile(f))),

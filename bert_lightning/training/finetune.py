@@ -17,13 +17,14 @@ from bert_lightning.atomic import write_json
 from bert_lightning.checkpoint import FINETUNING, ResumePoint, read_checkpoint
 from bert_lightning.data.tokenizer import load_tokenizer, special_ids, train_wordpiece
 from bert_lightning.errors import UserError
+from bert_lightning.fingerprints import file_digest
 from bert_lightning.inference import table_scores, zero_shot_cosines
 from bert_lightning.tasks.base import load_splits, train_texts
 from bert_lightning.tasks.datamodule import TaskDataModule
 from bert_lightning.tasks.kinds import make_task
 from bert_lightning.training.finetune_module import FinetuneModule
 from bert_lightning.training.instantiate import check_types, instantiate
-from bert_lightning.training.resume import check_same_model, continued_optim
+from bert_lightning.training.resume import check_same_data, check_same_model, continued_optim
 from bert_lightning.training.run import RunKind, run
 from bert_lightning.training.trainer import build_trainer
 
@@ -57,7 +58,8 @@ def encoder_and_tokenizer(cfg: DictConfig, train: dict):
 
 def build(cfg: DictConfig, start: ResumePoint | None = None):
     """The task's data module, the module (its head sized by what the train file fixed) and
-    the trainer. `start`: the checkpoint a resumed run continues (its model must be this one)."""
+    the trainer. `start`: the checkpoint a resumed run continues (its model must be this one,
+    its data the same unless `resume_with_new_data`)."""
     check_types(cfg.optim, "optim")  # before the data are read
     task, tables = load_splits(make_task(OmegaConf.to_container(cfg.task, resolve=True)), cfg.seed)
     if cfg.distill.teacher:
@@ -82,6 +84,10 @@ def build(cfg: DictConfig, start: ResumePoint | None = None):
         max_seq_length=cfg.max_seq_length,
         seed=cfg.seed,
     )
+    teacher = cfg.distill.teacher  # its scores are in the targets, weighted
+    record = dm.data_record() | {"distill.teacher": teacher and [teacher, file_digest(teacher)]}
+    record |= {"distill.weight": cfg.distill.weight} if teacher else {}
+    check_same_data(start, cfg.ckpt_path, record, cfg.resume_with_new_data)
     module = FinetuneModule(
         asdict(config),
         task,
@@ -92,8 +98,13 @@ def build(cfg: DictConfig, start: ResumePoint | None = None):
         tokenizer.to_str(),
         max_seq_length=cfg.max_seq_length,
     )
-    if pre is not None:
+    module.data_record = record
+    if pre is not None:  # the start, as it was: what `interpolate` moves back towards
         module.start_from(pre)
+        path = os.path.abspath(cfg.pretrained)
+        module.hparams.start = {"path": path, "digest": file_digest(path), "step": pre.step}
+    elif start is not None and "start" in start.hparams:  # resumed: the first part's start
+        module.hparams.start = start.hparams["start"]
     return dm, module, build_trainer(cfg)
 
 
