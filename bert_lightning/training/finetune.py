@@ -6,6 +6,7 @@ checkpoint tested, `results.json`)."""
 from __future__ import annotations
 
 import logging
+import math
 import os
 from dataclasses import asdict, replace
 from functools import partial
@@ -23,7 +24,7 @@ from bert_lightning.tasks.base import load_splits, train_texts
 from bert_lightning.tasks.datamodule import TaskDataModule
 from bert_lightning.tasks.kinds import make_task
 from bert_lightning.training.finetune_module import FinetuneModule
-from bert_lightning.training.instantiate import check_types, instantiate
+from bert_lightning.training.instantiate import check_types, command_line, instantiate
 from bert_lightning.training.resume import check_same_data, check_same_model, continued_optim
 from bert_lightning.training.run import RunKind, run
 from bert_lightning.training.trainer import build_trainer
@@ -41,10 +42,20 @@ def encoder_and_tokenizer(cfg: DictConfig, train: dict):
         log.info("resuming from %s", pre.source)
         return pre.config, pre.tokenizer, None
     if cfg.pretrained:
+        if ignored := command_line("model", "tokenizer", "tokenizer_vocab_size"):
+            raise UserError(
+                f"{' '.join(ignored)}: pretrained={cfg.pretrained} gives the encoder and its "
+                "tokenizer (these shape a random start only); leave them out"
+            )
         pre = read_checkpoint(cfg.pretrained)
         log.info("fine-tuning from %s", pre.source)
         return pre.config, pre.tokenizer, pre
     if cfg.tokenizer:
+        if ignored := command_line("tokenizer_vocab_size"):
+            raise UserError(
+                f"{' '.join(ignored)}: tokenizer={cfg.tokenizer} is used as it is (the size "
+                "of a tokenizer trained on the train file); leave it out"
+            )
         tok = load_tokenizer(cfg.tokenizer)
     else:
         texts = train_texts(train)
@@ -115,6 +126,15 @@ def after_fit(cfg: DictConfig, dm: TaskDataModule, module: FinetuneModule, train
     out_dir, task = Path(cfg.paths.output_dir), module.task
     ckpt = trainer.checkpoint_callback
     best = ckpt.best_model_path if ckpt is not None and ckpt.best_model_path else None
+    best_val = float(ckpt.best_model_score) if best and ckpt.best_model_score is not None else None
+    if best_val is not None and not math.isfinite(best_val):  # Lightning keeps NaN as -inf/inf
+        log.warning(
+            "val/%s had no value at any validation (NaN): the checkpoint kept, %s, is not "
+            "the best by it",
+            task.cfg.monitor,
+            os.path.relpath(best, out_dir),
+        )
+        best_val = math.nan
     test = trainer.test(module, datamodule=dm, ckpt_path=best, verbose=False)[0]
     results = {
         "task": task.cfg.kind,
@@ -122,9 +142,7 @@ def after_fit(cfg: DictConfig, dm: TaskDataModule, module: FinetuneModule, train
         "freeze_encoder": bool(cfg.freeze_encoder),
         "rows": dm.rows,
         "best_checkpoint": os.path.relpath(best, out_dir) if best else None,  # moves with the run
-        "best_val": {f"val/{task.cfg.monitor}": float(ckpt.best_model_score)}
-        if best and ckpt.best_model_score is not None
-        else None,
+        "best_val": {f"val/{task.cfg.monitor}": best_val} if best_val is not None else None,
         "steps": trainer.global_step,
         "test": {k: float(v) for k, v in test.items()},
     }

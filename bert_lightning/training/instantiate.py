@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import get_type_hints
 
+from hydra.core.hydra_config import HydraConfig
 from hydra.errors import InstantiationException
 from hydra.utils import get_object
 from hydra.utils import instantiate as hydra_instantiate
@@ -80,3 +81,13 @@ def required(cfg: DictConfig) -> None:
             + " ".join(f"{k}=..." for k in missing)
             + " to the command"
         )
+
+
+def command_line(*keys: str) -> list[str]:
+    """The command line's overrides of `keys` (a group or a top-level key: `model` takes
+    `model=...` and `model.<field>=...`), none outside a Hydra run: what a user asked for, not
+    a default, so that a setting the run would ignore is refused."""
+    if not HydraConfig.initialized():
+        return []
+    task = HydraConfig.get().overrides.task
+    return [o for o in task if o.lstrip("+~").partition("=")[0].split(".")[0] in keys]

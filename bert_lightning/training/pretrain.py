@@ -10,7 +10,6 @@ from dataclasses import asdict, fields, replace
 from itertools import islice
 from pathlib import Path
 
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from tokenizers import Tokenizer
 
@@ -28,7 +27,7 @@ from bert_lightning.checkpoint import (
 from bert_lightning.data.tokenizer import extend_wordpiece, load_tokenizer, special_ids
 from bert_lightning.errors import UserError
 from bert_lightning.model import BertConfig
-from bert_lightning.training.instantiate import check_types, instantiate
+from bert_lightning.training.instantiate import check_types, command_line, instantiate
 from bert_lightning.training.resume import (
     FREE_ON_RESUME,
     check_same_data,
@@ -88,14 +87,6 @@ def model_config(cfg: DictConfig, tok: Tokenizer, begin: Checkpoint | None = Non
     return config
 
 
-def model_overrides() -> list[str]:
-    """The command line's `model=...` and `model.<field>=...` (none outside a Hydra run)."""
-    if not HydraConfig.initialized():
-        return []
-    task = HydraConfig.get().overrides.task
-    return [o for o in task if o.lstrip("+~").partition("=")[0].split(".")[0] == "model"]
-
-
 def same_tokenizer(a: Tokenizer, a_name: str, b: Tokenizer, b_name: str) -> None:
     if a.get_vocab() != b.get_vocab():
         raise UserError(
@@ -129,7 +120,7 @@ def starting_point(cfg: DictConfig, teacher: Checkpoint | None) -> Checkpoint | 
             begin.tokenizer, name, teacher.tokenizer, f"objective.teacher={cfg.objective.teacher}"
         )
     differ = [k for k in SHAPE if k in cfg.model and cfg.model[k] != getattr(begin.config, k)]
-    given = model_overrides()
+    given = command_line("model")
     ours = ", ".join(f"{k}={cfg.model[k]}" for k in differ)
     theirs = ", ".join(f"{k}={getattr(begin.config, k)}" for k in differ)
     if differ and given:
