@@ -247,3 +247,36 @@ def test_the_data_record_names_each_part_a_run_depends_on(tmp_path, tiny_tokeniz
     assert (path, size) == (str(corpus.resolve()), corpus.stat().st_size)
     assert record["data.val_docs"] == 50 and record["data.seed"] == dm.seed
     assert record["data.long_docs"] == "split" and np.isfinite(mtime)
+
+
+@pytest.mark.parametrize(
+    "option, change",
+    [
+        ("corpus", {"packing": "document"}),
+        ("corpus", {"max_seq_length": 24}),
+        ("corpus", {"masking": {"mlm_probability": 0.3}}),
+        ("corpus", {"seed": 7}),
+        ("corpus", {"tokenizer": "other"}),
+        ("c4_nsp", {"short_seq_prob": 0.9}),
+        ("c4_nsp", {"dupe_factor": 2}),
+        ("c4_nsp", {"seed": 7}),
+    ],
+)
+def test_the_arrow_examples_cache_misses_when_any_input_changes(
+    tmp_path, tiny_tokenizer, option, change
+):
+    """Token ids, examples (MLM blocks, NSP pairs) and validation masks on one cache folder: a
+    changed tokenizer, framing, pairing, masking or seed gives the sets a fresh cache gives."""
+    corpus = str(write_corpus(tmp_path / "c.jsonl", 40))
+    other = train_wordpiece(lambda: iter([f"text {i} " * 30 for i in range(30)]), vocab_size=300)
+    base = dict(train_files=corpus, val_docs=5, max_seq_length=32, given_tokenizer=tiny_tokenizer)
+    if change.get("tokenizer"):
+        change = {"given_tokenizer": other}
+
+    def sets(values, cache):
+        dm = data_module(option, **values, cache_dir=str(tmp_path / cache))
+        dm.setup()
+        return dm.train_set[:]["input_ids"], dm.val_set[:]["labels"]
+
+    before = sets(base, "cache")
+    assert sets(base | change, "cache") == sets(base | change, "fresh") != before
