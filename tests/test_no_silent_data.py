@@ -4,10 +4,12 @@ cut into pieces and nothing fitted on a held-out one (row 3), a stream refusing 
 options it would ignore (row 9); and each data cache missed when any of its inputs changes."""
 
 import json
+import math
 import os
 
 import numpy as np
 import pytest
+import torch
 
 from bert_lightning.config import compose
 from bert_lightning.data import pipeline
@@ -15,7 +17,8 @@ from bert_lightning.data.prepare import cache_folder
 from bert_lightning.data.tokenizer import train_wordpiece
 from bert_lightning.errors import UserError
 from bert_lightning.training.instantiate import instantiate
-from helpers import data_module, write_corpus
+from bert_lightning.training.pretrain import build
+from helpers import data_module, tiny_overrides, write_corpus
 
 TOKENIZER = {"vocab_size": 300, "min_frequency": 1, "max_docs": None}
 
@@ -140,6 +143,12 @@ def test_row9_a_stream_refuses_the_options_it_would_ignore(override):
     key, value = override.split("=")
     with pytest.raises(UserError, match=f"^{key}='?{value}'?"):
         instantiate(cfg.data, "data", out_dir=None, given_tokenizer=None)
+
+
+@pytest.mark.parametrize("packing", ["packed", "packed_isolated"])
+def test_nsp_refuses_a_packing_it_would_ignore(packing):
+    with pytest.raises(UserError, match=f"^data.packing='{packing}': NSP examples are sentence"):
+        data_module("c4_nsp", packing=packing)
 
 
 def test_row9_a_stream_of_files_reads_them_with_our_reader(tmp_path, tiny_tokenizer):
@@ -280,3 +289,45 @@ def test_the_arrow_examples_cache_misses_when_any_input_changes(
 
     before = sets(base, "cache")
     assert sets(base | change, "cache") == sets(base | change, "fresh") != before
+
+
+@pytest.mark.parametrize("option", [[], ["data=c4_nsp"], ["objective=rtd"]])
+def test_validation_losses_do_not_depend_on_how_rows_are_batched(tmp_path, option):
+    """`val/loss` and its terms are means over the items each term averages (masked tokens,
+    pairs, positions) over the whole set: the same at any batch size, equal to the sum over
+    single rows, and (MLM) the log of the perplexity over the same tokens."""
+    write_corpus(tmp_path / "corpus.jsonl", 40)
+    cfg = compose(overrides=tiny_overrides(tmp_path, *option, "data.val_docs=8"))
+    dm, module, trainer = build(cfg)
+    got = {}
+    for size in (1, 3, 64):
+        dm.batch_size = size
+        got[size] = trainer.validate(module, datamodule=dm, verbose=False)[0]
+    if option == ["objective=rtd"]:  # the generator's draws are seeded by validation batch
+        got = {size: {"val/gen_mlm_loss": m["val/gen_mlm_loss"]} for size, m in got.items()}
+    assert got[3] == pytest.approx(got[1], rel=1e-5) and got[64] == pytest.approx(got[1], rel=1e-5)
+    module.eval()
+    sums: dict[str, list[float]] = {}
+    with torch.no_grad():
+        for row in dm.val_set:
+            batch = dm.collator()([{k: row[k] for k in row}])
+            out = module(batch)
+            if option == ["objective=rtd"]:
+                terms = {"mlm": (out.gen_loss, out.gen_labels.numel())}
+            else:
+                terms = {"mlm": (out.mlm_loss, out.mlm_labels.numel())}
+            if option == ["data=c4_nsp"]:
+                terms["nsp"] = (out.nsp_loss, 1)
+            for k, (loss, n) in terms.items():
+                total, count = sums.setdefault(k, [0.0, 0])
+                sums[k] = [total + float(loss) * n if n else total, count + n]
+    mlm = sums["mlm"][0] / sums["mlm"][1]
+    if option == ["data=c4_nsp"]:
+        nsp = sums["nsp"][0] / sums["nsp"][1]
+        assert got[1]["val/mlm_loss"] == pytest.approx(mlm, rel=1e-5)
+        assert got[1]["val/loss"] == pytest.approx(mlm + nsp, rel=1e-5)
+    elif option == ["objective=rtd"]:
+        assert got[1]["val/gen_mlm_loss"] == pytest.approx(mlm, rel=1e-5)
+    else:
+        assert got[1]["val/loss"] == pytest.approx(mlm, rel=1e-5)
+        assert math.exp(got[1]["val/loss"]) == pytest.approx(got[1]["val/ppl"], rel=1e-4)

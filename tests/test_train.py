@@ -93,7 +93,9 @@ def test_bad_corpus_fails_cleanly(tmp_path):
         f.write('{"url": "no text here"}\n')
     with pytest.raises(BadRecordError, match=r"corpus\.jsonl:21: no 'text' field"):
         train(compose(overrides=tiny_overrides(out)))
-    assert sorted(os.listdir(out)) == ["FAILED", "corpus.jsonl"]  # nothing half-written
+    assert sorted(os.listdir(out)) == ["FAILED", "corpus.jsonl", "hf_cache"]
+    cached = [p.name for p in (out / "hf_cache").rglob("*") if p.is_file()]
+    assert all(name.endswith(".lock") for name in cached), cached  # nothing half-written
 
 
 def test_missing_data_path_is_named(tmp_path):

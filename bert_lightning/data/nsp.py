@@ -210,6 +210,11 @@ class NSPDataModule(PretrainDataModule):
             raise UserError(f"data.dupe_factor={dupe_factor}; expected at least 1")
         if self.max_seq_length < 5:
             raise UserError(f"data.max_seq_length={self.max_seq_length}; NSP needs at least 5")
+        if self.packing != "document":  # read by the MLM framing only
+            raise UserError(
+                f"data.packing={self.packing!r}: NSP examples are sentence pairs, one an "
+                "example, padded per batch (data.packing=document)"
+            )
         if self.cache_format != "arrow":
             raise UserError("NSP pairs use the Arrow cache: data.cache_format must be arrow")
         if objective not in OBJECTIVES:

@@ -11,7 +11,7 @@ from bert_lightning.data.nsp import OBJECTIVES
 from bert_lightning.errors import UserError
 from bert_lightning.model import BertConfig, BertForPreTraining, pretraining_flops
 from bert_lightning.model.flops import step_counts
-from bert_lightning.training.module_base import EncoderModule
+from bert_lightning.training.module_base import EncoderModule, ValidationLoss
 
 
 class BertPretrainModule(EncoderModule):
@@ -52,6 +52,8 @@ class BertPretrainModule(EncoderModule):
         if self.nsp:  # NSP accuracy (data=c4_nsp); the loss is then MLM + NSP
             self.train_nsp_acc = BinaryAccuracy(validate_args=False)
             self.val_nsp_acc = BinaryAccuracy()
+        terms = {"mlm_loss": 1.0, "nsp_loss": 1.0} if self.nsp else {"loss": 1.0}
+        self.val_loss = ValidationLoss(**terms)
 
     def forward(self, batch: dict):
         return self.model(
@@ -81,9 +83,11 @@ class BertPretrainModule(EncoderModule):
 
     def validation_step(self, batch, batch_idx):
         out = self(batch)
-        B = batch["input_ids"].size(0)
-        self.log("val/loss", out.loss, prog_bar=True, batch_size=B, sync_dist=True)
-        if out.mlm_labels.numel():
+        B, masked = batch["input_ids"].size(0), out.mlm_labels.numel()
+        self.val_loss.update("mlm_loss" if self.nsp else "loss", out.mlm_loss, masked)
+        if self.nsp:
+            self.val_loss.update("nsp_loss", out.nsp_loss, B)
+        if masked:
             self.val_acc(out.mlm_logits, out.mlm_labels)
             self.val_ppl(out.mlm_logits[None].float(), out.mlm_labels[None])
             self.log("val/mlm_acc", self.val_acc, batch_size=B)
@@ -91,11 +95,15 @@ class BertPretrainModule(EncoderModule):
         if self.nsp:
             self._log_nsp("val", out, batch, self.val_nsp_acc)
 
+    def on_validation_epoch_end(self) -> None:
+        self.val_loss.log_to(self)
+
     def _log_nsp(self, stage: str, out, batch: dict, acc: BinaryAccuracy) -> None:
         if out.nsp_loss is None:
             return
         B = batch["input_ids"].size(0)
-        self.log(f"{stage}/mlm_loss", out.mlm_loss, batch_size=B, sync_dist=stage == "val")
-        self.log(f"{stage}/nsp_loss", out.nsp_loss, batch_size=B, sync_dist=stage == "val")
+        if stage == "train":  # validation's: `val_loss`
+            self.log("train/mlm_loss", out.mlm_loss, batch_size=B)
+            self.log("train/nsp_loss", out.nsp_loss, batch_size=B)
         acc(out.nsp_logits.detach().argmax(-1), batch["next_sentence_label"])  # (B,) vs (B,)
         self.log(f"{stage}/nsp_acc", acc, batch_size=B)

@@ -10,7 +10,7 @@ from bert_lightning.data.sampling import hash_seed
 from bert_lightning.errors import UserError
 from bert_lightning.model import BertConfig, ElectraForPreTraining, rtd_flops
 from bert_lightning.model.flops import step_counts
-from bert_lightning.training.module_base import EncoderModule
+from bert_lightning.training.module_base import EncoderModule, ValidationLoss
 
 
 class RTDPretrainModule(EncoderModule):
@@ -47,6 +47,7 @@ class RTDPretrainModule(EncoderModule):
         self.train_disc_acc = BinaryAccuracy(validate_args=False)
         self.val_gen_acc = MulticlassAccuracy(V, average="micro")
         self.val_disc_acc = BinaryAccuracy()
+        self.val_loss = ValidationLoss(gen_mlm_loss=1.0, disc_loss=disc_weight)
 
     def forward(self, batch: dict, sampler: torch.Generator | None = None):
         return self.model(
@@ -74,14 +75,21 @@ class RTDPretrainModule(EncoderModule):
         seed = hash_seed(self.hparams.data["seed"] if self.hparams.data else 0, batch_idx)
         sampler = torch.Generator(self.device).manual_seed(seed)
         out = self(batch, sampler)
+        self.val_loss.update("gen_mlm_loss", out.gen_loss, out.gen_labels.numel())
+        self.val_loss.update("disc_loss", out.disc_loss, out.replaced.numel())
         self._log("val", out, batch, self.val_gen_acc, self.val_disc_acc)
+
+    def on_validation_epoch_end(self) -> None:
+        self.val_loss.log_to(self)
 
     def _log(self, stage: str, out, batch: dict, gen_acc, disc_acc) -> None:
         B, val = batch["input_ids"].size(0), stage == "val"
-        self.log(f"{stage}/loss", out.loss, prog_bar=True, batch_size=B, sync_dist=val)
-        self.log(f"{stage}/gen_mlm_loss", out.gen_loss, batch_size=B, sync_dist=val)
-        self.log(f"{stage}/disc_loss", out.disc_loss, batch_size=B, sync_dist=val)
-        self.log(f"{stage}/replaced", out.replaced.float().mean(), batch_size=B, sync_dist=val)
+        if not val:  # validation's: `val_loss`
+            self.log("train/loss", out.loss, prog_bar=True, batch_size=B)
+            self.log("train/gen_mlm_loss", out.gen_loss, batch_size=B)
+            self.log("train/disc_loss", out.disc_loss, batch_size=B)
+        n = out.replaced.numel()  # the real positions: a share of them, not of batches
+        self.log(f"{stage}/replaced", out.replaced.float().mean(), batch_size=n, sync_dist=val)
         if out.gen_labels.numel():
             gen_acc(out.gen_logits.detach(), out.gen_labels)
             self.log(f"{stage}/gen_mlm_acc", gen_acc, batch_size=B)
