@@ -253,19 +253,18 @@ def table_metrics(
 ) -> dict:
     """The task's loss and metrics of a fine-tuned model on a task table, as a run's
     validation and test compute them (the task's encoding, loss and metrics over
-    `data.tables.eval_loader`)."""
+    `data.tables.eval_loader`): the loss of all its rows, whatever `batch_size`."""
     task, device = ft.task, device_of(ft.model)
     tok, length = Tokenizer.from_str(ft.tokenizer_json), max_seq_length or ft.max_seq_length
     rows = task.encode(table, tok, length)
-    metrics = task.metrics().to(device)
-    loss_sum = 0.0
+    metrics, loss = task.metrics().to(device), task.loss_metric().to(device)
     loader = eval_loader(rows, batch_size, tok.token_to_id("[PAD]"))
     for batch in tqdm(loader, disable=not progress, desc="evaluate"):
         batch = {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
-        logits, loss = task.logits_and_loss(ft.model, batch)
-        loss_sum += float(loss) * batch["input_ids"].size(0)
+        logits, items = task.logits_and_rows(ft.model, batch)
+        loss.update(items)
         task.update(metrics, logits, batch)
-    out = {"rows": len(rows), "loss": loss_sum / len(rows)}
+    out = {"rows": len(rows), "loss": float(loss.compute())}
     return out | {k: float(v) for k, v in task.compute(metrics).items()}
 
 

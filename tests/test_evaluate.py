@@ -73,7 +73,7 @@ def test_evaluate_reads_the_order_within_queries_as_the_run_did(tmp_path, capsys
     differences; `evaluate` of its checkpoint on the test file prints and writes the same."""
     tok = write_tokenizer(tmp_path / "tokenizer.json")
     write_hf_folder(tmp_path / "hf", tok)
-    write_csv(tmp_path / "train.csv", ad_rows(12))
+    write_csv(tmp_path / "train.csv", ad_rows(18)[18:])  # no query of the test file
     write_csv(tmp_path / "test.csv", ad_rows(6)[::-1])
     cfg = compose(
         "finetune",

@@ -69,7 +69,7 @@ def test_click_rates_are_no_auroc_labels(tmp_path):
 def test_a_validation_split_of_one_class_is_refused_for_auroc(tmp_path):
     """An AUROC monitor undefined at every validation would keep the first checkpoint and stop
     the run early; refused at start, naming the split and its counts."""
-    train = write_csv(tmp_path / "ads.csv", [{"query": "q", "ad": f"a{i}", "label": i % 2}
+    train = write_csv(tmp_path / "ads.csv", [{"query": "p", "ad": f"a{i}", "label": i % 2}
                                               for i in range(8)])  # fmt: skip
     dev = write_csv(tmp_path / "dev.csv", [{"query": "q", "ad": f"b{i}", "label": 0}
                                             for i in range(5)])  # fmt: skip

@@ -195,23 +195,35 @@ class AdRelevance(Task):
     def uses_pair_embeddings(self) -> bool:
         return bool(self.cfg.contrastive_weight)
 
-    def loss(self, logits, batch, pairs=None):
+    @property
+    def groups_named(self):
+        return super().groups_named or ("query", "queries")
+
+    def loss_rows(self, logits, batch, pairs=None):
+        rows = {"score": logits.float()[:, 0], "target": batch["target"].float()}  # (B,) each
+        if "group" in batch:  # what a ranking or in-batch term reads
+            rows["group"] = batch["group"]  # (B,)
+        if self.cfg.contrastive_weight and pairs is not None:
+            rows["u"], rows["v"] = pairs  # (B, H) each
+        return rows
+
+    def loss_of(self, rows):
         """BCE for each row's level, read by Spearman across queries; a pairwise or listwise
         term for the order within a query, read by NDCG (times `pairwise_weight`); with
-        `contrastive_weight`, the in-batch term of the pooled queries and ads (`pairs`: (u,
-        v); None, as from an ONNX export: without it)."""
-        s, t = logits.float()[:, 0], batch["target"].float()  # (B,), (B,)
+        `contrastive_weight` and the pooled queries and ads (`u`, `v`, which an ONNX export
+        does not give), the in-batch term. Of a whole split (validation, test), `pairs: batch`
+        and the in-batch term read the split as one batch."""
+        s, t, group = rows["score"], rows["target"], rows.get("group")  # (N,) each
         c = self.cfg
         total = F.binary_cross_entropy_with_logits(s, t) if "pointwise" in c.loss else 0.0
-        if c.contrastive_weight and pairs is not None:
-            u, v = pairs
+        if c.contrastive_weight and "u" in rows:
             contrast = in_batch_loss(
-                u, v, t, batch["group"], c.contrastive_scale, c.contrastive_min
+                rows["u"], rows["v"], t, group, c.contrastive_scale, c.contrastive_min
             )
             total = total + c.contrastive_weight * contrast
         if c.loss == "pointwise":
             return total
-        group = batch["group"] if c.pairs == "query" else torch.zeros_like(batch["group"])
+        group = group if c.pairs == "query" else torch.zeros_like(group)
         if "pairwise" in c.loss:
             ranking = pairwise_loss(s, t, group, c.pairwise_loss, c.margin)
         else:
@@ -270,37 +282,54 @@ class AdRelevance(Task):
                 m.update(score, relevant)
 
 
+PAIR_BLOCK = 1 << 22  # entries of a (rows, N) block of a term over pairs of rows
+
+
+def blocks(n: int, device) -> tuple[torch.Tensor, ...]:
+    """Row indices 0..n-1 in blocks of at most PAIR_BLOCK / n rows: a term over pairs of n
+    rows (a whole split's, at validation) added up block by block holds (rows, n) tensors,
+    never (n, n); a training batch is one block."""
+    return torch.arange(n, device=device).split(max(1, PAIR_BLOCK // max(n, 1)))
+
+
 def pairwise_loss(s, t, group, kind: str, margin: float) -> torch.Tensor:
     """Mean over the pairs (i, j) of one group with t_i > t_j (`lambda`: weighted by
     `lambda_weights`); 0 (in the graph) if none."""
-    pairs = (group[:, None] == group[None, :]) & (t[:, None] > t[None, :])  # (B, B)
-    diff = (s[:, None] - s[None, :])[pairs]  # (P,)
-    if diff.numel() == 0:
-        return s.sum() * 0.0
-    if kind == "margin":
-        return F.relu(margin - diff).mean()
-    if kind == "logistic":
-        return F.softplus(-diff).mean()
-    w = lambda_weights(s.detach(), t, group)[pairs]  # (P,)
-    return (w * F.softplus(-diff)).sum() / w.sum().clamp(min=1e-12)
+    total, weight = s.sum() * 0.0, s.new_zeros(())
+    for rows in blocks(len(s), s.device):
+        pairs = (group[rows, None] == group[None, :]) & (t[rows, None] > t[None, :])  # (R, N)
+        diff = (s[rows, None] - s[None, :])[pairs]  # (P,)
+        term = F.relu(margin - diff) if kind == "margin" else F.softplus(-diff)  # (P,)
+        w = (
+            lambda_weights(s.detach(), t, group, rows)[pairs]
+            if kind == "lambda"
+            else torch.ones_like(diff)
+        )  # (P,)
+        total, weight = total + (w * term).sum(), weight + w.sum()
+    return total / weight.clamp(min=1e-12)
 
 
-def lambda_weights(s, t, group) -> torch.Tensor:
-    """(B, B) |change of the group's NDCG| when rows i and j swap places in the order of `s`
-    (linear gains t, ties broken by row order; 0 across groups): LambdaRank's pair weight,
-    which puts the loss where the top of a query's list is."""
-    same = group[:, None] == group[None, :]  # (B, B)
-    first = torch.arange(len(s), device=s.device)
-    earlier = first[None, :] < first[:, None]  # (B, B): j is an earlier row than i
+def group_ranks(v, group) -> torch.Tensor:
+    """(N,) 1-based place of each row in its group, by v descending, ties by row order."""
+    order = torch.argsort(-v, stable=True)
+    order = order[torch.argsort(group[order], stable=True)]  # by group, then v, then row
+    g = group[order]  # (N,) sorted
+    place = torch.arange(len(v), device=v.device) - torch.searchsorted(g, g)  # (N,) from 0
+    return torch.empty_like(place).scatter_(0, order, place + 1)
 
-    def rank(v):  # (B,) 1-based place of each row in its group, by v descending
-        ahead = (v[None, :] > v[:, None]) | ((v[None, :] == v[:, None]) & earlier)
-        return 1 + (ahead & same).sum(1)
 
-    discount = 1.0 / torch.log2(1.0 + rank(s))  # (B,)
-    ideal = ((t / torch.log2(1.0 + rank(t)))[None, :] * same).sum(1)  # (B,): its group's IDCG
-    swap = (t[:, None] - t[None, :]).abs() * (discount[:, None] - discount[None, :]).abs()
-    return swap / ideal[:, None].clamp(min=1e-12) * same
+def lambda_weights(s, t, group, rows=None) -> torch.Tensor:
+    """(R, N) |change of the group's NDCG| when row i (of `rows`; None: all) and row j swap
+    places in the order of `s` (linear gains t, ties broken by row order; 0 across groups):
+    LambdaRank's pair weight, which puts the loss where the top of a query's list is."""
+    rows = torch.arange(len(s), device=s.device) if rows is None else rows
+    discount = 1.0 / torch.log2(1.0 + group_ranks(s, group))  # (N,)
+    _, g = torch.unique(group, return_inverse=True)  # (N,) 0..G-1
+    gains = t / torch.log2(1.0 + group_ranks(t, group))  # (N,)
+    ideal = t.new_zeros(int(g.max()) + 1).index_add(0, g, gains)[g]  # (N,): its group's IDCG
+    same = group[rows, None] == group[None, :]  # (R, N)
+    swap = (t[rows, None] - t[None, :]).abs() * (discount[rows, None] - discount[None, :]).abs()
+    return swap / ideal[rows, None].clamp(min=1e-12) * same
 
 
 def in_batch_loss(u, v, t, group, scale: float, min_target: float) -> torch.Tensor:
@@ -310,29 +339,30 @@ def in_batch_loss(u, v, t, group, scale: float, min_target: float) -> torch.Tens
     query at least as relevant as its own are left out (not negatives); less relevant ones and
     every other query's ads are. The mean over positive rows (0 with none); the order of the
     rows does not change it."""
-    sim = scale * F.normalize(u.float(), dim=-1) @ F.normalize(v.float(), dim=-1).T  # (B, B)
-    B = len(t)
-    own = torch.eye(B, dtype=torch.bool, device=t.device)  # (B, B)
-    left_out = (group[:, None] == group[None, :]) & (t[None, :] >= t[:, None]) & ~own  # (B, B)
-    positive = t >= min_target  # (B,)
-    if not positive.any():
-        return sim.sum() * 0.0
-    logits = sim.masked_fill(left_out, float("-inf"))[positive]  # (P, B)
-    return F.cross_entropy(logits, own[positive].float().argmax(1))
+    u, v = F.normalize(u.float(), dim=-1), F.normalize(v.float(), dim=-1)  # (N, H) each
+    total, count = u.sum() * 0.0, 0
+    for rows in blocks(len(t), t.device):
+        rows = rows[t[rows] >= min_target]  # (P,) the block's positive rows
+        sim = scale * u[rows] @ v.T  # (P, N)
+        left_out = (group[rows, None] == group[None, :]) & (t[None, :] >= t[rows, None])
+        left_out[torch.arange(len(rows), device=t.device), rows] = False  # (P, N): not its own
+        logits = sim.masked_fill(left_out, float("-inf"))  # (P, N)
+        total, count = total + F.cross_entropy(logits, rows, reduction="sum"), count + len(rows)
+    return total / max(count, 1)
 
 
 def listwise_loss(s, t, group) -> torch.Tensor:
     """Softmax cross-entropy over each group's rows, the targets normalised to a distribution
     (ListNet's top-one form, TF-Ranking's softmax loss): -sum_i p_i log softmax(s)_i, p_i =
     t_i / sum_j t_j, averaged over the groups with a target above 0; 0 (in the graph) if none."""
-    same = group[:, None] == group[None, :]  # (B, B)
-    log_p = s - torch.logsumexp(s[None, :].masked_fill(~same, -torch.inf), dim=1)  # (B,)
-    total = (t[None, :] * same).sum(1)  # (B,): its group's target sum
-    keep = total > 0
-    if not keep.any():
-        return s.sum() * 0.0
-    groups = (keep / same.sum(1)).sum()  # each row adds 1 / its group's size
-    return -(t / total.clamp(min=1e-12) * log_p)[keep].sum() / groups
+    _, g = torch.unique(group, return_inverse=True)  # (N,) 0..G-1
+    G = int(g.max()) + 1
+    top = s.new_full((G,), -torch.inf).scatter_reduce(0, g, s.detach(), "amax")  # (G,)
+    lse = top + torch.log(s.new_zeros(G).index_add(0, g, torch.exp(s - top[g])))  # (G,)
+    total = t.new_zeros(G).index_add(0, g, t)  # (G,): each group's target sum
+    keep = total > 0  # (G,)
+    p = t / total[g].clamp(min=1e-12)  # (N,)
+    return -(p * (s - lse[g]))[keep[g]].sum() / keep.sum().clamp(min=1)
 
 
 THRESHOLD_FREE = ("auroc", "spearman", "ndcg@10")  # what a baseline's score is read by

@@ -18,6 +18,7 @@ from torch import nn
 from bert_lightning.data import tables as D
 from bert_lightning.errors import UserError
 from bert_lightning.model.heads import HEAD_POOLINGS, BertForSequenceClassification
+from bert_lightning.tasks.metrics import SplitLoss
 
 # a baseline's scorer: the starting encoder's cosine of each (text, pair) row, (N,)
 ZeroShot = Callable[[list[tuple[str, str]]], torch.Tensor]
@@ -121,6 +122,12 @@ class Task:
     def label_keys(self) -> tuple[str, ...]:
         return ("label_column",)
 
+    @property
+    def groups_named(self) -> tuple[str, str] | None:
+        """What a group is called in messages, (one, many); None where each row is its own."""
+        g = getattr(self.cfg, "group_column", None)
+        return ("group", f"groups (task.group_column={g})") if g else None
+
     def fit(self, train: dict, rows: list[int]) -> dict:
         """What the train file fixes that the config leaves open (label set, target scale), as
         the config keys to set; {} when the config gives them. `train`: the file's table,
@@ -158,17 +165,36 @@ class Task:
         """The loss also reads the pooled queries and ads (`loss(logits, batch, (u, v))`)."""
         return False
 
-    def logits_and_loss(self, model, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
-        """`model`'s logits on `batch` and the task's loss, as training computes them: from the
-        pooled queries and ads where the loss reads them (a bi-encoder's in-batch term; an
-        ONNX export, which gives logits only, gets the loss without it)."""
+    def loss_rows(self, logits, batch: dict, pairs=None) -> dict[str, torch.Tensor]:
+        """What the loss reads of each item of `batch` (a row, or a labelled token), one per
+        item along the first dim: a split's loss is `loss_of` all its items at once
+        (`SplitLoss`), however they were batched. `pairs`: the pooled (queries, ads), where
+        `uses_pair_embeddings`."""
+        raise NotImplementedError
+
+    def loss_of(self, rows: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The loss of the items `rows` holds (`loss_rows`, of one batch or of a whole split)."""
+        raise NotImplementedError
+
+    def loss(self, logits, batch: dict, pairs=None) -> torch.Tensor:
+        """The loss of one batch."""
+        return self.loss_of(self.loss_rows(logits, batch, pairs))
+
+    def loss_metric(self) -> SplitLoss:
+        """What a split's loss is added up in, batch by batch."""
+        return SplitLoss(self.loss_of)
+
+    def logits_and_rows(self, model, batch: dict) -> tuple[torch.Tensor, dict]:
+        """`model`'s logits on `batch` and what the task's loss reads of them (`loss_rows`), as
+        training computes them: with the pooled queries and ads where the loss reads them (a
+        bi-encoder's in-batch term; an ONNX export, which gives logits only, goes without)."""
         inputs = (batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
         if not (self.uses_pair_embeddings and hasattr(model, "pair_embeddings")):
             logits = model(*inputs)
-            return logits, self.loss(logits, batch)
+            return logits, self.loss_rows(logits, batch)
         pairs = model.pair_embeddings(*inputs)  # (B, H) each
         logits = model.score(*pairs)  # (B, 1)
-        return logits, self.loss(logits, batch, pairs)
+        return logits, self.loss_rows(logits, batch, pairs)
 
     def build_model(self, config) -> nn.Module:
         return self.head(config, self.num_labels, self.cfg.pooling)
@@ -249,6 +275,7 @@ def load_splits(task: Task, seed: int) -> tuple[Task, dict[str, dict]]:
     for k, f in files.items():
         if f:
             tables[k] = task.prepare(task.read(f))
+            check_apart(task, tables[k], train)
     for k, n in c.subsample.items():
         if n is not None:
             tables[k] = subset(tables[k], D.grouped_subsample(tables[k]["group"], int(n), seed))
@@ -257,6 +284,23 @@ def load_splits(task: Task, seed: int) -> tuple[Task, dict[str, dict]]:
             raise D.DataError(f"{Path(c.train_file)}: the {k} part is empty; adjust task.split")
     task.check_monitor(tables["validation"], Path(files["validation"] or c.train_file))
     return task, tables
+
+
+def check_apart(task: Task, table: dict, train: dict) -> None:
+    """No group (query) of a validation or test file given apart is in the train file, as
+    read (a query's case and spacing aside): its rows would be scored on what was trained
+    on, as a split of one file never does."""
+    if task.groups_named is None:
+        return
+    one, many = task.groups_named
+    groups, trained = list(dict.fromkeys(table["group"])), set(train["group"])
+    shared = [g for g in groups if g in trained]
+    if shared:
+        raise D.DataError(
+            f"{table['path']}: {len(shared)} of its {len(groups)} {many} are also in "
+            f"{train['path']} (e.g. {shared[0]!r}); a {one}'s rows belong on one side of a "
+            "split: remove them from one of the files"
+        )
 
 
 def train_texts(table: dict) -> list[str]:

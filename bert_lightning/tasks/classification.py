@@ -55,8 +55,11 @@ class SeqClassification(Task):
     def num_labels(self):
         return len(self.cfg.labels)
 
-    def loss(self, logits, batch):
-        return F.cross_entropy(logits.float(), batch["label"])
+    def loss_rows(self, logits, batch, pairs=None):
+        return {"logits": logits.float(), "label": batch["label"]}  # (B, L), (B,)
+
+    def loss_of(self, rows):
+        return F.cross_entropy(rows["logits"], rows["label"])
 
     def metrics(self):
         n = self.num_labels
@@ -151,10 +154,14 @@ class TokenClassification(Task):
     def num_labels(self):
         return len(self.cfg.labels)
 
-    def loss(self, logits, batch):
-        return F.cross_entropy(
-            logits.float().flatten(0, 1), batch["token_labels"].flatten(), ignore_index=-100
-        )
+    def loss_rows(self, logits, batch, pairs=None):
+        """The labelled tokens (each word's first piece): the loss is their mean, over a split
+        too, however many of them each batch holds."""
+        labels = batch["token_labels"]  # (B, T), -100 unlabelled
+        keep = labels != -100
+        return {"logits": logits.float()[keep], "label": labels[keep]}  # (M, L), (M,)
+
+    loss_of = SeqClassification.loss_of
 
     def metrics(self):
         return nn.ModuleDict({"entity": EntityF1(self.cfg.labels)})

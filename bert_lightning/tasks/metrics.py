@@ -2,7 +2,8 @@
 Matthews correlation with the usual 0 for constant predictions; and torchmetrics' AUROC, F1,
 Spearman and NDCG. A metric with no value on its rows (one class, one row, one target value,
 nothing relevant) is NaN, said in one warning line: torchmetrics gives 0 there, a figure that
-looks real (a run would keep the first checkpoint by it)."""
+looks real (a run would keep the first checkpoint by it). And a split's loss (`SplitLoss`), the
+same however its rows are batched."""
 
 from __future__ import annotations
 
@@ -81,6 +82,31 @@ class NDCG(RetrievalNormalizedDCG):
     def compute(self) -> torch.Tensor:
         why = nothing_relevant(dim_zero_cat(self.target))
         return undefined("NDCG", why) if why else super().compute()
+
+
+class SplitLoss(Metric):
+    """A task's loss over every item of a split at once: `loss_of` (`Task.loss_of`) of what
+    each batch gives of its items, rows or labelled tokens (`Task.loss_rows`), kept until
+    `compute`. A mean of batch means would weigh a short batch, or one of few labelled tokens,
+    like a full one, and a ranking or in-batch term would see only the rows one batch holds:
+    the loss would change with `eval_batch_size`."""
+
+    full_state_update = False
+
+    def __init__(self, loss_of):
+        super().__init__()
+        self.loss_of = loss_of
+        self.fields: list[str] = []  # what the items carry, known at the first batch
+
+    def update(self, rows: dict[str, torch.Tensor]) -> None:
+        for k, v in rows.items():
+            if k not in self.fields:
+                self.add_state(k, default=[], dist_reduce_fx="cat")
+                self.fields.append(k)
+            getattr(self, k).append(v.detach())
+
+    def compute(self) -> torch.Tensor:
+        return self.loss_of({k: dim_zero_cat(getattr(self, k)) for k in self.fields})
 
 
 def bio_spans(tags: list[str]) -> set[tuple[int, int, str]]:

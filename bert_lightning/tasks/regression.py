@@ -52,9 +52,12 @@ class Regression(Task):
     def scores(self, logits):
         return logits.float()[:, 0] * self.cfg.target_std + self.cfg.target_mean  # (B,)
 
-    def loss(self, logits, batch):
+    def loss_rows(self, logits, batch, pairs=None):
         z = (batch["target"] - self.cfg.target_mean) / self.cfg.target_std  # (B,)
-        return F.mse_loss(logits.float()[:, 0], z)
+        return {"pred": logits.float()[:, 0], "z": z.float()}  # (B,), (B,)
+
+    def loss_of(self, rows):
+        return F.mse_loss(rows["pred"], rows["z"])
 
     def metrics(self):
         return nn.ModuleDict(

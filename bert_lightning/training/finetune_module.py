@@ -52,6 +52,10 @@ class FinetuneModule(EncoderModule):
         self.split_metrics = nn.ModuleDict(
             {"val": self.task.metrics(), "test": self.task.metrics()}
         )
+        # each split's loss over all its rows, whatever eval_batch_size cuts them into
+        self.split_losses = nn.ModuleDict(
+            {"val": self.task.loss_metric(), "test": self.task.loss_metric()}
+        )
 
     def start_from(self, pre: Checkpoint) -> None:
         """The encoder weights of a pretrained checkpoint (the head keeps its initial ones);
@@ -69,23 +73,24 @@ class FinetuneModule(EncoderModule):
         return self.model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
 
     def training_step(self, batch, batch_idx):
-        _, loss = self.task.logits_and_loss(self.model, batch)
+        _, rows = self.task.logits_and_rows(self.model, batch)
+        loss = self.task.loss_of(rows)
         self.log("train/loss", loss, prog_bar=True, batch_size=batch["input_ids"].size(0))
         return loss
 
     def _eval_step(self, split: str, batch):
-        logits, loss = self.task.logits_and_loss(self.model, batch)
-        B = batch["input_ids"].size(0)
-        self.log(f"{split}/loss", loss, batch_size=B, sync_dist=True)
+        logits, rows = self.task.logits_and_rows(self.model, batch)
+        self.split_losses[split].update(rows)
         self.task.update(self.split_metrics[split], logits, batch)
 
     def _eval_epoch_end(self, split: str):
-        metrics = self.split_metrics[split]
+        metrics, loss = self.split_metrics[split], self.split_losses[split]
+        self.log(f"{split}/loss", loss.compute())
         self.log_dict(
             {f"{split}/{k}": v for k, v in self.task.compute(metrics).items()},
             prog_bar=split == "val",
         )
-        for m in metrics.values():
+        for m in [*metrics.values(), loss]:
             m.reset()
 
     def validation_step(self, batch, batch_idx):
