@@ -7,9 +7,11 @@ too (`load_finetuned`), from its task's own `build_model`: using a model needs n
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from functools import partial
+from pathlib import Path
 
 import torch
 from omegaconf import OmegaConf
@@ -24,10 +26,10 @@ from bert_lightning.checkpoint import (
     read_checkpoint,
 )
 from bert_lightning.data.tables import collate, eval_loader
-from bert_lightning.errors import UserError
-from bert_lightning.interop import load_into
+from bert_lightning.errors import MissingFileError, UserError
+from bert_lightning.interop import hf_folder_head, load_into
 from bert_lightning.model import BertForPreTraining, BertModel
-from bert_lightning.model.heads import ZERO_SHOT_POOLING, BertBiEncoder, pool
+from bert_lightning.model.heads import HEAD_POOLINGS, ZERO_SHOT_POOLING, BertBiEncoder, pool
 from bert_lightning.ort import OrtModel, is_exported, load_exported
 from bert_lightning.shipped import CONFIG_DIR
 from bert_lightning.tasks.base import Task, inputs, truncating
@@ -38,8 +40,20 @@ EMBED_LENGTH = 128  # what `embed` and /embed truncate a checkpoint's texts to b
 SCORE_BATCH = FINETUNE.eval_batch_size  # rows per forward pass of `score`, as a run evaluates
 EMBED_BATCH = 32  # rows per forward pass of the other uses
 # what `embed` and /embed pool a checkpoint's texts by default: the pooled [CLS], as BERT (an
-# ONNX export pools as it was exported)
+# ONNX export pools as it was exported, a sentence-transformers folder as it declares)
 EMBED_POOLING = "cls"
+# of a sentence-transformers folder's modules (modules.json), what `embed_texts` computes
+ST_MODULES = ("Transformer", "Pooling", "Normalize")
+# sentence-transformers' pooling modes by their keys in an older Pooling config.json (a newer
+# one says `pooling_mode`), in the order it concatenates those set
+ST_POOLING_KEYS = {
+    "pooling_mode_cls_token": "cls",
+    "pooling_mode_max_tokens": "max",
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
+    "pooling_mode_weightedmean_tokens": "weightedmean",
+    "pooling_mode_lasttoken": "lasttoken",
+}
 MLM_HEAD = "cls.predictions.transform.dense.weight"
 # what a fine-tuned checkpoint that stores no max_seq_length is truncated to: the shipped one
 DEFAULT_MAX_SEQ_LENGTH = FINETUNE.max_seq_length
@@ -129,9 +143,10 @@ def load_embedder(
     path, max_seq_length: int | None = None, pre: Checkpoint | None = None
 ) -> tuple[BertModel, Tokenizer]:
     """(bare encoder in eval mode, its tokenizer truncating to `max_seq_length` (None:
-    `EMBED_LENGTH`), or to the positions the model has if fewer) of any checkpoint, or the
-    embedding model of a folder `export-onnx` wrote, truncating to its length (None) or a
-    shorter one: what `embed_texts` runs. A longer one than the export's is refused, not cut."""
+    `EMBED_LENGTH`, or a sentence-transformers folder's own, `Declared`), or to the positions
+    the model has if fewer) of any checkpoint, or the embedding model of a folder `export-onnx`
+    wrote, truncating to its length (None) or a shorter one: what `embed_texts` runs. A longer
+    one than the export's is refused, not cut."""
     if pre is None and is_exported(path):
         model, spec, tokenizer_json = load_exported(path)
         if spec["use"] != "embed":
@@ -147,8 +162,54 @@ def load_embedder(
             )
         return model, truncating(Tokenizer.from_str(tokenizer_json), max_seq_length or n)
     pre = pre or read_checkpoint(path)
-    n = min(max_seq_length or EMBED_LENGTH, pre.config.max_position_embeddings)
-    return encoder_from(pre), truncating(pre.tokenizer, n)
+    model, positions = encoder_from(pre), pre.config.max_position_embeddings
+    model.declared = declared_by(Path(path))  # what `pooling_of` and `embed_texts` follow
+    default = EMBED_LENGTH if model.declared is None else model.declared.max_seq_length
+    return model, truncating(pre.tokenizer, min(max_seq_length or default or positions, positions))
+
+
+@dataclass(frozen=True)
+class Declared:
+    """How a sentence-transformers folder makes its vectors (modules.json, its modules'
+    configs): `embed_texts` makes them so, as `SentenceTransformer.encode` does."""
+
+    source: Path  # the Pooling module's config.json, named when another pooling is asked
+    pooling: str
+    normalize: bool  # a Normalize module: unit-length vectors
+    max_seq_length: int | None  # None: as many positions as the model has
+
+
+def declared_by(folder: Path) -> Declared | None:
+    """What the sentence-transformers folder `folder` declares (None: no modules.json, not
+    one), read as sentence-transformers reads it; what `embed_texts` cannot compute (another
+    module, another pooling) is refused rather than left out."""
+    path = folder / "modules.json"
+    if not path.is_file():
+        return None
+    paths = {}  # module kind -> its folder
+    for module in json.loads(path.read_text()):
+        kind = module["type"].rsplit(".", 1)[-1]
+        if kind not in ST_MODULES:
+            only = "/".join(ST_MODULES)
+            raise UserError(f"{path}: a {module['type']} module; embed runs {only} modules only")
+        paths[kind] = module["path"]
+    if "Pooling" not in paths:
+        raise UserError(f"{path}: no Pooling module; embed gives one vector per text")
+    source = folder / paths["Pooling"] / "config.json"
+    if not source.is_file():
+        raise MissingFileError(f"{source}: no such file (the Pooling module of {path})")
+    config = json.loads(source.read_text())
+    modes = [mode for key, mode in ST_POOLING_KEYS.items() if config.get(key)]
+    pooling = config.get("pooling_mode") or modes or "mean"  # as sentence-transformers reads it
+    if isinstance(pooling, list) and len(pooling) == 1:
+        pooling = pooling[0]
+    if pooling not in HEAD_POOLINGS:
+        raise UserError(f"{source}: pooling {pooling}; embed pools by one of {list(HEAD_POOLINGS)}")
+    # its length: sentence_bert_config.json's, else (a newer save) its tokenizer's
+    st_config = folder / "sentence_bert_config.json"
+    st = json.loads(st_config.read_text()) if st_config.is_file() else {}
+    length = st.get("max_seq_length") or hf_folder_head(folder)[1]
+    return Declared(source, pooling, "Normalize" in paths, length)
 
 
 def load_bi_encoder(path, max_seq_length: int, pooling: str) -> tuple[BertBiEncoder, Tokenizer]:
@@ -269,8 +330,17 @@ def table_metrics(
 
 
 def pooling_of(model: torch.nn.Module, pooling: str | None) -> str:
-    """The pooling `embed_texts` applies: an export's own (its `onnx.json` says it; another one
-    asked is refused), else the one asked, else `EMBED_POOLING`."""
+    """The pooling `embed_texts` applies: an export's own (its `onnx.json` says it) or a
+    sentence-transformers folder's (`Declared`), another one asked refused; else the one
+    asked, else `EMBED_POOLING`."""
+    declared = getattr(model, "declared", None)  # set by `load_embedder`
+    if declared is not None:
+        if pooling not in (None, declared.pooling):
+            raise UserError(
+                f"{declared.source}: the model pools by {declared.pooling}; --pooling {pooling} "
+                "would give other vectors than its own (leave --pooling out)"
+            )
+        return declared.pooling
     if not isinstance(model, OrtModel):
         return pooling or EMBED_POOLING
     exported = model.spec["pooling"]
@@ -292,16 +362,19 @@ def embed_texts(
     progress=False,
 ) -> torch.Tensor:
     """(N, H) one vector per text, pooled by `POOLINGS` ((N, 4H) for last4), on the CPU;
-    `pooling` None: `pooling_of`'s default."""
+    `pooling` None: `pooling_of`'s default; unit length where the model's folder declares it."""
     exported = isinstance(model, OrtModel)
     pooling = pooling_of(model, pooling)
+    declared = getattr(model, "declared", None)
+    unit = declared is not None and declared.normalize
 
     def embed(b: dict) -> torch.Tensor:
         mask = b["attention_mask"]  # (B, T)
         if exported:  # pooled in the graph
             return model(b["input_ids"], b["token_type_ids"], mask).float()  # (B, H)
         o = model(b["input_ids"], b["token_type_ids"], mask, output_hidden_states=True)
-        return pool(o.hidden_states, mask, pooling).float().cpu()  # (B, H) or (B, 4H)
+        v = pool(o.hidden_states, mask, pooling).float()  # (B, H) or (B, 4H)
+        return (torch.nn.functional.normalize(v, dim=-1) if unit else v).cpu()  # as v
 
     desc = "embed" if progress else None
     out = per_row(embed, model, tok, tok.encode_batch(texts), batch_size, desc)

@@ -90,7 +90,9 @@ class TextsRequest(Body):
 class EmbedRequest(Body):
     texts: Annotated[list[NonBlank], Field(min_length=1, max_length=MAX_ITEMS)]
     pooling: Literal[tuple(POOLINGS)] | None = Field(
-        None, description="none: the model's (an ONNX export's own), `inference.pooling_of`"
+        None,
+        description="none: the model's (an ONNX export's or a sentence-transformers folder's "
+        "own), `inference.pooling_of`",
     )
 
 
@@ -207,7 +209,7 @@ class Embed(Endpoint):
             try:
                 flat = [t for ts in texts for t in ts]
                 vectors = embed_texts(self.model, self.tok, flat, pooling).tolist()
-            except UserError as e:  # last4 on fewer than 4 layers; not an export's pooling
+            except UserError as e:  # last4 on fewer than 4 layers; not the model's own pooling
                 replies |= {i: Reply({"error": str(e)}, 400) for i in group}
                 continue
             for i, v in zip(group, split(vectors, map(len, texts)), strict=True):

@@ -29,7 +29,8 @@ def embed(
     progress=False,
 ) -> np.ndarray:
     """(N, H) one vector per text (`embed_texts`) of the model at `model_path`; `pooling`,
-    `max_seq_length` None: the model's (an ONNX export's own, `load_embedder`, `pooling_of`)."""
+    `max_seq_length` None: the model's (an ONNX export's or a sentence-transformers folder's
+    own, `load_embedder`, `pooling_of`)."""
     model, tok = load_embedder(model_path, max_seq_length)
     return embed_texts(model, tok, texts, pooling, batch_size, progress).numpy()
 
@@ -51,21 +52,25 @@ def read_texts(path: str, column_name: str = "text") -> list[str]:
 
 def register(sub) -> None:
     p = sub.add_parser("embed", help="one vector per text (.npy, optional JSONL)")
-    p.add_argument("model", help="a .ckpt of ours or a Hugging Face BERT folder")
+    p.add_argument(
+        "model", help="a .ckpt of ours or a Hugging Face BERT folder (sentence-transformers too)"
+    )
     p.add_argument("input", help=".txt (one text a line) or CSV/TSV/JSONL/Parquet with --column")
     p.add_argument("output", help="the .npy file: one row per text, in input order")
     p.add_argument("--column", default="text")
     p.add_argument(
         "--pooling",
         choices=list(POOLINGS),
-        help=f"default: {EMBED_POOLING}, or the pooling an export-onnx folder was exported with",
+        help=f"default: {EMBED_POOLING}, or the pooling an export-onnx folder was exported "
+        "with, or a sentence-transformers folder declares (then unit length if it says so)",
     )
     p.add_argument("--jsonl", help="also write {text, embedding} lines here")
     p.add_argument("--batch-size", type=int, default=EMBED_BATCH)
     p.add_argument(
         "--max-seq-length",
         type=int,
-        help=f"default: {EMBED_LENGTH}, or the length an export-onnx folder was exported with",
+        help=f"default: {EMBED_LENGTH}, or the length an export-onnx folder was exported with, "
+        "or a sentence-transformers folder's (sentence_bert_config.json)",
     )
     p.set_defaults(func=_main)
 
