@@ -6,42 +6,36 @@ from __future__ import annotations
 
 import lightning as L
 import torch
+from torchmetrics import Metric
 
 from bert_lightning.checkpoint import DATA_RECORD
 from bert_lightning.training import optim
 
 
-class ValidationLoss:
-    """The validation loss, `weights[k] x term k` summed, each term averaged over the items it
+class ValidationLoss(Metric):
+    """A validation loss, `weights[k] x term k` summed, each term averaged over the items it
     is a mean of (masked tokens, pairs, positions) across the whole set rather than over
     batches: the figure does not depend on how rows are batched, a batch without such an item
-    adds nothing, and exp of the MLM term is the perplexity of the same tokens. A term named
-    `loss` is the loss itself. Plain sums, not metric states: no tensor is updated in place
-    (validation runs in inference mode, within fit without it)."""
+    adds nothing, and exp of an MLM loss is the perplexity of the same tokens. Logged as the
+    metric object (`self.log(key, metric)`), summed over ranks."""
+
+    full_state_update = False
 
     def __init__(self, **weights: float):
-        self.weights = weights
-        self.sums: dict[str, torch.Tensor] = {}  # term -> (2,) loss x items, items
+        super().__init__()
+        self.terms, self.weights = list(weights), torch.tensor(list(weights.values()))
+        self.add_state("sums", torch.zeros(len(weights)), dist_reduce_fx="sum")  # (terms,)
+        self.add_state("items", torch.zeros(len(weights)), dist_reduce_fx="sum")  # (terms,)
 
     def update(self, term: str, value: torch.Tensor, items: int) -> None:
-        if items:
-            add = torch.stack([value.detach().float() * items, value.new_tensor(float(items))])
-            self.sums[term] = self.sums[term] + add if term in self.sums else add  # (2,)
+        if items:  # new tensors, not in place: states reset under inference mode stay valid
+            one = torch.nn.functional.one_hot(torch.tensor(self.terms.index(term)), len(self.terms))
+            one = one.to(self.sums)  # (terms,)
+            self.sums = self.sums + one * value.detach().float() * items
+            self.items = self.items + one * items
 
-    def log_to(self, module: L.LightningModule) -> None:
-        """At the end of a validation epoch: `val/<term>` and `val/loss`, summed over ranks
-        (a term without items: NaN)."""
-        reduce = module.trainer.strategy.reduce
-        zero = torch.zeros(2, device=module.device)
-        terms = {}
-        for k in self.weights:
-            total, items = reduce(self.sums.get(k, zero), reduce_op="sum")  # (2,)
-            terms[k] = total / items
-        self.sums = {}
-        for k, v in terms.items():
-            if k != "loss":
-                module.log(f"val/{k}", v)
-        module.log("val/loss", sum(self.weights[k] * v for k, v in terms.items()), prog_bar=True)
+    def compute(self) -> torch.Tensor:
+        return (self.weights.to(self.sums) * self.sums / self.items).sum()
 
 
 class EncoderModule(L.LightningModule):

@@ -52,8 +52,9 @@ class BertPretrainModule(EncoderModule):
         if self.nsp:  # NSP accuracy (data=c4_nsp); the loss is then MLM + NSP
             self.train_nsp_acc = BinaryAccuracy(validate_args=False)
             self.val_nsp_acc = BinaryAccuracy()
-        terms = {"mlm_loss": 1.0, "nsp_loss": 1.0} if self.nsp else {"loss": 1.0}
-        self.val_loss = ValidationLoss(**terms)
+        self.val_loss = ValidationLoss(mlm=1.0, nsp=1.0) if self.nsp else ValidationLoss(mlm=1.0)
+        if self.nsp:  # its terms apart
+            self.val_mlm_loss, self.val_nsp_loss = ValidationLoss(mlm=1.0), ValidationLoss(nsp=1.0)
 
     def forward(self, batch: dict):
         return self.model(
@@ -84,9 +85,14 @@ class BertPretrainModule(EncoderModule):
     def validation_step(self, batch, batch_idx):
         out = self(batch)
         B, masked = batch["input_ids"].size(0), out.mlm_labels.numel()
-        self.val_loss.update("mlm_loss" if self.nsp else "loss", out.mlm_loss, masked)
+        self.val_loss.update("mlm", out.mlm_loss, masked)
         if self.nsp:
-            self.val_loss.update("nsp_loss", out.nsp_loss, B)
+            self.val_loss.update("nsp", out.nsp_loss, B)
+            self.val_mlm_loss.update("mlm", out.mlm_loss, masked)
+            self.val_nsp_loss.update("nsp", out.nsp_loss, B)
+            self.log("val/mlm_loss", self.val_mlm_loss, batch_size=B)
+            self.log("val/nsp_loss", self.val_nsp_loss, batch_size=B)
+        self.log("val/loss", self.val_loss, prog_bar=True, batch_size=B)
         if masked:
             self.val_acc(out.mlm_logits, out.mlm_labels)
             self.val_ppl(out.mlm_logits[None].float(), out.mlm_labels[None])
@@ -94,9 +100,6 @@ class BertPretrainModule(EncoderModule):
             self.log("val/ppl", self.val_ppl, batch_size=B)
         if self.nsp:
             self._log_nsp("val", out, batch, self.val_nsp_acc)
-
-    def on_validation_epoch_end(self) -> None:
-        self.val_loss.log_to(self)
 
     def _log_nsp(self, stage: str, out, batch: dict, acc: BinaryAccuracy) -> None:
         if out.nsp_loss is None:

@@ -47,7 +47,8 @@ class RTDPretrainModule(EncoderModule):
         self.train_disc_acc = BinaryAccuracy(validate_args=False)
         self.val_gen_acc = MulticlassAccuracy(V, average="micro")
         self.val_disc_acc = BinaryAccuracy()
-        self.val_loss = ValidationLoss(gen_mlm_loss=1.0, disc_loss=disc_weight)
+        self.val_loss = ValidationLoss(gen=1.0, disc=disc_weight)
+        self.val_gen_loss, self.val_disc_loss = ValidationLoss(gen=1.0), ValidationLoss(disc=1.0)
 
     def forward(self, batch: dict, sampler: torch.Generator | None = None):
         return self.model(
@@ -75,12 +76,15 @@ class RTDPretrainModule(EncoderModule):
         seed = hash_seed(self.hparams.data["seed"] if self.hparams.data else 0, batch_idx)
         sampler = torch.Generator(self.device).manual_seed(seed)
         out = self(batch, sampler)
-        self.val_loss.update("gen_mlm_loss", out.gen_loss, out.gen_labels.numel())
-        self.val_loss.update("disc_loss", out.disc_loss, out.replaced.numel())
+        B, picked, real = batch["input_ids"].size(0), out.gen_labels.numel(), out.replaced.numel()
+        for metric in (self.val_loss, self.val_gen_loss):
+            metric.update("gen", out.gen_loss, picked)
+        for metric in (self.val_loss, self.val_disc_loss):
+            metric.update("disc", out.disc_loss, real)
+        self.log("val/loss", self.val_loss, prog_bar=True, batch_size=B)
+        self.log("val/gen_mlm_loss", self.val_gen_loss, batch_size=B)
+        self.log("val/disc_loss", self.val_disc_loss, batch_size=B)
         self._log("val", out, batch, self.val_gen_acc, self.val_disc_acc)
-
-    def on_validation_epoch_end(self) -> None:
-        self.val_loss.log_to(self)
 
     def _log(self, stage: str, out, batch: dict, gen_acc, disc_acc) -> None:
         B, val = batch["input_ids"].size(0), stage == "val"
