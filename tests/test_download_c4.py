@@ -5,6 +5,7 @@ import gzip
 import hashlib
 import json
 import random
+import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -17,7 +18,11 @@ from bert_lightning.data.corpus import iter_documents
 from bert_lightning.errors import UserError
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
-PREFIX = "/datasets/allenai/c4/resolve/main/en/"
+PREFIX = re.compile(r"/datasets/allenai/c4/resolve/([^/]+)/en/(.+)")
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 def c4_shard(seed: int) -> bytes:
@@ -36,21 +41,25 @@ def c4_shard(seed: int) -> bytes:
 
 
 class FakeHub(BaseHTTPRequestHandler):
-    files: dict[str, bytes] = {}  # name -> the bytes served
+    files: dict[str, bytes] = {}  # name -> the bytes served (revision main)
     sha: dict[str, str] = {}  # name -> the sha256 advertised (X-Linked-Etag)
+    revisions: dict[str, dict[str, bytes]] = {}  # another revision -> its files
     log: list[tuple[str, str, str | None]] = []  # (method, name, Range)
 
     def log_message(self, *args):  # keep pytest's output clean
         pass
 
     def _name(self):
-        if not self.path.startswith(PREFIX) or self.path[len(PREFIX) :] not in self.files:
+        m = PREFIX.fullmatch(self.path)
+        files = (self.files if m[1] == "main" else self.revisions.get(m[1], {})) if m else {}
+        if not m or m[2] not in files:
             self.send_response(404)
             self.send_header("X-Error-Code", "EntryNotFound")
             self.send_header("Content-Length", "0")
             self.end_headers()
             return None
-        return self.path[len(PREFIX) :]
+        self.served = files[m[2]]
+        return m[2]
 
     def _headers(self, name: str, status: int, length: int) -> None:
         self.send_response(status)
@@ -58,15 +67,16 @@ class FakeHub(BaseHTTPRequestHandler):
         self.send_header(
             "ETag", '"a1b2c3d4e5f6a1b2c3d4e5f6a1b2c3d4e5f6a1b2"'
         )  # git oid of the pointer
-        self.send_header("X-Linked-Etag", f'"{self.sha[name]}"')  # LFS: the file's sha256
-        self.send_header("X-Linked-Size", str(len(self.files[name])))
+        sha = self.sha[name] if self.served is self.files.get(name) else sha256(self.served)
+        self.send_header("X-Linked-Etag", f'"{sha}"')  # LFS: the file's sha256
+        self.send_header("X-Linked-Size", str(len(self.served)))
         self.send_header("Accept-Ranges", "bytes")
         self.send_header("Content-Length", str(length))
 
     def do_HEAD(self):
         if name := self._name():
             self.log.append(("HEAD", name, None))
-            self._headers(name, 200, len(self.files[name]))
+            self._headers(name, 200, len(self.served))
             self.end_headers()
 
     def do_GET(self):
@@ -74,7 +84,7 @@ class FakeHub(BaseHTTPRequestHandler):
             return
         rng = self.headers.get("Range")
         self.log.append(("GET", name, rng))
-        data, start = self.files[name], 0
+        data, start = self.served, 0
         if rng:
             start = int(rng.removeprefix("bytes=").split("-")[0])
         self._headers(name, 206 if rng else 200, len(data) - start)
@@ -89,8 +99,8 @@ def hub(monkeypatch):
     files = {shard_name("train", i): c4_shard(i) for i in range(3)}
     files[shard_name("validation", 0)] = c4_shard(100)
     FakeHub.files = files
-    FakeHub.sha = {n: hashlib.sha256(b).hexdigest() for n, b in files.items()}
-    FakeHub.log = []
+    FakeHub.sha = {n: sha256(b) for n, b in files.items()}
+    FakeHub.revisions, FakeHub.log = {}, []
     server = ThreadingHTTPServer(("127.0.0.1", 0), FakeHub)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.server_port}")
@@ -104,7 +114,8 @@ def hub(monkeypatch):
 def test_shards_arrive_and_a_second_run_downloads_nothing(tmp_path, hub, capsys):
     main(["download-c4", str(tmp_path / "c4"), "--train", "0-1", "--validation", "0"])
     names = [shard_name("train", 0), shard_name("train", 1), shard_name("validation", 0)]
-    assert sorted(p.name for p in (tmp_path / "c4" / "en").iterdir()) == sorted(names)
+    shown = [p.name for p in (tmp_path / "c4" / "en").iterdir() if not p.name.startswith(".")]
+    assert sorted(shown) == sorted(names)
     for name in names:
         assert (tmp_path / "c4" / "en" / name).read_bytes() == hub.files[name]
     assert sorted(n for m, n, _ in hub.log if m == "GET") == sorted(names)
@@ -115,6 +126,27 @@ def test_shards_arrive_and_a_second_run_downloads_nothing(tmp_path, hub, capsys)
     main(["download-c4", str(tmp_path / "c4"), "--train", "0-1", "--validation", "0"])
     assert hub.log == []  # complete files are skipped without asking the hub
     assert capsys.readouterr().out.count(": present") == 3
+
+
+def test_a_file_present_is_the_revision_asked_for(tmp_path, hub, capsys):
+    """A shard is reused only as the revision it was fetched as, or as the same bytes."""
+    name, out = shard_name("train", 0), str(tmp_path / "c4")
+    dest = tmp_path / "c4" / "en" / name
+    main(["download-c4", out, "--train", "0"])
+    hub.revisions = {"v2": {name: c4_shard(7)}, "v3": {name: c4_shard(7)}}
+    main(["download-c4", out, "--train", "0", "--revision", "v2"])
+    assert dest.read_bytes() == c4_shard(7) != hub.files[name]  # was main's: fetched again
+    hub.log.clear()
+    main(["download-c4", out, "--train", "0", "--revision", "v3"])  # other name, same bytes
+    assert [m for m, *_ in hub.log] == ["HEAD"] and dest.read_bytes() == c4_shard(7)
+    hub.log.clear()
+    main(["download-c4", out, "--train", "0", "--revision", "v3"])
+    assert hub.log == []  # the revision it holds: not asked again
+    assert capsys.readouterr().out.split("\n")[1:4] == [
+        f"[1/1] {name}: downloaded",
+        f"[1/1] {name}: present",
+        f"[1/1] {name}: present",
+    ]
 
 
 def test_an_interrupted_download_resumes(tmp_path, hub):

@@ -7,12 +7,13 @@ is unique to the process and deleted on failure), so the file loop is ours and t
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 from pathlib import Path
 
+from bert_lightning.atomic import write_text
 from bert_lightning.errors import UserError
+from bert_lightning.fingerprints import file_digest
 
 REPO = "allenai/c4"
 SPLITS = {"train": 1024, "validation": 8}  # shards per split in allenai/c4 `en`
@@ -45,26 +46,23 @@ def parse_shards(split: str, spec: str) -> list[int]:
     return sorted(out)
 
 
-def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def download_file(
     filename: str, out_dir: Path, revision: str = "main", endpoint: str | None = None
 ) -> str:
-    """Fetch `en/<filename>` into out_dir/en/; returns what was done ('present', 'downloaded',
-    'resumed'). A partial file `.<filename>.<sha256[:16]>.part` is continued by the next run;
-    the final name appears only once the sha256 (when the hub gives one) matches."""
+    """Fetch `en/<filename>` of `revision` into out_dir/en/; returns what was done ('present',
+    'downloaded', 'resumed'). A partial file `.<filename>.<sha256[:16]>.part` is continued by
+    the next run; the final name appears only once the sha256 (when the hub gives one)
+    matches, and `.<filename>.revision` records the revision and sha256 it was fetched as: a
+    file present is that revision's, or the same bytes, else it is fetched again."""
     from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url
     from huggingface_hub.file_download import http_get
     from huggingface_hub.utils import build_hf_headers
 
     dest = out_dir / "en" / filename
-    if dest.is_file():  # only a verified download is ever renamed to this name
+    record = dest.with_name(f".{filename}.revision")
+    # a file fetched before records were kept: main's, the default then
+    held, held_sha = record.read_text().split() if record.is_file() else ("main", "-")
+    if dest.is_file() and held == revision:  # only a verified download gets this name
         return "present"
     dest.parent.mkdir(parents=True, exist_ok=True)
     endpoint = endpoint or os.environ.get("HF_ENDPOINT") or constants.ENDPOINT
@@ -75,6 +73,13 @@ def download_file(
     except Exception as e:
         raise DownloadError(f"{filename}: no metadata from {url}: {first_line(e)}") from e
     sha = meta.etag if meta.etag and SHA256.fullmatch(meta.etag) else None
+    if (
+        dest.is_file()
+        and sha is not None
+        and sha == (file_digest(dest) if held_sha == "-" else held_sha)
+    ):
+        write_text(record, f"{revision} {sha}\n")  # another revision, the same bytes
+        return "present"
     part = dest.with_name(f".{filename}.{(sha or 'nosha')[:16]}.part")
     for stale in dest.parent.glob(f".{filename}.*.part"):
         if stale != part:  # a partial file of another revision of the shard
@@ -98,13 +103,14 @@ def download_file(
                 f"{filename}: download stopped at {part.stat().st_size} bytes ({first_line(e)}); "
                 "run the command again to continue"
             ) from e
-    if sha is not None and (got := sha256_of(part)) != sha:
+    if sha is not None and (got := file_digest(part)) != sha:
         part.unlink()
         raise DownloadError(
             f"{filename}: sha256 {got[:12]}... differs from the hub's {sha[:12]}...; "
             "the partial file was deleted, run the command again"
         )
     os.replace(part, dest)
+    write_text(record, f"{revision} {sha or '-'}\n")
     return "resumed" if done else "downloaded"
 
 
@@ -134,8 +140,9 @@ Downloads allenai/c4 `en` shards from the Hugging Face Hub into OUT/en/ (the nam
 c4-train.XXXXX-of-01024.json.gz, c4-validation.XXXXX-of-00008.json.gz; about 320 MB
 and 40 MB each). Shards: --train and --validation each take 'all', a number, a range 'A-B'
 or a comma list ('0-7', '0,5,10-12'); train has shards 0-1023, validation 0-7. A shard
-already in OUT/en/ is skipped; an interrupted one continues from where it stopped on the
-next run; each is checked against the hub's sha256 before it gets its final name.
+already in OUT/en/ as the revision asked for (or as the same bytes) is skipped; an
+interrupted one continues from where it stopped on the next run; each is checked against
+the hub's sha256 before it gets its final name.
 HF_ENDPOINT (or --endpoint) points at a mirror."""
 
 
