@@ -16,21 +16,26 @@ import torch
 from bert_lightning.atomic import atomic_path
 from bert_lightning.checkpoint import FINETUNING, read_checkpoint
 from bert_lightning.errors import UserError
-from bert_lightning.inference import load_embedder, load_finetuned
+from bert_lightning.inference import load_embedder, load_finetuned, pooling_of
 from bert_lightning.model import BertModel
 from bert_lightning.model.heads import BertBiEncoder
 from bert_lightning.ort import INPUTS, SPEC, BiEncoderSide, Embedder, onnx_runtime
 
 OPSET = 18
+# what an embedding model that declares no pooling (not a sentence-transformers folder) is
+# exported pooled by unless told: the mean, as sentence-transformers' models pool
+EXPORT_POOLING = "mean"
 
 
 def export_onnx(
-    path, out_dir, *, quantize: str | None, pooling: str, max_seq_length: int | None,
+    path, out_dir, *, quantize: str | None, pooling: str | None, max_seq_length: int | None,
     overwrite: bool, fp32_top: int = 0,
 ) -> Path:  # fmt: skip
     """Writes `out_dir` whole or not at all. `pooling`, `max_seq_length`: of an embedding model
-    (a fine-tuned model keeps its own head and length). `fp32_top`: with int8, the top layers
-    (and the pooler and head above them) left in fp32, where a score's error grows most."""
+    (a fine-tuned model keeps its own head and length); None: a sentence-transformers folder's
+    own (`inference.Declared`, its Normalize too; another pooling is refused), else
+    `EXPORT_POOLING` and `load_embedder`'s length. `fp32_top`: with int8, the top layers (and
+    the pooler and head above them) left in fp32, where a score's error grows most."""
     onnx_runtime()
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
@@ -56,9 +61,14 @@ def export_onnx(
             spec["head"], output = "logits", "logits"
     else:
         encoder, tok = load_embedder(path, max_seq_length, pre)
-        model, tok_json, output = Embedder(encoder, pooling), tok.to_str(), "embeddings"
-        length = tok.truncation["max_length"]
-        spec = {"use": "embed", "pooling": pooling}
+        declared = encoder.declared  # a sentence-transformers folder's pooling and Normalize
+        if declared is None:
+            pooling, normalize = pooling or EXPORT_POOLING, False
+        else:  # another pooling asked is refused
+            pooling, normalize = pooling_of(encoder, pooling), declared.normalize
+        model, tok_json = Embedder(encoder, pooling, normalize), tok.to_str()
+        output, length = "embeddings", tok.truncation["max_length"]
+        spec = {"use": "embed", "pooling": pooling, "normalize": normalize}
     spec |= {"output": output, "max_seq_length": length}
     spec |= {"quantized": quantize, "fp32_top": fp32_top, "source": str(path)}
     for m in model.modules():

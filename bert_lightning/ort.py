@@ -8,7 +8,8 @@ outputs from either.
 What is exported: a fine-tuned sequence or token head, its logits (the task turns them into
 scores, as from PyTorch); a bi-encoder, its encoder and pooling (the pair's cosine and the
 1 -> 1 head run around the graph, as `BertBiEncoder.cosine` runs them); any other checkpoint or
-Hugging Face folder, the embedding of `--pooling`."""
+Hugging Face folder, the embedding of `--pooling` (a sentence-transformers folder's: the one it
+declares, of unit length where it has a Normalize module, as `embed` makes it from the folder)."""
 
 from __future__ import annotations
 
@@ -47,16 +48,18 @@ def spec_of(folder) -> dict:
 
 
 class Embedder(nn.Module):
-    """input ids, token types, mask -> (B, H) one vector per text, pooled by `pooling`, as
-    `inference.embed_texts` pools it."""
+    """input ids, token types, mask -> (B, H) one vector per text, pooled by `pooling` and of
+    unit length if `normalize`, as `inference.embed_texts` makes it: in the graph, so that any
+    runner of the export gets the model's own vectors."""
 
-    def __init__(self, bert: BertModel, pooling: str):
+    def __init__(self, bert: BertModel, pooling: str, normalize: bool):
         super().__init__()
-        self.bert, self.pooling = bert, pooling
+        self.bert, self.pooling, self.normalize = bert, pooling, normalize
 
     def forward(self, input_ids, token_type_ids, attention_mask):
         out = self.bert(input_ids, token_type_ids, attention_mask, output_hidden_states=True)
-        return pool(out.hidden_states, attention_mask, self.pooling)  # (B, H)
+        v = pool(out.hidden_states, attention_mask, self.pooling)  # (B, H)
+        return nn.functional.normalize(v, dim=-1) if self.normalize else v  # (B, H)
 
 
 class BiEncoderSide(nn.Module):

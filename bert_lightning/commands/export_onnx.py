@@ -8,7 +8,7 @@ import json
 
 from bert_lightning.inference import EMBED_LENGTH
 from bert_lightning.model.heads import POOLINGS
-from bert_lightning.onnx_export import export_onnx
+from bert_lightning.onnx_export import EXPORT_POOLING, export_onnx
 from bert_lightning.ort import SPEC
 
 
@@ -34,8 +34,8 @@ def register(sub) -> None:
     p.add_argument(
         "--pooling",
         choices=[k for k in POOLINGS if k != "last4"],
-        default="mean",
-        help="an embedding model's (not fine-tuned) pooling",
+        help="an embedding model's (not fine-tuned) pooling (default: a sentence-transformers "
+        f"folder's declared one, of unit length if it normalizes; else {EXPORT_POOLING})",
     )
     p.add_argument(
         "--max-seq-length", type=int, help=f"an embedding model's (default {EMBED_LENGTH})"
@@ -55,6 +55,7 @@ def _main(args) -> None:
         fp32_top=args.fp32_top,
     )
     spec = json.loads((out / SPEC).read_text())
-    what = spec.get("head") or f"embeddings ({spec['pooling']})"
+    unit = ", unit length" if spec.get("normalize") else ""
+    what = spec.get("head") or f"embeddings ({spec['pooling']}{unit})"
     size = (out / "model.onnx").stat().st_size / 2**20
     print(f"wrote {out}: {what}, {spec['quantized'] or 'fp32'}, {size:.1f} MiB")
