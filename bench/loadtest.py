@@ -165,7 +165,7 @@ def backend_model(backend: str, model: str, tmp: Path) -> str:
             model,
             tmp / backend,
             quantize=quantize,
-            pooling="mean",
+            pooling=None,
             max_seq_length=None,
             overwrite=False,
         )

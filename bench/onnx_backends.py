@@ -46,7 +46,7 @@ from bert_lightning.onnx_export import export_onnx
 BACKENDS = ("torch", "onnx", "int8")
 
 
-def exported(model, out: Path, quantize, pooling="mean", fp32_top=0) -> Path:
+def exported(model, out: Path, quantize, pooling=None, fp32_top=0) -> Path:
     return export_onnx(
         model,
         out,

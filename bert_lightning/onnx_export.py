@@ -50,6 +50,12 @@ def export_onnx(
             f"--fp32-top {fp32_top}: needs --quantize int8 and at most the model's {L} layers"
         )
     if pre.kind == FINETUNING:
+        given = {"--pooling": pooling, "--max-seq-length": max_seq_length}
+        if ignored := [f"{k} {v}" for k, v in given.items() if v is not None]:
+            raise UserError(
+                f"{' '.join(ignored)}: {path} is fine-tuned, exported with the pooling and "
+                "length it was fine-tuned with; leave them out"
+            )
         ft = load_finetuned(path, "export-onnx", pre)
         model, tok_json, length = ft.model, ft.tokenizer_json, ft.max_seq_length
         spec = {"use": "finetuned", "task": asdict(ft.task.cfg)}

@@ -1,7 +1,9 @@
 """Issue #53, embedding a sentence-transformers folder: its modules.json, 1_Pooling/config.json
 and sentence_bert_config.json say how its vectors are made (pooling, length, unit length);
 `bert-lightning embed` and the server's /embed make them so, as `SentenceTransformer.encode`
-does, or refuse in one line what they cannot make."""
+does, or refuse in one line what they cannot make; `export-onnx` of such a folder exports the
+same vectors (a folder that declares nothing exports as before: mean, as it is), and of a
+fine-tuned checkpoint refuses a pooling or length it would ignore."""
 
 import json
 
@@ -12,7 +14,8 @@ import torch
 from bert_lightning.cli import main
 from bert_lightning.errors import UserError
 from bert_lightning.inference import load_embedder
-from finetune_fixtures import write_hf_folder, write_tokenizer
+from bert_lightning.ort import spec_of
+from finetune_fixtures import finetuned_ckpt, write_hf_folder, write_tokenizer
 
 transformers = pytest.importorskip("transformers")
 
@@ -179,3 +182,68 @@ def test_all_minilm_embeds_as_sentence_transformers_does(tmp_path):
     (tmp_path / "texts.txt").write_text("\n".join(texts) + "\n")
     main(["embed", str(folder), str(tmp_path / "texts.txt"), str(tmp_path / "v.npy")])
     assert np.abs(np.load(tmp_path / "v.npy") - want).max() <= 1e-5
+
+
+CLS = {"pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False}
+
+
+def export(folder, out, *options):
+    main(["export-onnx", str(folder), str(out), *options])
+    return out
+
+
+@pytest.mark.parametrize(
+    "pooling, modules, declared, normalize",
+    [(MEAN, ("Pooling", "Normalize"), "mean", True), (CLS, ("Pooling",), "cls", False)],
+    ids=["mean_normalize", "cls"],
+)
+def test_the_export_embeds_as_the_folder_declares(
+    tmp_path, tok, pooling, modules, declared, normalize
+):
+    folder = write_st_folder(tmp_path / "st", tok, pooling, modules)
+    out = export(folder, tmp_path / "onnx")
+    spec = spec_of(out)
+    assert (spec["pooling"], spec["normalize"], spec["max_seq_length"]) == (
+        declared, normalize, LENGTH,
+    )  # fmt: skip
+    want = encoded(folder, TEXTS, declared, normalize)
+    got = cli_embed(out, tmp_path)
+    assert np.abs(got - want).max() <= 1e-4
+    assert np.abs(served(out, TEXTS) - want).max() <= 1e-4
+    if normalize:
+        assert np.abs(np.linalg.norm(got, axis=-1) - 1).max() <= 1e-5
+    # the declared pooling asked for: the same export
+    again = export(folder, tmp_path / "again", "--pooling", declared)
+    assert spec_of(again) == spec
+
+
+def test_an_export_with_another_pooling_than_the_declared_one_is_one_line(tmp_path, tok, capsys):
+    folder = write_st_folder(tmp_path / "st", tok, MEAN)
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        export(folder, tmp_path / "onnx", "--pooling", "cls")
+    assert capsys.readouterr().err == (
+        f"error: {folder / '1_Pooling' / 'config.json'}: the model pools by mean; --pooling cls "
+        "would give other vectors than its own (leave --pooling out)\n"
+    )
+    assert not (tmp_path / "onnx").exists()
+
+
+def test_a_folder_that_declares_nothing_exports_mean_as_it_is(tmp_path, tok):
+    write_hf_folder(tmp_path / "hf", tok)
+    spec = spec_of(export(tmp_path / "hf", tmp_path / "onnx"))
+    assert (spec["pooling"], spec["normalize"]) == ("mean", False)
+
+
+@pytest.mark.parametrize("option", [["--pooling", "cls"], ["--max-seq-length", "16"]])
+def test_a_fine_tuned_checkpoint_refuses_a_pooling_or_length_it_would_ignore(
+    tmp_path, tok, capsys, option
+):
+    ckpt = finetuned_ckpt(tmp_path / "ft.ckpt", tok, "task=ad_relevance")
+    with pytest.raises(SystemExit):
+        main(["export-onnx", str(ckpt), str(tmp_path / "onnx"), *option])
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"error: {' '.join(option)}: {ckpt} is fine-tuned, exported with the pooling and "
+        "length it was fine-tuned with; leave them out"
+    )
+    assert not (tmp_path / "onnx").exists()

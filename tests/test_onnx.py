@@ -47,7 +47,7 @@ def tok(tmp_path_factory):
     return write_tokenizer(tmp_path_factory.mktemp("tok") / "tokenizer.json")
 
 
-def exported(ckpt, out, quantize=None, pooling="mean"):
+def exported(ckpt, out, quantize=None, pooling=None):
     return export_onnx(
         ckpt, out, quantize=quantize, pooling=pooling, max_seq_length=None, overwrite=False
     )
@@ -160,7 +160,7 @@ def test_fp32_top_keeps_the_top_layers_and_the_head_out_of_int8(tmp_path, tok, a
     kept it scores as the fp32 export does (within ONNX Runtime's fp32 rounding)."""
     ckpt = finetuned_ckpt(tmp_path / "ft.ckpt", tok, *ADS, f"task.architecture={arch}")
     fp32 = exported(ckpt, tmp_path / "fp32")
-    top = export_onnx(ckpt, tmp_path / "top", quantize="int8", pooling="mean",
+    top = export_onnx(ckpt, tmp_path / "top", quantize="int8", pooling=None,
                       max_seq_length=None, overwrite=False, fp32_top=1)  # fmt: skip
     assert spec_of(top)["fp32_top"] == 1
     nodes = onnx.load(top / "model.onnx").graph.node
@@ -168,7 +168,7 @@ def test_fp32_top_keeps_the_top_layers_and_the_head_out_of_int8(tmp_path, tok, a
     assert [("layer.1" in n) for n in plain] == [True]  # layer 0's qkv is quantized
     assert any(n.op_type == "MatMulInteger" and "layer.0" in n.name for n in nodes)
     assert not any(n.op_type == "MatMulInteger" and "layer.1" in n.name for n in nodes)
-    both = export_onnx(ckpt, tmp_path / "both", quantize="int8", pooling="mean",
+    both = export_onnx(ckpt, tmp_path / "both", quantize="int8", pooling=None,
                        max_seq_length=None, overwrite=False, fp32_top=2)  # fmt: skip
     pairs = [(r["query"], r["ad"]) for r in ROWS]
     got = [load_finetuned(f) for f in (fp32, both)]
@@ -179,7 +179,7 @@ def test_fp32_top_keeps_the_top_layers_and_the_head_out_of_int8(tmp_path, tok, a
             UserError,
             match=rf"^--fp32-top {bad}: needs --quantize int8 and at most the model's 2 layers$",
         ):
-            export_onnx(ckpt, tmp_path / f"bad{bad}", quantize=why, pooling="mean",
+            export_onnx(ckpt, tmp_path / f"bad{bad}", quantize=why, pooling=None,
                         max_seq_length=None, overwrite=False, fp32_top=bad)  # fmt: skip
 
 
