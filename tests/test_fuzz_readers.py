@@ -438,8 +438,8 @@ def missing_or_surrogate(v) -> bool:
 def test_text_and_label_values(values, labels, at, bad):
     """Text: a str the tokenizer takes, for any value but a missing one or a lone surrogate (valid
     JSON, yet no tokenizer input), named by row. Labels: the index in the label set (a value's
-    surrounding spaces aside), or the first row whose value is missing or blank (a bad row,
-    never a class) or not in it."""
+    surrounding spaces aside, an integral float as its integer), or the first row whose value
+    is missing or blank (a bad row, never a class), a boolean among numbers, or not in it."""
     texts, message = outcome(lambda: text_values(values, "t.jsonl", "text"), "t.jsonl")
     assert message is not None or texts == [str(v) for v in values]
     at = min(at, len(values))
@@ -448,8 +448,15 @@ def test_text_and_label_values(values, labels, at, bad):
     first = next(i for i, v in enumerate(with_bad) if missing_or_surrogate(v))
     assert message.startswith(f"t.jsonl: row {first + 1}, column 'text':"), message
     ids, message = outcome(lambda: label_values(values, labels, "t.jsonl", "label"), "t.jsonl")
-    key = lambda v: "" if missing_or_surrogate(v) and not isinstance(v, str) else str(v).strip()
-    first_bad = next((i for i, v in enumerate(values) if key(v) not in labels), None)
+    numbers = any(type(v) in (int, float) and not missing_or_surrogate(v) for v in values)
+
+    def key(v):
+        if missing_or_surrogate(v) and not isinstance(v, str):
+            return ""
+        return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v).strip()
+
+    bad = lambda v: key(v) not in labels or (numbers and isinstance(v, bool))
+    first_bad = next((i for i, v in enumerate(values) if bad(v)), None)
     if first_bad is None:
         assert ids == [labels.index(key(v)) for v in values]
     else:

@@ -13,11 +13,24 @@ import torch
 from scipy import stats
 from test_finetune_units import cfg_for, computed, task_cfg
 
-from bert_lightning.data.tables import DataError, read_conll, read_table, write_table
+from bert_lightning.data.tables import (
+    DataError,
+    grouped_split,
+    read_conll,
+    read_table,
+    write_table,
+)
 from bert_lightning.errors import UserError
 from bert_lightning.tasks.ad_relevance import score_metrics
 from bert_lightning.tasks.kinds import load_splits, make_task
-from finetune_fixtures import regression_rows, sentiment_rows, write_conll, write_csv, write_jsonl
+from finetune_fixtures import (
+    ad_rows,
+    regression_rows,
+    sentiment_rows,
+    write_conll,
+    write_csv,
+    write_jsonl,
+)
 
 
 def undefined_said(caplog, text: str) -> bool:
@@ -271,16 +284,19 @@ def test_a_monitor_the_task_does_not_report_is_named(tmp_path):
 @pytest.mark.parametrize("name", ["out.csv", "out.tsv", "out.jsonl", "out.parquet"])
 def test_a_written_table_reads_back_equal(tmp_path, name):
     """What `score` writes (its input with a score column) reads back cell for cell: quotes,
-    commas, line breaks, a leading BOM-like character, non-ASCII text, a score's every digit."""
-    texts = ['say "hi"', "a, b", "two\nlines", "\ufeffmark", "café", '"quoted"']
+    commas, line breaks (a bare CR too, in a first or last cell: CSV dropped it, or wrote a
+    file its reader refused), a leading BOM-like character, non-ASCII text, a score's every
+    digit."""
+    texts = ['say "hi"', "a, b", "two\nlines", "\ufeffmark", "café", '"quoted"', "x\r", "\r"]
+    texts += ["a\rb", "crlf\r\n"]
     if name.endswith(".tsv"):
-        texts = [t for t in texts if "\n" not in t]
+        texts = [t for t in texts if not set(t) & {"\n", "\r"}]
     scores = [0.1234567890123456789 * (i + 1) for i in range(len(texts))]
-    df = pd.DataFrame({"query": texts, "score": scores})
+    df = pd.DataFrame({"query": texts, "score": scores, "ad": texts[::-1]})
     path = tmp_path / name
     write_table(df, path)
     back = read_table(path)
-    assert back["query"].tolist() == texts
+    assert back["query"].tolist() == texts and back["ad"].tolist() == texts[::-1]
     assert [float(v) for v in back["score"]] == scores
 
 
@@ -326,3 +342,179 @@ def test_target_scale_is_fitted_on_the_train_part_only(tmp_path):
     assert len(t) < 40
     assert completed.cfg.target_mean == pytest.approx(float(t.mean()))
     assert completed.cfg.target_std == pytest.approx(float(t.std()))
+
+
+# ---------------------------------------------------------------- trial: what is recorded is used
+
+
+@pytest.mark.parametrize("given", [{"target_std": 5.0}, {"target_mean": 2.0}])
+def test_a_half_given_target_scale_keeps_the_given_one(tmp_path, given):
+    """`task.target_std=5` alone was replaced by the learnt std (the run recorded 5); a mean
+    alone crashed at the first step. The given one is used, the other learnt from the rows
+    trained on."""
+    train = write_jsonl(tmp_path / "train.jsonl", regression_rows(40))
+    learnt, _ = load_splits(make_task(cfg_for("regression", train)), 0)
+    task, _ = load_splits(make_task(cfg_for("regression", train, **given)), 0)
+    c, fitted = task.cfg, learnt.cfg
+    want = {"target_mean": fitted.target_mean, "target_std": fitted.target_std} | given
+    assert {"target_mean": c.target_mean, "target_std": c.target_std} == want
+    assert task.scores(torch.ones(1, 1)).item() == pytest.approx(c.target_mean + c.target_std)
+
+
+@pytest.mark.parametrize("std", [0.0, -5.0])
+def test_a_target_std_not_above_zero_is_refused(std):
+    with pytest.raises(UserError) as e:
+        make_task(task_cfg("regression", target_std=std))
+    assert str(e.value) == (
+        f"task.target_std={std}: expected a number above 0 (null: learnt from the rows trained on)"
+    )
+
+
+def mode_cases():
+    """(kind, monitor, its direction) for every metric each task reports, and the loss."""
+    lower = {"loss", "mse", "mae"}
+    reported = {
+        "seq_classification": ["acc", "f1", "mcc"],
+        "regression": ["mse", "mae", "pearson", "spearman"],
+        "ad_relevance": ["auroc", "acc", "f1", "spearman", "ndcg@10"],
+        "token_classification": ["precision", "recall", "f1"],
+    }
+    for kind, names in reported.items():
+        for m in [*names, "loss"]:
+            yield kind, m, "min" if m in lower else "max"
+
+
+def train_file_of(kind: str, tmp_path):
+    if kind == "token_classification":
+        return write_conll(tmp_path / "train.conll")
+    if kind == "ad_relevance":
+        return write_csv(tmp_path / "ads.csv", ad_rows(10))
+    rows = regression_rows(40) if kind == "regression" else sentiment_rows(40)
+    return write_jsonl(tmp_path / "train.jsonl", rows)
+
+
+@pytest.mark.parametrize("kind, monitor, mode", list(mode_cases()))
+def test_a_mode_against_the_monitor_is_refused(tmp_path, kind, monitor, mode):
+    """`task.monitor=pearson` kept regression's `mode: min` (the worst checkpoint kept, early
+    stopping on improvement), `monitor=loss` a classifier's `max`: each metric has one
+    direction, and a mode against it is one line naming both keys."""
+    train = train_file_of(kind, tmp_path)
+    extra = {"label_type": "graded", "graded_to": "threshold"} if kind == "ad_relevance" else {}
+    load_splits(make_task(cfg_for(kind, train, monitor=monitor, mode=mode, **extra)), 0)
+    wrong = {"min": "max", "max": "min"}[mode]
+    with pytest.raises(UserError) as e:
+        load_splits(make_task(cfg_for(kind, train, monitor=monitor, mode=wrong, **extra)), 0)
+    better = "lower" if mode == "min" else "higher"
+    assert str(e.value) == (
+        f"task.mode={wrong} contradicts task.monitor={monitor} ({better} is better): "
+        f"give task.mode={mode}"
+    )
+
+
+def variant_rows(kind: str) -> list[dict]:
+    """Three spellings of each of 30 groups (case, spacing), in the group column `book`."""
+    rows = []
+    for g in range(30):
+        for i, form in enumerate([f"Book {g}", f"book  {g} ", f"BOOK {g}"]):
+            text = {"query": f"query {g} {i}", "ad": f"ad {i}"}
+            if kind == "seq_classification":
+                text = {"sentence": f"the text {g} {i}"}
+            rows.append(text | {"book": form, "label": i % 2})
+    return rows
+
+
+@pytest.mark.parametrize("kind", ["ad_relevance", "seq_classification"])
+def test_an_explicit_group_column_is_read_without_case_and_spacing(tmp_path, kind):
+    """`task.group_column` (ad_relevance's own `query` too) compared its values as written:
+    `Book 1` and `book 1 ` were two groups, on both sides of a split and of the cross-file
+    check. One group key for every grouping: case and spacing aside."""
+    train = write_csv(tmp_path / "train.csv", variant_rows(kind))
+    _, tables = load_splits(make_task(cfg_for(kind, train, group_column="book")), 0)
+    sides = {}
+    for k, t in tables.items():
+        for g in t["group"]:
+            sides.setdefault(g, set()).add(k)
+    assert len(sides) == 30 and all(len(s) == 1 for s in sides.values())
+    dev = write_csv(tmp_path / "dev.csv", variant_rows(kind)[:1])
+    dev.write_text(dev.read_text().replace("Book 0", " BOOK   0"))
+    task = make_task(cfg_for(kind, train, group_column="book", validation_file=str(dev)))
+    with pytest.raises(DataError, match=r"1 of its 1 .* are also in .* \(e\.g\. 'book 0'\)"):
+        load_splits(task, 0)
+    if kind == "ad_relevance":
+        rows = variant_rows(kind)
+        for r in rows:
+            r["query"] = r["book"]
+        ads = write_csv(tmp_path / "ads.csv", rows)
+        _, tables = load_splits(make_task(cfg_for(kind, ads, group_column="query")), 0)
+        sides = {}
+        for k, t in tables.items():
+            for text in t["text"]:
+                sides.setdefault(" ".join(text.casefold().split()), set()).add(k)
+        assert len(sides) == 30 and all(len(s) == 1 for s in sides.values())
+
+
+def test_json_labels_of_one_number_are_one_class(tmp_path):
+    """A JSON label column holding `1`, `1.0` and `0` learnt the classes '0', '1', '1.0': an
+    integral number is one class however written; booleans are classes of their own
+    (`True`, `False`), refused among numbers (which class a `true` is would be a guess)."""
+    rows = sentiment_rows(12)
+    for r, label in zip(rows, [1, 1.0, 0, 0.0] * 3, strict=True):
+        r["label"] = label
+    train = write_jsonl(tmp_path / "train.jsonl", rows)
+    task, tables = load_splits(make_task(cfg_for("seq_classification", train)), 0)
+    assert task.cfg.labels == ["0", "1"]
+    rows[5]["label"] = True
+    mixed = write_jsonl(tmp_path / "mixed.jsonl", rows)
+    with pytest.raises(DataError) as e:
+        load_splits(make_task(cfg_for("seq_classification", mixed)), 0)
+    assert str(e.value) == (
+        f"{mixed}: row 6, column 'label': True, a JSON boolean among numbers; write every "
+        "label of the column as a number or every one as true/false"
+    )
+    for r in rows:
+        r["label"] = bool(r["label"])
+    flags = write_jsonl(tmp_path / "flags.jsonl", rows)
+    task, _ = load_splits(make_task(cfg_for("seq_classification", flags)), 0)
+    assert task.cfg.labels == ["False", "True"]
+
+
+def test_a_grouped_split_far_from_its_shares_is_said(caplog):
+    """One group of 160 of 200 rows: a part took it whole and training got a few rows, with
+    nothing said. A part off its asked share by more than half of it is one warning naming the
+    shares asked and got; equal groups are silent."""
+    groups = ["big"] * 160 + [f"g{i}" for i in range(40)]
+    with caplog.at_level(logging.WARNING):
+        parts = grouped_split(groups, {"validation": 0.1, "test": 0.1}, seed=0)
+    got = {k: len(v) / 200 for k, v in parts.items()}
+    assert max(got.values()) == 0.8 and got["train"] != 0.8
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    shares = ", ".join(f"{k} {got[k]:.3f}" for k in ("validation", "test", "train"))
+    assert said == [
+        f"a split by whole groups gives {shares} of the 200 rows; asked validation 0.100, "
+        "test 0.100, train 0.800 (the largest group holds 160 rows)"
+    ]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        grouped_split([f"g{i}" for i in range(200)], {"validation": 0.1, "test": 0.1}, seed=0)
+    assert not caplog.records
+
+
+def test_held_out_rows_copying_training_rows_are_said(tmp_path, caplog):
+    """Exact copies of training texts among the validation or test rows (1% of SST-2's
+    validation rows): one warning with their count and an example, never a refusal."""
+    rows = [{"sentence": f"text {i}", "label": i % 2} for i in range(20)]
+    train = write_csv(tmp_path / "train.csv", rows)
+    dev = write_csv(tmp_path / "dev.csv", rows[3:5] + [{"sentence": "new", "label": 0}])
+    task = make_task(cfg_for("seq_classification", train, validation_file=str(dev)))
+    with caplog.at_level(logging.WARNING):
+        _, tables = load_splits(task, 0)
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    n = len(tables["test"]["text"])
+    assert said == [
+        f"validation 2 of 3 rows, test 0 of {n} rows have the text of a training row, "
+        "e.g. 'text 3': their scores read rows trained on"
+    ]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        load_splits(make_task(cfg_for("seq_classification", train)), 0)
+    assert not caplog.records

@@ -240,15 +240,16 @@ def read_jsonl(path: Path, encoding: str) -> list[dict]:
 
 
 def write_table(df: pd.DataFrame, path: Path) -> None:
-    """CSV, TSV, JSONL or Parquet by extension, through a temporary name; `read_table` reads
-    each back cell for cell. TSV is written as it is read, without quoting: a cell with a tab
-    or a line break is refused. JSON numbers keep every digit (pandas' keep 10)."""
+    """CSV (RFC 4180's CRLF line ends), TSV, JSONL or Parquet by extension, through a temporary
+    name; `read_table` reads each back cell for cell. TSV is written as it is read, without
+    quoting: a cell with a tab or a line break is refused. JSON numbers keep every digit
+    (pandas' keep 10)."""
     fmt = table_format(path)
     with atomic_path(path) as tmp:
         if fmt == "parquet":
             df.to_parquet(tmp, index=False)
-        elif fmt == "csv":
-            df.to_csv(tmp, index=False)
+        elif fmt == "csv":  # the csv module quotes a cell holding a line end's character: CR too
+            df.to_csv(tmp, index=False, lineterminator="\r\n")
         else:
             with open(tmp, "w", encoding="utf-8", newline="") as f:
                 f.writelines(_jsonl_lines(df) if fmt == "jsonl" else _tsv_lines(df, path))
@@ -323,14 +324,39 @@ def float_values(values: list, path, name: str) -> list[float]:
     return out
 
 
+def cell_text(v) -> str:
+    """A cell as text, one spelling per value: a number JSON wrote `1.0` is `1`, as `1` is (a
+    label or group of either is the same); a missing cell ''."""
+    if _missing(v):
+        return ""
+    return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
+
+
+def group_keys(values: list) -> list[str]:
+    """Each cell as the group its row belongs to: case and spacing aside (`Book 1`, `book  1 `
+    and `BOOK 1` are one), what every grouping (a split, the cross-file check) compares."""
+    return [" ".join(cell_text(v).casefold().split()) for v in values]
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and not _missing(v)
+
+
 def label_strings(values: list, path, name: str, where="row", labels=None) -> list[str]:
-    """Each cell as the label it names, without surrounding spaces; a missing or blank one is a
-    bad row, never a class; with `labels`, one outside them too (the first bad row named)."""
+    """Each cell as the label it names (`cell_text`), without surrounding spaces; a missing or
+    blank one is a bad row, never a class; a JSON boolean among numbers too (whether `true` is
+    the class `1` would be a guess); with `labels`, one outside them (the first bad row named)."""
+    numbers = any(_is_number(v) for v in values)
     out = []
     for i, v in enumerate(values):
-        key = "" if _missing(v) else str(v).strip()
+        key = cell_text(v).strip()
         if not key:
             raise DataError(f"{path}: {where} {i + 1}, column {name!r}: missing label")
+        if numbers and isinstance(v, bool):
+            raise DataError(
+                f"{path}: {where} {i + 1}, column {name!r}: {v!r}, a JSON boolean among numbers; "
+                "write every label of the column as a number or every one as true/false"
+            )
         if labels is not None and key not in labels:
             raise DataError(
                 f"{path}: {where} {i + 1}, column {name!r}: label {v!r} is not in the label "
@@ -342,7 +368,7 @@ def label_strings(values: list, path, name: str, where="row", labels=None) -> li
 
 def label_values(values: list, labels: list[str], path, name: str, where="row") -> list[int]:
     """Each cell's index in `labels` (`label_strings`)."""
-    index = {str(l): i for i, l in enumerate(labels)}
+    index = {cell_text(l): i for i, l in enumerate(labels)}
     return [index[k] for k in label_strings(values, path, name, where, list(index))]
 
 
@@ -386,7 +412,8 @@ def read_conll(path, token_column: int = 0, tag_column: int = -1):
 def grouped_split(groups: list, fractions: dict[str, float], seed: int) -> dict[str, list[int]]:
     """Row indices per part; every row of a group lands in the same part. Groups are shuffled
     with `seed` and dealt to each named part until it holds its fraction of the rows; the rest
-    is `train`."""
+    is `train`. A part off its share by more than half of it (a group of most rows dealt
+    whole) is one warning: the parts still hold whole groups."""
     order = sorted(set(groups), key=str)
     np.random.default_rng(seed).shuffle(order)
     rows: dict = {}
@@ -399,6 +426,16 @@ def grouped_split(groups: list, fractions: dict[str, float], seed: int) -> dict[
         while len(parts[name]) >= quota:
             name, quota = next(quotas, ("train", math.inf))
         parts[name].extend(rows[g])
+    asked = fractions | {"train": 1 - sum(fractions.values())}
+    got = {k: len(v) / len(groups) for k, v in parts.items()}
+    if any(abs(got[k] - share) > share / 2 for k, share in asked.items()):
+        log.warning(
+            "a split by whole groups gives %s of the %d rows; asked %s (the largest group "
+            "holds %d rows)",
+            ", ".join(f"{k} {got[k]:.3f}" for k in asked), len(groups),
+            ", ".join(f"{k} {share:.3f}" for k, share in asked.items()),
+            max(len(r) for r in rows.values()),
+        )  # fmt: skip
     return {k: sorted(v) for k, v in parts.items()}
 
 

@@ -96,11 +96,10 @@ class AdRelevance(Task):
     def text_columns(self):
         return self.cfg.query_column, self.cfg.ad_column
 
-    def read(self, path):
-        table = super().read(path)
-        if not self.cfg.group_column:  # one query's rows stay together, however cased or spaced
-            table["group"] = [" ".join(q.casefold().split()) for q in table["text"]]
-        return table
+    @property
+    def group_column(self):
+        """By default one query's rows stay together."""
+        return self.cfg.group_column or self.cfg.query_column
 
     def prepare(self, table):
         c, path, raw = self.cfg, table["path"], table["raw"]

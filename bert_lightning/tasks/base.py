@@ -6,6 +6,7 @@ file) is all that is needed to rebuild it from a checkpoint."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -20,8 +21,16 @@ from bert_lightning.errors import UserError
 from bert_lightning.model.heads import HEAD_POOLINGS, BertForSequenceClassification
 from bert_lightning.tasks.metrics import SplitLoss
 
+log = logging.getLogger(__name__)
+
 # a baseline's scorer: the starting encoder's cosine of each (text, pair) row, (N,)
 ZeroShot = Callable[[list[tuple[str, str]]], torch.Tensor]
+LOWER_IS_BETTER = ("loss", "mse", "mae")  # every other metric a task reports: higher is better
+
+
+def monitor_mode(metric: str) -> str:
+    """The checkpoint and early-stopping mode that keeps the best by `metric`."""
+    return "min" if metric in LOWER_IS_BETTER else "max"
 
 
 def truncating(tok: Tokenizer, max_len: int) -> Tokenizer:
@@ -113,14 +122,19 @@ class Task:
         a, b = self.text_columns
         table = {"path": str(path), "text": D.text_values(D.column(df, a, path), path, a)}
         table["pair"] = D.text_values(D.column(df, b, path), path, b) if b else None
-        g = c.group_column
-        table["group"] = [str(v) for v in D.column(df, g, path)] if g else list(range(len(df)))
+        g = self.group_column
+        table["group"] = D.group_keys(D.column(df, g, path)) if g else list(range(len(df)))
         table["raw"] = {k: D.column(df, getattr(c, k), path) for k in self.label_keys}
         return table
 
     @property
     def label_keys(self) -> tuple[str, ...]:
         return ("label_column",)
+
+    @property
+    def group_column(self) -> str | None:
+        """The column whose rows stay on one side of a split; None: each row alone."""
+        return self.cfg.group_column
 
     @property
     def groups_named(self) -> tuple[str, str] | None:
@@ -231,14 +245,21 @@ class Task:
         return None
 
     def check_monitor(self, validation: dict, where) -> None:
-        """`task.monitor` must be a metric the task reports (or the loss) and have a value on
-        the validation rows (`where`: their file): a NaN at every validation would keep the
-        first checkpoint and stop the run early, with nothing said."""
+        """`task.monitor` must be a metric the task reports (or the loss), `task.mode` its
+        direction, and it must have a value on the validation rows (`where`: their file): a
+        NaN at every validation, or a mode against the metric, would keep the first or the
+        worst checkpoint and stop the run early, with nothing said."""
         m, names = self.cfg.monitor, [*self.metric_names, "loss"]
         if m not in names:
             by = f" ({self.metrics_depend_on})" if self.metrics_depend_on else ""
             raise UserError(
                 f"task.monitor={m!r}: not a metric of this task{by}; expected one of {names}"
+            )
+        if self.cfg.mode != (mode := monitor_mode(m)):
+            better = "lower" if mode == "min" else "higher"
+            raise UserError(
+                f"task.mode={self.cfg.mode} contradicts task.monitor={m} ({better} is better): "
+                f"give task.mode={mode}"
             )
         if why := self.monitor_undefined(validation):
             raise D.DataError(f"{where}: the validation part: task.monitor={m} is undefined {why}")
@@ -282,13 +303,14 @@ def load_splits(task: Task, seed: int) -> tuple[Task, dict[str, dict]]:
     for k, t in tables.items():
         if not t["group"]:
             raise D.DataError(f"{Path(c.train_file)}: the {k} part is empty; adjust task.split")
+    warn_of_copies(tables)
     task.check_monitor(tables["validation"], Path(files["validation"] or c.train_file))
     return task, tables
 
 
 def check_apart(task: Task, table: dict, train: dict) -> None:
     """No group (query) of a validation or test file given apart is in the train file, as
-    read (a query's case and spacing aside): its rows would be scored on what was trained
+    read (`group_keys`: case and spacing aside): its rows would be scored on what was trained
     on, as a split of one file never does."""
     if task.groups_named is None:
         return
@@ -301,6 +323,31 @@ def check_apart(task: Task, table: dict, train: dict) -> None:
             f"{train['path']} (e.g. {shared[0]!r}); a {one}'s rows belong on one side of a "
             "split: remove them from one of the files"
         )
+
+
+def warn_of_copies(tables: dict[str, dict]) -> None:
+    """One warning when validation or test rows have the exact text (and pair) of a training
+    row: their scores read rows trained on. Never refused: published sets have such copies
+    (1% of SST-2's validation rows)."""
+    trained = set(row_texts(tables["train"]))
+    counts, example = [], None
+    for k in ("validation", "test"):
+        texts = row_texts(tables[k])
+        copies = [t for t in texts if t in trained]
+        counts.append(f"{k} {len(copies)} of {len(texts)} rows")
+        if copies and example is None:
+            example = copies[0]
+    if example is not None:
+        log.warning(
+            "%s have the text of a training row, e.g. %r: their scores read rows trained on",
+            ", ".join(counts),
+            example,
+        )
+
+
+def row_texts(table: dict) -> list:
+    """What the model reads of each row: its text, (text, pair), or its words joined."""
+    return [" ".join(w) for w in table["words"]] if "words" in table else inputs(table)
 
 
 def train_texts(table: dict) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -10,6 +11,7 @@ from torch import nn
 from torchmetrics import MeanAbsoluteError, MeanSquaredError, PearsonCorrCoef
 
 from bert_lightning.data import tables as D
+from bert_lightning.errors import UserError
 from bert_lightning.tasks.base import SentenceConfig, Task
 from bert_lightning.tasks.metrics import SpearmanCorrCoef, no_order
 
@@ -18,6 +20,13 @@ from bert_lightning.tasks.metrics import SpearmanCorrCoef, no_order
 class RegressionConfig(SentenceConfig):
     target_mean: float | None
     target_std: float | None
+
+    def __post_init__(self):
+        if self.target_std is not None and not 0 < self.target_std < math.inf:
+            raise UserError(
+                f"task.target_std={self.target_std}: expected a number above 0 (null: learnt "
+                "from the rows trained on)"
+            )
 
 
 class Regression(Task):
@@ -28,13 +37,16 @@ class Regression(Task):
     problem_type = "regression"
 
     def fit(self, train, rows):
-        """The mean and std of the targets trained on (the whole file checked)."""
-        if self.cfg.target_mean is not None:
+        """The mean and std of the targets trained on (the whole file checked), each where the
+        config leaves it null: a given one is kept, as the run records it."""
+        c = self.cfg
+        if c.target_mean is not None and c.target_std is not None:
             return {}
-        col = self.cfg.label_column
-        t = torch.tensor(D.float_values(train["raw"]["label_column"], train["path"], col))[rows]
+        values = D.float_values(train["raw"]["label_column"], train["path"], c.label_column)
+        t = torch.tensor(values)[rows]  # (N,) the rows trained on
         std = float(t.std()) if len(t) > 1 else 1.0
-        return {"target_mean": float(t.mean()), "target_std": max(std, 1e-6)}
+        learnt = {"target_mean": float(t.mean()), "target_std": max(std, 1e-6)}
+        return {k: v for k, v in learnt.items() if getattr(c, k) is None}
 
     def monitor_undefined(self, table):
         return (
