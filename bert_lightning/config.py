@@ -92,7 +92,16 @@ def share_of_time(max_time: str | None, n: int, otherwise: int) -> str | int:
     return f"{d:02d}:{h:02d}:{m:02d}:{s:02d}"
 
 
+def monitor_mode(metric: str) -> str:
+    """`${monitor_mode:${.monitor}}`: the direction of a task's monitor (`tasks.base`'s rule,
+    imported here only when a fine-tuning config is resolved)."""
+    from bert_lightning.tasks.base import monitor_mode as direction
+
+    return direction(metric)
+
+
 OmegaConf.register_new_resolver("bundled", bundled, replace=True)
+OmegaConf.register_new_resolver("monitor_mode", monitor_mode, replace=True)
 OmegaConf.register_new_resolver("share_of_time", share_of_time, replace=True)
 OmegaConf.register_new_resolver("workers_up_to", workers_up_to, replace=True)
 OmegaConf.register_new_resolver("device_precision", device_precision, replace=True)

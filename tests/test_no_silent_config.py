@@ -77,3 +77,18 @@ def test_a_monitor_with_no_value_at_any_validation_is_said(tmp_path, monkeypatch
     assert math.isnan(results["best_val"]["val/mcc"])
     saved = json.loads((tmp_path / "run" / "results.json").read_text())
     assert math.isnan(saved["best_val"]["val/mcc"])
+
+
+@pytest.mark.parametrize(
+    "task, monitor, mode",
+    [
+        ("regression", "pearson", "max"),
+        ("regression", "mse", "min"),
+        ("seq_classification", "loss", "min"),
+        ("ad_relevance", "ndcg@10", "max"),
+    ],
+)
+def test_the_checkpoint_and_early_stopping_follow_the_monitors_direction(task, monitor, mode):
+    cfg = compose("finetune", [f"task={task}", f"task.monitor={monitor}", "task.train_file=x"])
+    callbacks = cfg.callbacks
+    assert cfg.task.mode == callbacks.model_checkpoint.mode == callbacks.early_stopping.mode == mode

@@ -26,7 +26,7 @@ from bert_lightning.errors import MissingFileError, UserError
 from bert_lightning.fingerprints import file_digest
 from bert_lightning.inference import load_finetuned, table_metrics
 from bert_lightning.run_folder import RESOLVED
-from bert_lightning.tasks.base import load_splits
+from bert_lightning.tasks.base import load_splits, monitor_mode
 from bert_lightning.tasks.kinds import stored_task
 
 ALPHAS = [i / 10 for i in range(11)]
@@ -112,7 +112,8 @@ def interpolate(
     if alpha is None:
         task = stored_task(ft.hparams["task"], str(ckpt_path))
         table = validation_table(ckpt_path, task, cfg, validation)
-        metric, sign = task.cfg.monitor, 1 if task.cfg.mode == "max" else -1
+        metric = task.cfg.monitor  # its direction by the metric, whatever an older record says
+        sign = 1 if monitor_mode(metric) == "max" else -1
         scores = {}
         for a in ALPHAS:
             model = load_finetuned(ckpt_path, pre=interpolated(ft, begin, a))
