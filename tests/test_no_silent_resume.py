@@ -17,7 +17,7 @@ from bert_lightning.errors import UserError
 from bert_lightning.training.finetune import finetune
 from bert_lightning.training.pretrain import train
 from finetune_fixtures import overrides, regression_rows, write_jsonl, write_tokenizer
-from helpers import tiny_overrides, write_corpus
+from helpers import pretrain_tiny, tiny_overrides, write_corpus
 
 
 def write_text_corpus(path, docs) -> str:
@@ -185,3 +185,41 @@ def test_a_checkpoint_without_a_data_record_resumes_with_a_warning(tmp_path, cap
         )
         == 1
     )
+
+
+def distill(out, teacher, *extra):
+    """A 2-step distillation of `teacher` into a tiny student (soft_mlm among its losses),
+    writing into `out` (its corpus.jsonl written); its last.ckpt."""
+    overrides = tiny_overrides(
+        out, "objective=distill", f"objective.teacher={teacher}", "objective.soft_mlm=1.0",
+        "trainer.max_steps=2", "validate_before_fit=false", *extra,
+    )  # fmt: skip
+    train(compose(overrides=overrides))
+    return out / "checkpoints" / "last.ckpt"
+
+
+def test_a_distillation_resumes_with_its_objective_only(tmp_path):
+    """A resume keeps every objective setting (a loss weight left out, another temperature)
+    and its teacher's contents (the teacher overwritten at its path): each refused in one line
+    naming what differs, before anything is written."""
+    teacher = tmp_path / "teacher" / "checkpoints" / "last.ckpt"
+    pretrain_tiny(tmp_path / "teacher", "trainer.max_steps=2", "validate_before_fit=false")
+    out = tmp_path / "student"
+    write_corpus(out / "corpus.jsonl")
+    last = distill(out, teacher)
+    again = ("trainer.max_steps=4", f"ckpt_path={last}")
+    written = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+    refused = f"{last}: trained with other objective settings: "
+    keeps = "; a resumed run keeps its objective (give the run's settings)"
+    with pytest.raises(UserError) as e:
+        distill(out, teacher, *again, "objective.soft_mlm=0", "objective.temperature=4")
+    assert (
+        str(e.value) == f"{refused}objective.soft_mlm 1 -> 0, objective.temperature 2 -> 4{keeps}"
+    )
+    raw = torch.load(teacher, weights_only=True)
+    raw["state_dict"] = {k: v + 1 for k, v in raw["state_dict"].items()}  # retrained, same path
+    torch.save(raw, teacher)
+    with pytest.raises(UserError) as e:
+        distill(out, teacher, *again)
+    assert str(e.value) == f"{refused}objective.teacher: last.ckpt changed (its contents){keeps}"
+    assert {p: p.stat().st_mtime_ns for p in written} == written

@@ -26,10 +26,12 @@ from bert_lightning.checkpoint import (
 )
 from bert_lightning.data.tokenizer import extend_wordpiece, load_tokenizer, special_ids
 from bert_lightning.errors import UserError
+from bert_lightning.fingerprints import file_digest
 from bert_lightning.model import BertConfig
 from bert_lightning.training.instantiate import check_types, command_line, instantiate
 from bert_lightning.training.resume import (
     FREE_ON_RESUME,
+    TEACHER_DIGEST,
     check_same_data,
     check_same_model,
     check_same_objective,
@@ -152,8 +154,10 @@ def build(cfg: DictConfig, start: ResumePoint | None = None):
             f"data.tokenizer.path={cfg.data.tokenizer.path}",
         )
     resumed = Tokenizer.from_str(start.tokenizer) if start is not None else None
+    objective = OmegaConf.to_container(cfg.objective, resolve=True)
+    digest = file_digest(cfg.objective.teacher) if teacher is not None else None
     if start is not None:  # a refused resume writes nothing, not even the tokenizer
-        check_same_objective(start, cfg.ckpt_path, cfg.objective)
+        check_same_objective(start, cfg.ckpt_path, objective, digest)
         check_same_model(start, cfg.ckpt_path, asdict(model_config(cfg, resumed, begin)))
     tokenizer = resumed or (given.tokenizer if given is not None else None)
     data = lambda tok: instantiate(cfg.data, "data", out_dir=str(out_dir), given_tokenizer=tok)
@@ -189,6 +193,8 @@ def build(cfg: DictConfig, start: ResumePoint | None = None):
         **({"teacher_ckpt": teacher} if teacher is not None else {}),
     )
     module.data_record = dm.data_record()
+    if teacher is not None:
+        module.hparams[TEACHER_DIGEST] = digest
     if start is None and begin is not None:
         load_start(module.model, begin)
     elif start is None and cfg.objective.get("embeddings_from_teacher"):

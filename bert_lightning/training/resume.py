@@ -65,15 +65,40 @@ def objective_name(hparams) -> str:
     return "objective=mlm"
 
 
-def check_same_objective(start: ResumePoint | None, ckpt_path: str, objective) -> None:
-    """A continued pretraining run keeps its objective (MLM, RTD with its generator's width,
-    distillation from its teacher): another one builds other modules."""
-    if start is None or objective_name(start.hparams) == objective_name(objective):
+# the hyper-parameter in which a distillation keeps its teacher's contents (`teacher`: its path)
+TEACHER_DIGEST = "teacher_digest"
+
+
+def check_same_objective(
+    start: ResumePoint | None, ckpt_path: str, objective: dict, teacher_digest: str | None
+) -> None:
+    """A continued pretraining run keeps its objective: the modules it builds (MLM, RTD,
+    distillation) and every setting of them (`objective`: this run's `objective` config; loss
+    weights, temperature, the generator's width), and a teacher's contents (`teacher_digest`,
+    compared where the checkpoint records it): a teacher retrained at its path teaches another
+    thing. Not `resume_with_new_data`'s to allow: continued, the run would be neither."""
+    if start is None:
         return
-    raise UserError(
-        f"{ckpt_path}: trained with {objective_name(start.hparams)}, this run asks for "
-        f"{objective_name(objective)}; a resumed run keeps its objective"
-    )
+    if objective_name(start.hparams) != objective_name(objective):
+        raise UserError(
+            f"{ckpt_path}: trained with {objective_name(start.hparams)}, this run asks for "
+            f"{objective_name(objective)}; a resumed run keeps its objective"
+        )
+    saved = start.hparams
+    differ = [
+        f"objective.{k} {shown(saved[k])} -> {shown(v)}"
+        for k, v in objective.items()
+        if not k.startswith("_") and k in saved and saved[k] != v
+    ]
+    if saved.get(TEACHER_DIGEST) not in (None, teacher_digest):
+        differ.append(
+            f"objective.teacher: {os.path.basename(objective['teacher'])} changed (its contents)"
+        )
+    if differ:
+        raise UserError(
+            f"{ckpt_path}: trained with other objective settings: {', '.join(differ)}; a "
+            "resumed run keeps its objective (give the run's settings)"
+        )
 
 
 def check_same_model(
