@@ -3,8 +3,10 @@
 (row 4: how text files were read, NSP pairs and their loss), and `ckpt_path=` refuses other data
 than the run's, or says what changed with `resume_with_new_data=true` (row 10)."""
 
+import csv
 import json
 import os
+import shutil
 
 import pytest
 import torch
@@ -17,7 +19,7 @@ from bert_lightning.errors import UserError
 from bert_lightning.training.finetune import finetune
 from bert_lightning.training.pretrain import train
 from finetune_fixtures import overrides, regression_rows, write_jsonl, write_tokenizer
-from helpers import pretrain_tiny, tiny_overrides, write_corpus
+from helpers import RESUMABLE, pretrain_tiny, tiny_overrides, write_corpus
 
 
 def write_text_corpus(path, docs) -> str:
@@ -223,3 +225,38 @@ def test_a_distillation_resumes_with_its_objective_only(tmp_path):
         distill(out, teacher, *again)
     assert str(e.value) == f"{refused}objective.teacher: last.ckpt changed (its contents){keeps}"
     assert {p: p.stat().st_mtime_ns for p in written} == written
+
+
+def lrs(out, steps) -> list[float]:
+    """The learning rate of each of `steps` (metrics.csv's `lr/model`)."""
+    with open(out / "metrics.csv", newline="") as f:
+        rows = {int(r["step"]): float(r["lr/model"]) for r in csv.DictReader(f) if r["lr/model"]}
+    return [rows[s] for s in steps]
+
+
+def test_a_resume_keeps_the_runs_schedule_unless_the_command_line_changes_it(tmp_path, capsys):
+    """`optim.*` of the first run (lr, warmup) are the checkpoint's: a resume that leaves them
+    out trains at the uninterrupted run's rates, not at conf/optim's; `optim.lr=` given on the
+    command line is used, and the log names it."""
+    first = ("optim.lr=1e-2", "optim.warmup_steps=2", *RESUMABLE)
+
+    def run(name, *extra):
+        pretrain_tiny(tmp_path / name, *extra)
+        return tmp_path / name / "checkpoints" / "last.ckpt"
+
+    run("whole", *first)
+    crash = ("+callbacks.crash._target_=probe.CrashAt", "+callbacks.crash.step=4")
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        run("killed", *first, *crash)
+    killed = tmp_path / "killed" / "checkpoints" / "last.ckpt"
+    run("resumed", *RESUMABLE, f"ckpt_path={killed}")  # in process: the checkpoint's optim
+    steps = range(5, 9)
+    assert lrs(tmp_path / "resumed", steps) == lrs(tmp_path / "whole", steps)
+
+    out = tmp_path / "given"
+    shutil.copytree(tmp_path / "killed", out)
+    again = [*RESUMABLE, f"ckpt_path={out / 'checkpoints' / 'last.ckpt'}", "optim.lr=5e-3"]
+    main(["pretrain", *tiny_overrides(out, f"hydra.run.dir={tmp_path / 'h'}", *again)])
+    assert lrs(out, steps) == pytest.approx([lr / 2 for lr in lrs(tmp_path / "whole", steps)])
+    log = (tmp_path / "h" / "pretrain.log").read_text()
+    assert "optim.lr=0.005 replaces the 0.01 of the run it continues" in log

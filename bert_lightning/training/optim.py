@@ -188,7 +188,11 @@ def configure_optimizers(module) -> dict:
         # recorded in every checkpoint: a continued run keeps this schedule (resume.py)
         module.hparams.optim = {**module.hparams.optim, "total_steps": run_steps}
     build = instantiate(module.hparams.optim, "optim")
-    return build(module.trained(), run_steps=run_steps, fused=scaler is None, progress=progress)
+    built = build(module.trained(), run_steps=run_steps, fused=scaler is None, progress=progress)
+    # this config's group settings: a resumed run restores the first run's (follow_schedule)
+    groups = built["optimizer"].param_groups
+    module.built_groups = [{k: v for k, v in g.items() if k != "params"} for g in groups]
+    return built
 
 
 def budget_timer(trainer) -> Timer | None:
@@ -209,13 +213,19 @@ def budget_progress(trainer) -> Callable[[], float] | None:
 
 
 def follow_schedule(trainer) -> None:
-    """At the start of a fit: each optimizer's learning rate as its schedule gives it for the
-    current step. A resumed run restores the optimizer's saved rate, which is the old
-    schedule's when `optim.total_steps` changed; without this its first step would use it."""
+    """At the start of a fit: the optimizer's settings (rates, betas, decay) as this run's
+    config built them, each rate as its schedule gives it for the current step. A resumed run
+    restores the optimizer's and the schedule's saved settings, the first run's: without this
+    its steps would use them whatever the resume's config (`resume.continued_optim`: the
+    checkpoint's values unless the command line gives others) or `optim.total_steps` say."""
+    built = trainer.lightning_module.built_groups
     for config in trainer.lr_scheduler_configs:
         sched = config.scheduler
         if isinstance(sched, torch.optim.lr_scheduler.LambdaLR):
             groups = sched.optimizer.param_groups
+            for group, settings in zip(groups, built, strict=True):
+                group.update(settings)
+            sched.base_lrs = [group["initial_lr"] for group in groups]
             for group, base, factor in zip(groups, sched.base_lrs, sched.lr_lambdas, strict=True):
                 group["lr"] = base * factor(sched.last_epoch)
             sched._last_lr = [group["lr"] for group in groups]

@@ -17,6 +17,7 @@ from bert_lightning.checkpoint import RTD_KEY, ResumePoint
 from bert_lightning.data.sampling import hash_seed
 from bert_lightning.errors import UserError
 from bert_lightning.run_folder import drop_unused_folder
+from bert_lightning.training.instantiate import command_line
 
 log = logging.getLogger(__name__)
 
@@ -127,26 +128,40 @@ def check_same_model(
         )
 
 
+def given_optim(optim: dict) -> set[str]:
+    """The `optim` keys a user gives this run: the command line's (`optim.<key>=`; `optim=`:
+    every key), and `total_steps` where set (its default, null, is derived)."""
+    given = {o.lstrip("+~").partition("=")[0] for o in command_line("optim")}
+    keys = set(optim) if "optim" in given else {k.split(".")[1] for k in given}
+    return keys | ({"total_steps"} if optim.get("total_steps") is not None else set())
+
+
 def continued_optim(optim: dict, start: ResumePoint | None, max_steps: int) -> dict:
-    """The `conf/optim` config of a continued run: the schedule's `total_steps` is the original
-    run's (its checkpoint records it), so the learning rate goes on decaying where it was,
-    unless `optim.total_steps` is set. Past that total the learning rate stays 0: a warning says
-    so and how to stretch the decay."""
-    saved = (start.hparams.get("optim") or {}) if start else {}
+    """The `conf/optim` config of a continued run: the checkpoint's (its learning rate, its
+    warmup, its schedule's `total_steps`), so the rate goes on where it was whatever the resume
+    leaves out; a key the user gives (`given_optim`) replaces the saved value, and the log says
+    so. Past the total the learning rate stays 0: a warning says so and how to stretch the
+    decay."""
+    if start is None:
+        return optim
+    saved, given = start.hparams.get("optim") or {}, given_optim(optim)
     for key, one, whose in (("head_lr", None, "the heads"), ("layer_decay", 1.0, "the layers")):
         was, now = saved.get(key, one), optim.get(key, one)
-        if start and (was == one) != (now == one):
+        if key in given and (was == one) != (now == one):
             raise UserError(
                 f"optim.{key}={now}, but the run it continues had {was}: a resumed run keeps "
                 f"its optimizer's parameter groups (a rate may change, not whether {whose} "
                 "have rates of their own)"
             )
-    if start is None or optim.get("total_steps") is not None:
-        return optim
-    total = saved.get("total_steps")
-    if total is None:  # a checkpoint older than the record: the schedule spans this fit
-        return optim
-    if max_steps is not None and max_steps > total:
+    for key in sorted(given & saved.keys()):
+        if saved[key] != optim.get(key):
+            log.info(
+                "optim.%s=%s replaces the %s of the run it continues",
+                *(key, shown(optim.get(key)), shown(saved[key])),
+            )
+    continued = optim | {k: v for k, v in saved.items() if k in optim and k not in given}
+    total = continued.get("total_steps")  # None: a checkpoint older than the record
+    if total is not None and max_steps is not None and max_steps > total:
         log.warning(
             "the learning rate schedule of the continued run ends at step %d (its "
             "optim.total_steps): later steps train at lr 0; optim.total_steps=%d stretches "
@@ -154,7 +169,7 @@ def continued_optim(optim: dict, start: ResumePoint | None, max_steps: int) -> d
             total,
             max_steps,
         )
-    return {**optim, "total_steps": total}
+    return continued
 
 
 def is_stamps(value) -> bool:
