@@ -48,7 +48,12 @@ def relevance_ckpt(folder: Path, out: Path) -> Path:
     cfg = compose("finetune", ["task=ad_relevance", "task.train_file=x", "paths.output_dir=."])
     tok = pre.tokenizer.to_str()
     module = FinetuneModule(
-        asdict(pre.config), OmegaConf.to_container(cfg.task), {}, False, tok, cfg.max_seq_length
+        asdict(pre.config),
+        OmegaConf.to_container(cfg.task, resolve=True),
+        {},
+        False,
+        tok,
+        cfg.max_seq_length,
     )
     load_encoder(module.model, pre)
     write_model(out, dict(module.hparams), module.state_dict(), tok)

@@ -27,7 +27,7 @@ def test_scores(run: Path) -> tuple[dict, torch.Tensor]:
     """(the run's test table, its best checkpoint's (N,) scores of the table's rows)."""
     cfg = OmegaConf.load(run / "config_resolved.yaml")
     best = json.loads((run / "results.json").read_text())["best_checkpoint"]
-    _, tables = load_splits(make_task(OmegaConf.to_container(cfg.task)), cfg.seed)
+    _, tables = load_splits(make_task(OmegaConf.to_container(cfg.task, resolve=True)), cfg.seed)
     ft = load_finetuned(run / best)
     table = tables["test"]
     return table, table_scores(ft.model, ft.task, ft.tokenizer(), table, ft.max_seq_length)

@@ -151,7 +151,7 @@ def write_dataset(folder: Path, name: str) -> Path:
 def relevance_ckpt(tmp_path, tok):
     """A checkpoint as finetune.py writes it, with an untrained (random) head."""
     cfg = compose("finetune", ["task=ad_relevance", "task.train_file=x", "paths.output_dir=."])
-    task = OmegaConf.to_container(cfg.task)
+    task = OmegaConf.to_container(cfg.task, resolve=True)
     module = FinetuneModule(
         asdict(tiny_config(tok.get_vocab_size())), task, {"lr": 1e-3}, False, tok.to_str()
     )
@@ -165,7 +165,7 @@ def finetuned_ckpt(path: Path, tok, *overrides: str) -> Path:
     cfg = compose("finetune", ["task.train_file=x", "paths.output_dir=.", *overrides])
     module = FinetuneModule(
         asdict(tiny_config(tok.get_vocab_size())),
-        OmegaConf.to_container(cfg.task),
+        OmegaConf.to_container(cfg.task, resolve=True),
         {},
         False,
         tok.to_str(),
@@ -230,3 +230,18 @@ def task_files(tmp_path, task):
     train = write_conll(tmp_path / "train.conll")
     dev = write_conll(tmp_path / "dev.conll", copies=2)
     return [f"task.train_file={train}", f"task.validation_file={dev}", f"task.test_file={dev}"]
+
+
+def task_cfg(name, **kw):
+    cfg = compose("finetune", [f"task={name}", "task.train_file=x", "paths.output_dir=."]).task
+    return {**dict(cfg), "split": dict(cfg.split), "subsample": dict(cfg.subsample), **kw}
+
+
+def cfg_for(task, train, **kw):
+    return task_cfg(task, train_file=str(train), **kw)
+
+
+def computed(task, logits, batch):
+    metrics = task.metrics()
+    task.update(metrics, logits, batch)
+    return task.compute(metrics)

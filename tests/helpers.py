@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from bert_lightning.cli import main
 from bert_lightning.config import bundled, compose, configured
 from bert_lightning.data.corpus import iter_documents
 from bert_lightning.data.masking import MaskingConfig
@@ -199,3 +200,14 @@ def session_ends(sid: int, seconds: float = 10.0) -> bool:
             return True
         time.sleep(0.1)
     return False
+
+
+def cli_error(capsys, *argv) -> str:
+    """The one stderr line of `bert-lightning ARGV` (in process) failing on a user's mistake."""
+    with pytest.raises(SystemExit) as e:
+        main([str(a) for a in argv])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1 and err.rstrip().endswith(lines[0])
+    return lines[0]

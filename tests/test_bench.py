@@ -427,7 +427,7 @@ def test_recipe_arms_gives_each_arm_minus_the_zero_shot_encoder_in_and_out_of_do
         best[name] = str(tmp_path / name / finetune(cfg)["best_checkpoint"])
     test_file = tmp_path / "test.tsv"
     cfg = compose("finetune", overrides(tmp_path, "ad_relevance", *files, *bi))
-    _, tables = load_splits(make_task(OmegaConf.to_container(cfg.task)), cfg.seed)
+    _, tables = load_splits(make_task(OmegaConf.to_container(cfg.task, resolve=True)), cfg.seed)
     t, lo, hi = tables["test"], cfg.task.grade_min, cfg.task.grade_max
     grades = [lo + y * (hi - lo) for y in t["target"]]
     pd.DataFrame({"query": t["text"], "ad": t["pair"], "label": grades}).to_csv(
@@ -499,7 +499,7 @@ def test_task_text_writes_the_training_splits_distinct_texts_and_nothing_else(tm
     out = bench(str(ROOT / "bench/task_text.py"), str(tmp_path / "t.jsonl"), *files, cwd=tmp_path)
     got = [json.loads(line)["text"] for line in (tmp_path / "t.jsonl").read_text().splitlines()]
     cfg = compose("finetune", [*files, "paths.output_dir=."])
-    _, tables = load_splits(make_task(OmegaConf.to_container(cfg.task)), cfg.seed)
+    _, tables = load_splits(make_task(OmegaConf.to_container(cfg.task, resolve=True)), cfg.seed)
     train = tables["train"]
     assert sorted(got) == sorted(set(train["text"]) | set(train["pair"]))
     assert len(got) == len(set(got)) and f"{len(got)} texts of {len(train['group'])}" in out

@@ -2,7 +2,6 @@
 with the traceback only on request (HYDRA_FULL_ERROR=1, `--debug`)."""
 
 import errno
-import logging
 import os
 import subprocess
 import sys
@@ -23,27 +22,7 @@ from finetune_fixtures import (
     write_our_ckpt,
     write_tokenizer,
 )
-from helpers import ROOT, tiny_overrides, write_corpus
-
-
-@pytest.fixture(autouse=True)
-def _logging_restored():
-    """An in-process Hydra run points the root logger at this test's captured stdout, which
-    is closed once the test ends: the next test's log lines would fail to write."""
-    handlers = logging.root.handlers[:]
-    yield
-    logging.root.handlers[:] = handlers
-
-
-def cli_error(capsys, *argv) -> str:
-    """The one stderr line of `bert-lightning ARGV` (in process) failing on a user's mistake."""
-    with pytest.raises(SystemExit) as e:
-        main([str(a) for a in argv])
-    err = capsys.readouterr().err
-    assert e.value.code == 2 and "Traceback" not in err
-    lines = [line for line in err.splitlines() if line.startswith("error: ")]
-    assert len(lines) == 1 and err.rstrip().endswith(lines[0])
-    return lines[0]
+from helpers import ROOT, cli_error, tiny_overrides, write_corpus
 
 
 def pretrain_error(capsys, tmp_path, *extra) -> str:

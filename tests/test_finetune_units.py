@@ -8,7 +8,6 @@ import pytest
 import torch
 
 import bert_lightning
-from bert_lightning.config import compose
 from bert_lightning.data.tables import (
     DataError,
     GroupBatchSampler,
@@ -28,25 +27,17 @@ from bert_lightning.tasks.kinds import load_splits, make_task, pairwise_loss
 from bert_lightning.tasks.metrics import bio_spans
 from bert_lightning.tasks.ranking import ndcg
 from finetune_fixtures import (
+    cfg_for,
+    computed,
     regression_rows,
     sentiment_rows,
+    task_cfg,
     tiny_config,
     write_conll,
     write_csv,
     write_jsonl,
     write_tokenizer,
 )
-
-
-def task_cfg(name, **kw):
-    cfg = compose("finetune", [f"task={name}", "task.train_file=x", "paths.output_dir=."]).task
-    return {**dict(cfg), "split": dict(cfg.split), "subsample": dict(cfg.subsample), **kw}
-
-
-def computed(task, logits, batch):
-    metrics = task.metrics()
-    task.update(metrics, logits, batch)
-    return task.compute(metrics)
 
 
 def test_seq_classification_metrics_by_hand():
@@ -320,10 +311,6 @@ def test_mean_and_max_pooling_read_real_tokens_only():
             torch.testing.assert_close(logits[1], model.classifier(reduce(h)), atol=1e-5, rtol=0)
     with pytest.raises(ValueError, match="task.pooling='last'; expected one of"):
         BertForSequenceClassification(config, 3, "last")
-
-
-def cfg_for(task, train, **kw):
-    return task_cfg(task, train_file=str(train), **kw)
 
 
 def test_missing_column_is_named(tmp_path):

@@ -7,7 +7,6 @@ import logging
 
 import pytest
 import torch
-from test_errors import _logging_restored, cli_error  # noqa: F401  (autouse: the CLI test logs)
 
 from bert_lightning.checkpoint import read_checkpoint
 from bert_lightning.config import compose
@@ -19,7 +18,14 @@ from bert_lightning.data.tokenizer import (
     train_wordpiece,
 )
 from bert_lightning.training.pretrain import build, train
-from helpers import RESUMABLE, TINY_BERT, killed_and_resumed_bitwise, tiny_overrides, write_corpus
+from helpers import (
+    RESUMABLE,
+    TINY_BERT,
+    cli_error,
+    killed_and_resumed_bitwise,
+    tiny_overrides,
+    write_corpus,
+)
 
 transformers = pytest.importorskip("transformers")
 

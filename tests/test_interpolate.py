@@ -10,7 +10,6 @@ import pandas as pd
 import pytest
 import torch
 from omegaconf import OmegaConf
-from test_errors import _logging_restored, cli_error  # noqa: F401  (autouse: the CLI test logs)
 
 from bert_lightning.checkpoint import read_checkpoint
 from bert_lightning.cli import main
@@ -30,6 +29,7 @@ from finetune_fixtures import (
     write_hf_folder,
     write_tokenizer,
 )
+from helpers import cli_error
 
 ROWS = [(r["query"], r["ad"]) for r in ad_rows(4)]
 

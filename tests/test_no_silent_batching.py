@@ -11,7 +11,6 @@ import lightning as L
 import pytest
 import torch
 import torch.nn.functional as F
-from test_finetune_units import cfg_for
 
 from bert_lightning.data.tables import collate
 from bert_lightning.errors import UserError
@@ -23,6 +22,7 @@ from bert_lightning.tasks.kinds import load_splits, make_task
 from bert_lightning.training.finetune_module import FinetuneModule
 from finetune_fixtures import (
     ad_rows,
+    cfg_for,
     regression_rows,
     sentiment_rows,
     tiny_config,

@@ -3,6 +3,7 @@ would ignore is refused in one line (the stream's files options: tests/test_no_s
 and a fine-tuning run whose monitor never had a value says so instead of calling its first
 checkpoint the best."""
 
+import csv
 import json
 import logging
 import math
@@ -15,6 +16,7 @@ from bert_lightning.config import compose
 from bert_lightning.tasks import metrics
 from bert_lightning.training.finetune import finetune
 from finetune_fixtures import overrides, sentiment_rows, write_csv, write_our_ckpt, write_tokenizer
+from helpers import pretrain_tiny
 
 
 def cli_error(capsys, *argv) -> str:
@@ -92,3 +94,20 @@ def test_the_checkpoint_and_early_stopping_follow_the_monitors_direction(task, m
     cfg = compose("finetune", [f"task={task}", f"task.monitor={monitor}", "task.train_file=x"])
     callbacks = cfg.callbacks
     assert cfg.task.mode == callbacks.model_checkpoint.mode == callbacks.early_stopping.mode == mode
+
+
+@pytest.mark.parametrize(
+    "monitor, mode", [("val/loss", "min"), ("val/ppl", "min"), ("val/mlm_acc", "max")]
+)
+def test_pretrainings_best_checkpoint_follows_the_monitors_direction(monitor, mode):
+    cfg = compose(overrides=[f"callbacks.model_checkpoint.monitor={monitor}"])
+    assert cfg.callbacks.model_checkpoint.mode == mode
+
+
+def test_validation_every_n_steps_counts_optimizer_steps_when_batches_accumulate(tmp_path):
+    """`val_check_interval: 3` (debug=tiny's) with 2 batches a step: steps 3 and 6, as without
+    accumulation (Lightning counts batches)."""
+    pretrain_tiny(tmp_path, "trainer.accumulate_grad_batches=2")
+    with open(tmp_path / "metrics.csv", newline="") as f:
+        steps = [int(r["step"]) for r in csv.DictReader(f) if r["val/loss"]]
+    assert steps == [0, 3, 6]

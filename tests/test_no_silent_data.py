@@ -6,16 +6,19 @@ options it would ignore (row 9); and each data cache missed when any of its inpu
 import json
 import math
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
+import tokenizers
 import torch
 
 from bert_lightning.config import compose
-from bert_lightning.data import pipeline
+from bert_lightning.data import pipeline, prepare, pretraining
 from bert_lightning.data.prepare import cache_folder
 from bert_lightning.data.tokenizer import train_wordpiece
 from bert_lightning.errors import UserError
+from bert_lightning.fingerprints import fingerprint
 from bert_lightning.training.instantiate import instantiate
 from bert_lightning.training.pretrain import build
 from helpers import data_module, tiny_overrides, write_corpus
@@ -331,3 +334,24 @@ def test_validation_losses_do_not_depend_on_how_rows_are_batched(tmp_path, optio
     else:
         assert got[1]["val/loss"] == pytest.approx(mlm, rel=1e-5)
         assert math.exp(got[1]["val/loss"]) == pytest.approx(got[1]["val/ppl"], rel=1e-4)
+
+
+def test_every_data_cache_is_keyed_by_the_data_code(tmp_path, tiny_tokenizer, monkeypatch):
+    """Another version of the code that reads, tokenizes, frames or masks (another `CODE`: the
+    data layer's source and the tokenizers release) misses the documents, examples, token
+    arrays and tokenizer cached by this one."""
+    data_code = sorted(Path(pipeline.__file__).parent.glob("*.py"))
+    want = fingerprint(tokenizers.__version__, *(p.read_bytes() for p in data_code))
+    assert pipeline.CODE == prepare.CODE == pretraining.CODE == want
+    corpus = str(write_corpus(tmp_path / "c.jsonl", 40))
+    dm = data_module("corpus", train_files=corpus, val_docs=5, cache_dir=str(tmp_path))
+
+    def keys():
+        docs = pipeline.read_documents(dm.train_files, dm.read_options(), dm.cache_dir)
+        return docs._fingerprint, prepare.shard_paths(tmp_path, corpus, {}), dm.tokenizer_key()
+
+    before = keys()
+    assert keys() == before
+    for module in (pipeline, prepare, pretraining):
+        monkeypatch.setattr(module, "CODE", "another version")
+    assert all(a != b for a, b in zip(keys(), before, strict=True))

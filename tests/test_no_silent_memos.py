@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from test_errors import _logging_restored, cli_error  # noqa: F401  (autouse: the CLI test logs)
 from tokenizers import Tokenizer
 
 from bert_lightning.checkpoint import read_checkpoint, write_model
@@ -35,7 +34,7 @@ from finetune_fixtures import (
     write_our_ckpt,
     write_tokenizer,
 )
-from helpers import ROOT
+from helpers import ROOT, cli_error
 
 
 def pretrained_at(path, tok, step: int) -> None:
@@ -124,7 +123,8 @@ def test_a_checkpoint_without_a_record_of_its_start_says_it_cannot_check(tmp_pat
     write_hf_folder(tmp_path / "hf", tok)
     with caplog.at_level(logging.WARNING, "bert_lightning.commands.interpolate"):
         interpolate(str(ckpt), str(tmp_path / "o.ckpt"), alpha=0.5, start=str(tmp_path / "hf"))
-    assert caplog.messages == [
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert said == [
         f"{ckpt} records no start (fine-tuned before checkpoints did): that {tmp_path / 'hf'} "
         "is where it started cannot be checked"
     ]
@@ -268,3 +268,21 @@ def test_the_random_rows_tokenizer_file_is_named_by_what_it_holds(tmp_path):
         assert saved[0] != saved[1]
         for path, want in zip(saved, (tok, other), strict=True):
             assert Tokenizer.from_file(path).get_vocab() == want.get_vocab()
+
+
+def test_the_validation_split_is_drawn_again_only_from_the_files_it_was_drawn_from(
+    tmp_path, run_from_step_6, capsys
+):
+    """The alpha is picked on the run's validation split, drawn again from its train file: the
+    same rows reordered would draw another split, most of it rows the model trained on."""
+    _, ckpt = run_from_step_6
+    train = tmp_path / "train.csv"
+    header, *rows = train.read_text().splitlines(keepends=True)
+    train.write_text(header + "".join(reversed(rows)))
+    out = tmp_path / "o.ckpt"
+    assert cli_error(capsys, "interpolate", ckpt, out) == (
+        f"error: {train}: not the task.train_file {ckpt} was fine-tuned with (its contents "
+        "changed or it is gone), so the run's validation split cannot be drawn again; give "
+        "--validation FILE"
+    )
+    assert not out.exists()

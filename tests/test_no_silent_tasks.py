@@ -11,7 +11,6 @@ import pandas as pd
 import pytest
 import torch
 from scipy import stats
-from test_finetune_units import cfg_for, computed, task_cfg
 
 from bert_lightning.data.tables import (
     DataError,
@@ -25,8 +24,11 @@ from bert_lightning.tasks.ad_relevance import score_metrics
 from bert_lightning.tasks.kinds import load_splits, make_task
 from finetune_fixtures import (
     ad_rows,
+    cfg_for,
+    computed,
     regression_rows,
     sentiment_rows,
+    task_cfg,
     write_conll,
     write_csv,
     write_jsonl,

@@ -16,10 +16,12 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from bert_lightning.checkpoint import (
+    DATA_RECORD,
     FINETUNING,
     Checkpoint,
     interpolated,
     read_checkpoint,
+    torch_load,
     write_finetuned,
 )
 from bert_lightning.errors import MissingFileError, UserError
@@ -51,8 +53,27 @@ def validation_table(ckpt_path, task, cfg, validation: str | None) -> dict:
             "validation split from; give --validation FILE or --alpha"
         )
     run_task = stored_task(OmegaConf.to_container(cfg.task, resolve=True), str(ckpt_path))
+    check_split_files(ckpt_path)
     _, tables = load_splits(run_task, cfg.seed)
     return tables["validation"]
+
+
+def check_split_files(ckpt_path) -> None:
+    """The files the run's validation split is drawn from again hold what it drew from (their
+    contents, as the checkpoint's data record has them): an edited or reordered train file
+    would give another split, with rows the model was trained on."""
+    record = torch_load(ckpt_path).get(DATA_RECORD)
+    if record is None:
+        log.warning("%s records no data: its files cannot be checked against the run's", ckpt_path)
+        return
+    for key in ("task.train_file", "task.validation_file"):
+        for path, *_, digest in record.get(key) or []:
+            if not Path(path).is_file() or file_digest(path) != digest:
+                raise UserError(
+                    f"{path}: not the {key} {ckpt_path} was fine-tuned with (its contents "
+                    "changed or it is gone), so the run's validation split cannot be drawn "
+                    "again; give --validation FILE"
+                )
 
 
 def check_start(ckpt_path, ft: Checkpoint, start, begin: Checkpoint) -> None:

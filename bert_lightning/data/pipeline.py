@@ -12,8 +12,11 @@ fingerprint of its inputs, so the same step on another rank reads the cache.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import datasets
 import numpy as np
+import tokenizers
 import torch
 from tokenizers import Tokenizer
 
@@ -23,6 +26,13 @@ from bert_lightning.data.tokenizer import batch_encode, special_ids
 from bert_lightning.errors import UserError
 from bert_lightning.fingerprints import file_stamps, fingerprint
 from bert_lightning.progress import Ticks
+
+# the data layer's code (every module of this folder) and the tokenizers release: part of every
+# data cache's key, so that a new version that reads, tokenizes, frames or masks otherwise
+# never reuses what an older one cached
+CODE = fingerprint(
+    tokenizers.__version__, *(p.read_bytes() for p in sorted(Path(__file__).parent.glob("*.py")))
+)
 
 # packed: documents concatenated and cut into full blocks, attending across their joins;
 # packed_isolated: each document framed [CLS] ... [SEP] before the cut, and attention kept
@@ -35,11 +45,17 @@ def map_procs(docs: datasets.Dataset, num_proc: int | None) -> int | None:
     return num_proc if num_proc and len(docs) >= 10_000 else None
 
 
-def text_rows(files: list[str], index: list[int] | None = None, stamp: list | None = None, **read):
+def text_rows(
+    files: list[str],
+    index: list[int] | None = None,
+    stamp: list | None = None,
+    code: str | None = None,
+    **read,
+):
     """Generator for `(Iterable)Dataset.from_generator`: each document's `text`, its `file`
     (`index[i]` for `files[i]`: `datasets` hands each call a share of the lists) and its number
     in the file (`doc`, shared by the pieces of a split document: `hold_out` draws whole ones);
-    `stamp` (`file_stamps`) only feeds the cache fingerprint."""
+    `stamp` (`file_stamps`) and `code` (`CODE`) only feed the cache fingerprint."""
     ticks = Ticks(f"reading {len(files)} files")
     index = index or range(len(files))
     for i, doc, text in numbered_documents(files, **read):
@@ -68,6 +84,7 @@ def read_documents(files: list[str], read: dict, cache_dir: str | None = None) -
                 "files": files,
                 "index": list(range(len(files))),
                 "stamp": file_stamps(files),
+                "code": CODE,
                 **read,
             },
             cache_dir=cache_dir,

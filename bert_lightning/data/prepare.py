@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 
 from bert_lightning.atomic import atomic_path
 from bert_lightning.data.corpus import iter_documents
-from bert_lightning.data.pipeline import framed
+from bert_lightning.data.pipeline import CODE, framed
 from bert_lightning.fingerprints import file_stamps, fingerprint
 
 
@@ -37,10 +37,10 @@ def cache_folder(root: str | os.PathLike, tokenizer: Tokenizer) -> Path:
 
 
 def shard_paths(out_dir: Path, src: str, read: dict) -> tuple[Path, Path]:
-    """A shard's two files, named by its file's path, size and modification time and the
-    `read` options (`iter_documents`'): two files of one name, an edited file or other reading
-    options never share a shard."""
-    key = fingerprint(file_stamps([src]), sorted(read.items()))[:16]
+    """A shard's two files, named by its file's path, size and modification time, the `read`
+    options (`iter_documents`') and the data code (`pipeline.CODE`): two files of one name, an
+    edited file, other reading options or another version never share a shard."""
+    key = fingerprint(file_stamps([src]), sorted(read.items()), CODE)[:16]
     stem = f"{Path(src).name}.{key}"
     return out_dir / f"{stem}.tokens", out_dir / f"{stem}.docs.npy"
 

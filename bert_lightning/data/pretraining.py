@@ -24,6 +24,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from bert_lightning.data.corpus import interleave_documents, resolve_files
 from bert_lightning.data.masking import MaskingConfig, MLMCollator
 from bert_lightning.data.pipeline import (
+    CODE,
     PACKINGS,
     hold_out,
     interleaved,
@@ -305,12 +306,13 @@ class PretrainDataModule(BertDataModule):
 
     def tokenizer_key(self) -> str:
         """The training files (paths, sizes, modification times: a changed file trains a new
-        tokenizer), how they are read, the documents held out of them and the tokenizer's
-        settings."""
+        tokenizer), how they are read, the documents held out of them, the tokenizer's settings
+        and the data code (`pipeline.CODE`)."""
         cfg = self.tokenizer_cfg
         settings = (cfg.vocab_size, cfg.min_frequency, cfg.max_docs, SPECIAL_TOKENS)
         read = sorted(self.read_options().items())
-        return fingerprint(file_stamps(self.train_files), read, self.held_out_record(), settings)
+        held = self.held_out_record()
+        return fingerprint(file_stamps(self.train_files), read, held, settings, CODE)
 
     def tokenizer_documents(self):
         """The stream a tokenizer (or `tokenizer.extend`) learns from (its first

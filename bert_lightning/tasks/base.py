@@ -25,12 +25,14 @@ log = logging.getLogger(__name__)
 
 # a baseline's scorer: the starting encoder's cosine of each (text, pair) row, (N,)
 ZeroShot = Callable[[list[tuple[str, str]]], torch.Tensor]
-LOWER_IS_BETTER = ("loss", "mse", "mae")  # every other metric a task reports: higher is better
+LOWER_IS_BETTER = ("loss", "mse", "mae", "ppl")  # and every `*_loss`; other metrics: higher
 
 
 def monitor_mode(metric: str) -> str:
-    """The checkpoint and early-stopping mode that keeps the best by `metric`."""
-    return "min" if metric in LOWER_IS_BETTER else "max"
+    """The checkpoint and early-stopping mode that keeps the best by `metric` (a task's metric,
+    or a logged key such as pretraining's `val/ppl`)."""
+    name = metric.rpartition("/")[2]
+    return "min" if name in LOWER_IS_BETTER or name.endswith("_loss") else "max"
 
 
 def truncating(tok: Tokenizer, max_len: int) -> Tokenizer:

@@ -100,10 +100,14 @@ def build_trainer(cfg: DictConfig) -> L.Trainer:
         callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
     if not cfg.trainer.enable_model_summary:
         callbacks = [c for c in callbacks if not isinstance(c, ModelSummary)]
+    # an int val_check_interval counts optimizer steps, as max_steps does; Lightning counts batches
+    steps, per_step = cfg.trainer.val_check_interval, cfg.trainer.accumulate_grad_batches
+    every = {"val_check_interval": steps * per_step} if isinstance(steps, int) else {}
     try:
         trainer = instantiate(
             cfg.trainer,
             "trainer",
+            **every,
             logger=loggers,
             callbacks=[*callbacks, SaveResolvedConfig(cfg)],
             default_root_dir=str(cfg.paths.output_dir),
