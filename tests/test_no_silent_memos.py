@@ -113,7 +113,12 @@ def test_a_start_that_moved_on_since_fine_tuning_is_one_line(tmp_path, run_from_
     zero, step6 = read_checkpoint(out).state_dict, read_checkpoint(kept).state_dict
     assert all(torch.equal(v, step6[k]) for k, v in zero.items() if k.startswith("bert."))
     record = read_checkpoint(ckpt).hparams["start"]
-    assert record == {"path": str(start), "digest": file_digest(kept), "step": 6}
+    assert record == {
+        "path": str(start),
+        "digest": file_digest(kept),
+        "step": 6,
+        "source": f"checkpoint {start}",
+    }
 
 
 def test_a_checkpoint_without_a_record_of_its_start_says_it_cannot_check(tmp_path, caplog):

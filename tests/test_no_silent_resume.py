@@ -18,7 +18,13 @@ from bert_lightning.data.corpus import iter_documents
 from bert_lightning.errors import UserError
 from bert_lightning.training.finetune import finetune
 from bert_lightning.training.pretrain import train
-from finetune_fixtures import overrides, regression_rows, write_jsonl, write_tokenizer
+from finetune_fixtures import (
+    overrides,
+    regression_rows,
+    write_jsonl,
+    write_our_ckpt,
+    write_tokenizer,
+)
 from helpers import RESUMABLE, pretrain_tiny, tiny_overrides, write_corpus
 
 
@@ -260,3 +266,34 @@ def test_a_resume_keeps_the_runs_schedule_unless_the_command_line_changes_it(tmp
     assert lrs(out, steps) == pytest.approx([lr / 2 for lr in lrs(tmp_path / "whole", steps)])
     log = (tmp_path / "h" / "pretrain.log").read_text()
     assert "optim.lr=0.005 replaces the 0.01 of the run it continues" in log
+
+
+def pretrained_regression(tmp_path, *extra):
+    """finetune_regression from a tiny pretrained checkpoint (tmp_path/pre.ckpt): results.json;
+    its last.ckpt, at step 4."""
+    write_our_ckpt(tmp_path / "pre.ckpt", write_tokenizer(tmp_path / "tokenizer.json"))
+    write_jsonl(tmp_path / "train.jsonl", regression_rows(48))
+    return finetune_regression(tmp_path, f"pretrained={tmp_path / 'pre.ckpt'}", *extra)
+
+
+def test_a_resumed_fine_tuning_names_what_it_started_from(tmp_path):
+    """results.json of a resumed run names the pretrained weights of its first part, not
+    null."""
+    first = pretrained_regression(tmp_path)
+    assert first["pretrained"] == f"checkpoint {tmp_path / 'pre.ckpt'}"
+    last = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    resumed = finetune_regression(tmp_path, f"ckpt_path={last}", "trainer.max_steps=6")
+    assert resumed["steps"] == 6 and resumed["pretrained"] == first["pretrained"]
+
+
+def test_a_frozen_encoder_resumed_without_freeze_encoder_is_refused(tmp_path):
+    """freeze_encoder makes the optimizer's groups: a resume without it is one line, not the
+    optimizer's ValueError."""
+    pretrained_regression(tmp_path, "freeze_encoder=true")
+    last = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    with pytest.raises(UserError) as e:
+        finetune_regression(tmp_path, f"ckpt_path={last}", "trainer.max_steps=6")
+    assert str(e.value) == (
+        f"{last}: trained with freeze_encoder=True, this run has freeze_encoder=False; a resumed "
+        "run keeps its frozen encoder (give freeze_encoder=True)"
+    )

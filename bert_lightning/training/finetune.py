@@ -86,6 +86,14 @@ def build(cfg: DictConfig, start: ResumePoint | None = None):
             f"max_position_embeddings={config.max_position_embeddings}"
         )
     check_same_model(start, cfg.ckpt_path, asdict(config), asdict(task.cfg))
+    frozen = bool(cfg.freeze_encoder)
+    if start is not None and start.hparams.get("freeze_encoder", frozen) != frozen:
+        was = start.hparams["freeze_encoder"]  # the optimizer's groups: the encoder's or none
+        raise UserError(
+            f"{cfg.ckpt_path}: trained with freeze_encoder={was}, this run has "
+            f"freeze_encoder={frozen}; a resumed run keeps its frozen encoder (give "
+            f"freeze_encoder={was})"
+        )
     dm = TaskDataModule(
         task=task,
         tables=tables,
@@ -113,9 +121,15 @@ def build(cfg: DictConfig, start: ResumePoint | None = None):
     if pre is not None:  # the start, as it was: what `interpolate` moves back towards
         module.start_from(pre)
         path = os.path.abspath(cfg.pretrained)
-        module.hparams.start = {"path": path, "digest": file_digest(path), "step": pre.step}
+        module.hparams.start = {
+            "path": path,
+            "digest": file_digest(path),
+            "step": pre.step,
+            "source": pre.source,
+        }
     elif start is not None and "start" in start.hparams:  # resumed: the first part's start
-        module.hparams.start = start.hparams["start"]
+        module.hparams.start = first = start.hparams["start"]
+        module.pretrained = first.get("source", first["path"])  # older records: no source
     return dm, module, build_trainer(cfg)
 
 
