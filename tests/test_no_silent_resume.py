@@ -21,6 +21,7 @@ from bert_lightning.training.pretrain import train
 from finetune_fixtures import (
     overrides,
     regression_rows,
+    write_hf_folder,
     write_jsonl,
     write_our_ckpt,
     write_tokenizer,
@@ -296,4 +297,21 @@ def test_a_frozen_encoder_resumed_without_freeze_encoder_is_refused(tmp_path):
     assert str(e.value) == (
         f"{last}: trained with freeze_encoder=True, this run has freeze_encoder=False; a resumed "
         "run keeps its frozen encoder (give freeze_encoder=True)"
+    )
+
+
+def test_a_student_tokenizer_that_normalizes_otherwise_is_refused(tmp_path):
+    """A student from a copy of its teacher's folder that keeps case (`do_lower_case: false`)
+    has the teacher's vocabulary but not its ids ("The Cat": [UNK] [UNK]): refused, naming
+    what differs."""
+    teacher, student = tmp_path / "teacher", tmp_path / "student"
+    write_hf_folder(teacher, write_tokenizer(tmp_path / "tokenizer.json"))
+    shutil.copytree(teacher, student)
+    (student / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": False}))
+    write_corpus(tmp_path / "corpus.jsonl")
+    with pytest.raises(UserError) as e:
+        distill(tmp_path, teacher, f"init_from={student}", "objective.soft_mlm=0")  # no head
+    assert str(e.value) == (
+        f"init_from={student} and objective.teacher={teacher} have different normalizers; "
+        "expected one tokenizer"
     )

@@ -5,6 +5,7 @@ pretraining builds (the corpus's data module, the model, the trainer) and what f
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import asdict, fields, replace
 from itertools import islice
@@ -89,10 +90,30 @@ def model_config(cfg: DictConfig, tok: Tokenizer, begin: Checkpoint | None = Non
     return config
 
 
+def id_parts(tok: Tokenizer) -> dict:
+    """What makes a tokenizer's ids, by the name a message gives each part: its vocabulary,
+    its model's other settings (the unknown token, the subword prefix), what text goes through
+    before it (lowercasing, accents, splitting) and its special tokens; not the truncation or
+    padding a caller sets, the decoder, nor the post-processor (the data add [CLS] and [SEP]
+    themselves)."""
+    spec = json.loads(tok.to_str())
+    model = spec.pop("model")
+    skip = ("truncation", "padding", "decoder", "post_processor", "version")
+    return {
+        "vocabularies": model.pop("vocab"),
+        "model settings": model,
+        **{f"{k}s": v for k, v in spec.items() if k not in skip},
+    }
+
+
 def same_tokenizer(a: Tokenizer, a_name: str, b: Tokenizer, b_name: str) -> None:
-    if a.get_vocab() != b.get_vocab():
+    """Two tokenizers a run reads as one (a student's and its teacher's): the same ids for any
+    text, or an error naming the parts that differ."""
+    ours, theirs = id_parts(a), id_parts(b)
+    if differ := [k for k in ours.keys() | theirs.keys() if ours.get(k) != theirs.get(k)]:
         raise UserError(
-            f"{a_name} and {b_name} have different vocabularies; expected one tokenizer"
+            f"{a_name} and {b_name} have different {', '.join(sorted(differ))}; expected one "
+            "tokenizer"
         )
 
 
