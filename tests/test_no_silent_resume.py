@@ -315,3 +315,26 @@ def test_a_student_tokenizer_that_normalizes_otherwise_is_refused(tmp_path):
         f"init_from={student} and objective.teacher={teacher} have different normalizers; "
         "expected one tokenizer"
     )
+
+
+@pytest.mark.parametrize(
+    "given", ["data.tokenizer.vocab_size=5000", "data.tokenizer.min_frequency=5"]
+)
+def test_a_tokenizer_setting_that_init_from_overrides_is_refused(tmp_path, capsys, given):
+    """`init_from=` gives the tokenizer: a vocabulary size or frequency for the one a run would
+    train is not silently dropped but refused in one line, before a tokenizer is written."""
+    pre = tmp_path / "pre.ckpt"
+    write_our_ckpt(pre, write_tokenizer(tmp_path / "tokenizer.json"))
+    out = tmp_path / "run"
+    write_corpus(out / "corpus.jsonl")
+    argv = tiny_overrides(out, f"hydra.run.dir={tmp_path / 'h'}", f"init_from={pre}", given)
+    with pytest.raises(SystemExit) as e:
+        main(["pretrain", *argv])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "Traceback" not in err
+    assert err.rstrip().splitlines()[-1] == (
+        f"error: {given}: the run reads the tokenizer of checkpoint {pre} (init_from= or a "
+        "teacher gives it; these settings shape a tokenizer trained on the corpus only); leave "
+        "them out"
+    )
+    assert not (out / "tokenizer.json").exists()

@@ -84,10 +84,12 @@ def required(cfg: DictConfig) -> None:
 
 
 def command_line(*keys: str) -> list[str]:
-    """The command line's overrides of `keys` (a group or a top-level key: `model` takes
-    `model=...` and `model.<field>=...`), none outside a Hydra run: what a user asked for, not
-    a default, so that a setting the run would ignore is refused."""
+    """The command line's overrides of `keys` (a group or a key, dotted or not: `model` takes
+    `model=...` and `model.<field>=...`, `data.tokenizer.vocab_size` that one key), none outside
+    a Hydra run: what a user asked for, not a default, so that a setting the run would ignore
+    is refused."""
     if not HydraConfig.initialized():
         return []
     task = HydraConfig.get().overrides.task
-    return [o for o in task if o.lstrip("+~").partition("=")[0].split(".")[0] in keys]
+    of = lambda o, k: o == k or o.startswith(f"{k}.")
+    return [o for o in task if any(of(o.lstrip("+~").partition("=")[0], k) for k in keys)]

@@ -167,6 +167,13 @@ def build(cfg: DictConfig, start: ResumePoint | None = None):
     teacher = read_checkpoint(cfg.objective.teacher) if cfg.objective.get("teacher") else None
     begin = starting_point(cfg, teacher)
     given = begin or teacher  # the tokenizer a run starts with
+    trained = command_line("data.tokenizer.vocab_size", "data.tokenizer.min_frequency")
+    if given is not None and trained:
+        raise UserError(
+            f"{' '.join(trained)}: the run reads the tokenizer of {given.source} (init_from= or "
+            "a teacher gives it; these settings shape a tokenizer trained on the corpus only); "
+            "leave them out"
+        )
     if given is not None and cfg.data.tokenizer.path:
         same_tokenizer(
             given.tokenizer,
