@@ -86,9 +86,8 @@ def build(cfg: DictConfig, start: ResumePoint | None = None):
             f"max_position_embeddings={config.max_position_embeddings}"
         )
     check_same_model(start, cfg.ckpt_path, asdict(config), asdict(task.cfg))
-    frozen = bool(cfg.freeze_encoder)
-    if start is not None and start.hparams.get("freeze_encoder", frozen) != frozen:
-        was = start.hparams["freeze_encoder"]  # the optimizer's groups: the encoder's or none
+    frozen = bool(cfg.freeze_encoder)  # makes the optimizer's groups: the encoder's or none
+    if start is not None and (was := start.hparams["freeze_encoder"]) != frozen:
         raise UserError(
             f"{cfg.ckpt_path}: trained with freeze_encoder={was}, this run has "
             f"freeze_encoder={frozen}; a resumed run keeps its frozen encoder (give "
