@@ -118,7 +118,8 @@ def test_a_time_budgeted_streaming_run_with_loader_workers_ends(tmp_path):
     docs = list(iter_documents([SAMPLE]))
     train = c4_shard(tmp_path / "c4-train.00000.json.gz", docs[:80])
     val = c4_shard(tmp_path / "c4-validation.00000.json.gz", docs[200:220])
-    stream = ["data=c4_hub", "data.path=json", "data.name=null"]
+    stream = ["data=c4_hub", "data.train_files=null", "data.cache_dir=null", "data.path=json"]
+    stream += ["data.name=null"]
     stream += [f"+data.data_files.train={train}", f"+data.data_files.validation={val}"]
     rc, stderr = pretrain(tmp_path, *stream, *WORKERS, *BUDGET)
     assert rc == 0, stderr[-3000:]

@@ -71,6 +71,10 @@ def environ(pid: int) -> dict[str, str]:
     return dict(e.split("=", 1) for e in raw.split("\0") if "=" in e)
 
 
+def cmdline(pid: int) -> bytes:
+    return Path(f"/proc/{pid}/cmdline").read_bytes()
+
+
 def scored(tmp_path, ckpt: Path, rows: list[dict]) -> list[float]:
     """What `bert-lightning score` writes for `rows`."""
     write_csv(tmp_path / "rows.csv", rows)
@@ -239,8 +243,10 @@ def test_the_server_batches_concurrent_requests_and_survives_bad_ones(tmp_path, 
         pairs = [{"query": r["query"], "ad": r["ad"]} for r in rows]
         r = http.post("/score", json={"pairs": pairs})
         assert r.status_code == 200 and r.json()["scores"] == pytest.approx(expected, abs=1e-5)
-        started = [p for p in group_members(pid) if p != pid]  # workers, HTTP process, ...
-        assert started and all(MALLOC.items() <= environ(p).items() for p in started)
+        # the spawned workers start with the malloc settings (forked processes, LitServe's
+        # HTTP process and manager, keep the environment the server started with)
+        spawned = [p for p in group_members(pid) if b"spawn_main" in cmdline(p)]
+        assert spawned and all(MALLOC.items() <= environ(p).items() for p in spawned)
 
         start = threading.Barrier(16)
 

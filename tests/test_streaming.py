@@ -85,6 +85,8 @@ def test_train_py_streams_c4_shaped_shards(tmp_path):
     overrides = tiny_overrides(
         tmp_path,
         "data=c4_hub",
+        "data.train_files=null",  # tiny_overrides' files: a stream refuses them
+        "data.cache_dir=null",
         "data.path=json",
         "data.name=null",
         f"+data.data_files.train=[{','.join(train_files)}]",

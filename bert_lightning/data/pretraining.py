@@ -114,6 +114,8 @@ class BertDataModule(L.LightningDataModule):
         self.out_dir, self.given_tokenizer = out_dir, given_tokenizer
         self.tokenizer: Tokenizer | None = None  # build_tokenizer()'s
         self.train_set = self.val_set = None
+        if not sys.stderr.isatty():  # the bars' carriage returns would fill a log file
+            datasets.disable_progress_bars()
 
     # -- tokenizer -------------------------------------------------------------------------
     def build_tokenizer(self) -> Tokenizer:
@@ -214,8 +216,6 @@ class BertDataModule(L.LightningDataModule):
 
     def setup(self, stage: str | None = None):
         if self.val_set is None:
-            if not sys.stderr.isatty():  # its bars' carriage returns would fill a log file
-                datasets.disable_progress_bars()
             if self.tokenizer is None:
                 self.build_tokenizer()
             self.train_set, self.val_set = self.build()
