@@ -92,12 +92,13 @@ def share_of_time(max_time: str | None, n: int, otherwise: int) -> str | int:
     return f"{d:02d}:{h:02d}:{m:02d}:{s:02d}"
 
 
-def monitor_mode(metric: str) -> str:
-    """`${monitor_mode:${.monitor}}`: the direction of a task's monitor (`tasks.base`'s rule,
-    imported here only when a fine-tuning config is resolved)."""
+def monitor_mode(metric: str | None) -> str:
+    """`${monitor_mode:${.monitor}}`: the direction of a checkpoint's or a task's monitor
+    (`tasks.base`'s rule, imported only when such a config is resolved); no monitor, no best
+    checkpoint: `min`, unused."""
     from bert_lightning.tasks.base import monitor_mode as direction
 
-    return direction(metric)
+    return direction(metric) if metric else "min"
 
 
 OmegaConf.register_new_resolver("bundled", bundled, replace=True)

@@ -97,7 +97,8 @@ def test_the_checkpoint_and_early_stopping_follow_the_monitors_direction(task, m
 
 
 @pytest.mark.parametrize(
-    "monitor, mode", [("val/loss", "min"), ("val/ppl", "min"), ("val/mlm_acc", "max")]
+    "monitor, mode",
+    [("val/loss", "min"), ("val/ppl", "min"), ("val/mlm_acc", "max"), ("null", "min")],
 )
 def test_pretrainings_best_checkpoint_follows_the_monitors_direction(monitor, mode):
     cfg = compose(overrides=[f"callbacks.model_checkpoint.monitor={monitor}"])
