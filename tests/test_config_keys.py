@@ -1,6 +1,7 @@
 """docs/config-keys.md, the reference of every config key, is what the YAML files of conf/ say
-(each key, its shipped value, the comment beside or above it): a key added or changed there
-without the reference rebuilt fails here. `python tests/test_config_keys.py` rebuilds it."""
+(each key as the command line sets it, its shipped value, the comment beside or above it): a key
+added or changed there without the reference rebuilt fails here. `python tests/test_config_keys.py`
+rebuilds it."""
 
 from __future__ import annotations
 
@@ -19,8 +20,9 @@ SKIP = ("_target_", "_partial_", "_recursive_", "defaults")
 HEAD = """# Configuration keys
 
 Every key of the shipped configs (`conf/`), with its shipped value and what it does, file by
-file. A key is set on the command line as `key=value` (`data.batch_size=64`), a group's option
-as `group=option` (`data=corpus`); `python train.py --cfg job` (or `finetune.py`) prints the
+file. Each key is named as the command line sets it, `key=value` (`data.batch_size=64`; the
+`schedule` group's keys are the trainer's: `trainer.max_steps=5`), a group's option as
+`group=option` (`data=corpus`); `python train.py --cfg job` (or `finetune.py`) prints the
 whole composed config a command would run, and a misspelt key is refused in one line naming it.
 An option's file derives from the files its `defaults` name (`_corpus.yaml` for the file-based
 data options, `_bert_defaults.yaml` for the model sizes): a key missing from an option's table
@@ -40,9 +42,20 @@ def description(lines: list[str]) -> str:
     return text.replace("|", "\\|")
 
 
-def keys(lines: list[str]) -> list[tuple[str, str, str]]:
-    """(dotted key, shipped value, comment) of each key of a YAML file; a mapping's key has the
-    value "" and is followed by its own keys."""
+def package(lines: list[str], group: str) -> tuple[str, ...]:
+    """Where a group's file puts its keys: its `# @package` line's (`_global_`: the top), else
+    the group's own name."""
+    for line in lines:
+        if line.startswith("# @package "):
+            name = line.split()[-1]
+            return () if name == "_global_" else tuple(name.split("."))
+    return (group,)
+
+
+def keys(lines: list[str], under: tuple[str, ...] = ()) -> list[tuple[str, str, str]]:
+    """(dotted key, shipped value, comment) of each key of a YAML file whose keys are `under`
+    a package (a group's file); a mapping's key has the value "" and is followed by its own
+    keys."""
     out, stack, above, noted = [], [], [], False
     start = next((i for i, line in enumerate(lines) if not line.startswith("#")), len(lines))
     for line in lines[start:]:  # after the file's description
@@ -69,7 +82,7 @@ def keys(lines: list[str]) -> list[tuple[str, str, str]]:
         above = []
         if stack[0] in SKIP or stack[0] == "hydra" or m["key"] in SKIP:
             continue
-        out.append((".".join(stack), value, note.replace("|", "\\|")))
+        out.append((".".join([*under, *stack]), value, note.replace("|", "\\|")))
         noted = bool(m["note"])
     return out
 
@@ -97,7 +110,7 @@ def reference() -> str:
             continue
         for f in files:
             lines = f.read_text().splitlines()
-            found = keys(lines)
+            found = keys(lines, package(lines, group.name))
             if found:
                 about = description(lines)
                 parts.append(f"### conf/{f.relative_to(CONF).as_posix()}\n")
@@ -130,14 +143,13 @@ def test_every_key_a_run_reads_is_in_the_reference():
 
 
 def listed(key: str, text: str) -> bool:
-    """`key` is in `text` as a key of its file (a group's key without the group's name), or a
-    mapping above it is, with a flow-style value (`{a: 1}`) that holds it."""
+    """`key` is in `text`, or a mapping above it is, with a flow-style value (`{a: 1}`) that
+    holds it."""
     parts = key.split(".")
-    names = {key, key.split(".", 1)[-1]}
-    if any(f"| `{n}` |" in text for n in names):
+    if f"| `{key}` |" in text:
         return True
     heads = [".".join(parts[:n]) for n in range(1, len(parts))]
-    return any(f"| `{h.split('.', 1)[-1]}` | `{{" in text for h in heads)
+    return any(f"| `{h}` | `{{" in text for h in heads)
 
 
 def flat(d: dict, prefix: str = "") -> list[str]:
