@@ -3,6 +3,7 @@ the entry points' `hydra.main`, which reports a user's mistake as one line."""
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import logging
 import os
@@ -175,10 +176,38 @@ def command_line_error(e: Exception) -> UserError | None:
             f"experiment={name}: sets `{group}`, not a group of this entry point (an experiment "
             "of the other one? its file's first lines give its command)"
         )
-    key = getattr(e.__cause__, "full_key", None)
-    if isinstance(e.__cause__, ConfigAttributeError | ConfigKeyError) and key:
-        return UserError(f"{key}: no such key (add it with +{key}=... if you mean a new one)")
+    cause = e.__cause__
+    if isinstance(cause, ConfigAttributeError | ConfigKeyError) and cause.full_key:
+        typed = re.search(r"Could not override '([^']+)'", str(e))  # whole, not its missing head
+        key = typed[1] if typed else cause.full_key
+        meant = nearest_keys(key, cause.parent_node._get_root()) if cause.parent_node else []
+        hint = f"; did you mean {' or '.join(meant)}?" if meant else ""
+        return UserError(f"{key}: no such key{hint} (add it with +{key}=... if you mean a new one)")
     return None
+
+
+def nearest_keys(key: str, cfg: DictConfig, n: int = 3) -> list[str]:
+    """The keys of the composed config a misspelt `key` likely meant, nearest first: those of
+    its leaf under another section (`schedule.max_steps`: `trainer.max_steps`), of a leaf it
+    cuts short (`max_seq_len`) or gives in full for its initials (`learning_rate`: `lr`),
+    then the closest spellings. Hydra's own keys only for a key under `hydra.`."""
+    config = OmegaConf.to_container(cfg, resolve=False)
+    known = [k for k in dotted(config) if k.startswith("hydra.") == key.startswith("hydra.")]
+    leaf = key.rsplit(".", 1)[-1]
+    initials = "".join(word[:1] for word in leaf.split("_"))
+    by_leaf = [k for k in known if k.rsplit(".", 1)[-1].startswith(leaf)]
+    by_leaf += [k for k in known if k.rsplit(".", 1)[-1] == initials]
+    by_leaf.sort(key=lambda k: -difflib.SequenceMatcher(None, key, k).ratio())
+    by_name = difflib.get_close_matches(key, known, n, cutoff=0.8)
+    return list(dict.fromkeys(by_leaf + by_name))[:n]
+
+
+def dotted(config: dict, prefix: str = "") -> Iterator[str]:
+    """Every key of a config as the command line names it (`data.masking.mlm_probability`)."""
+    for k, v in config.items():
+        yield f"{prefix}{k}"
+        if isinstance(v, dict):
+            yield from dotted(v, f"{prefix}{k}.")
 
 
 @contextmanager

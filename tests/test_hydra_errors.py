@@ -17,7 +17,8 @@ MODELS = ", ".join(sorted(p.stem for p in (CONFIG_DIR / "model").glob("[!_]*.yam
 MISTAKES = [
     (
         "trainer.max_stepz=3",
-        "error: trainer.max_stepz: no such key "
+        "error: trainer.max_stepz: no such key; did you mean trainer.max_steps or "
+        "trainer.max_time or trainer.max_epochs? "
         "(add it with +trainer.max_stepz=... if you mean a new one)",
     ),
     ("model=bert_huge", f"error: model=bert_huge: no such option; expected one of {MODELS}"),
