@@ -1,33 +1,45 @@
-"""Reading weights to start from: a `.ckpt` of ours (pretraining or fine-tuning) or a Hugging
-Face BERT folder, both brought into our key space (`bert.*`, `cls.*`, `classifier.*`) as one
-`Checkpoint`. The one place that unpickles a checkpoint (`torch.load(weights_only=True)`);
-training reads a resumed run's tokenizer here, commands read models here. What is wrong with a
-checkpoint (not one, the wrong kind, a tokenizer with ids the model has no embedding for) is
-found here, once, as a `UserError` naming the file."""
+"""Checkpoint files and folders, read and written: a `.ckpt` of ours (pretraining or
+fine-tuning) or a Hugging Face BERT folder, both brought into our key space (`bert.*`, `cls.*`,
+`classifier.*`) as one `Checkpoint`, and a model written as a `.ckpt`. The one place that
+unpickles a checkpoint (`torch.load(weights_only=True)`); training reads a resumed run's
+tokenizer here, commands read models here. What is wrong with a checkpoint (not one, the wrong
+kind, a tokenizer with ids the model has no embedding for) is found here, once, as a
+`UserError` naming the file. What a run does to the weights read here (layers, interpolation,
+new words, the load of its start) is weights.py's."""
 
 from __future__ import annotations
 
 import json
-import logging
-import re
 import zipfile
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer, normalizers
 
-from bert_lightning.atomic import atomic_path, write_text  # noqa: F401  (re-exported)
+from bert_lightning.atomic import atomic_path
 from bert_lightning.data.tokenizer import load_tokenizer
 from bert_lightning.errors import MissingFileError, UserError
-from bert_lightning.interop import config_from_hf, hf_to_ours, join_qkv, load_into
+from bert_lightning.interop import (
+    DECODER,
+    WORD_EMBEDDINGS,
+    config_from_hf,
+    hf_to_ours,
+    join_qkv,
+    load_into,
+)
 from bert_lightning.model import BertConfig, BertModel
-from bert_lightning.model.distill import principal_embeddings
 
 PRETRAINING, FINETUNING, HUGGING_FACE = "pretraining", "fine-tuning", "Hugging Face"
 RTD_KEY = "generator_hidden_size"  # in the hyper-parameters of an RTD pretraining checkpoint
 
-log = logging.getLogger(__name__)
+
+def objective_of(hparams) -> str:
+    """What pretrained a module of these hyper-parameters (or what an `objective` config
+    trains): `distill` (it has a teacher), `rtd` (a generator's width) or `mlm`."""
+    if hparams.get("teacher"):
+        return "distill"
+    return "rtd" if hparams.get(RTD_KEY) is not None else "mlm"
 
 
 @dataclass
@@ -43,7 +55,7 @@ class Checkpoint:
     def rtd(self) -> bool:
         """Pretrained by replaced-token detection (`objective=rtd`): `state_dict` holds its
         discriminator, the encoder; the generator stays in the `.ckpt`."""
-        return RTD_KEY in self.hparams
+        return objective_of(self.hparams) == "rtd"
 
     @property
     def kind(self) -> str:
@@ -233,8 +245,9 @@ def read_checkpoint(path: str | Path, kind: str | None = None, use: str = "") ->
         # an RTD checkpoint's encoder is its discriminator (`bert.*`): its generator and
         # replaced-token head have no place in a BERT model; a student distilled without an
         # MLM loss has an MLM head no loss trained
-        untrained = "teacher" in hparams and not (hparams.get("soft_mlm") or hparams.get("mlm"))
-        keep = "model.bert." if RTD_KEY in hparams or untrained else "model."
+        objective = objective_of(hparams)
+        untrained = objective == "distill" and not (hparams.get("soft_mlm") or hparams.get("mlm"))
+        keep = "model.bert." if objective == "rtd" or untrained else "model."
         state = join_qkv(
             {k[len("model.") :]: v for k, v in raw["state_dict"].items() if k.startswith(keep)}
         )
@@ -263,77 +276,6 @@ def encoder_from(ckpt: Checkpoint) -> BertModel:
     return holder.bert.eval()
 
 
-def parts(keys) -> list[str]:
-    """The modules a set of state-dict keys belongs to, for a log line: `bert.encoder`,
-    `cls.predictions`, `generator`, ..."""
-    return sorted(
-        {".".join(k.split(".")[: 2 if k.startswith(("bert.", "cls.")) else 1]) for k in keys}
-    )
-
-
-def load_start(model: torch.nn.Module, ckpt: Checkpoint) -> None:
-    """The weights a run starts from (`init_from=`): every tensor of `ckpt` that `model` has
-    a place for, heads included (HF `cls.predictions.*`, `cls.seq_relationship.*`, ours);
-    what it lacks stays new, what `model` has no place for (a task head, a pooler that RTD's
-    encoder has not) is left out; the log says which."""
-    own = model.state_dict()
-    state = {k: v for k, v in ckpt.state_dict.items() if k in own}
-    load_into(model, state)
-    tied = {"cls.predictions.decoder.weight"}  # the word embeddings
-    log.info(
-        "starting from %s: loaded %s; new %s; not used %s",
-        ckpt.source,
-        parts(state) or "nothing",
-        parts(set(own) - set(state) - tied) or "nothing",
-        parts(set(ckpt.state_dict) - set(state)) or "nothing",
-    )
-
-
-def with_layers(ckpt: Checkpoint, layers: list[int]) -> Checkpoint:
-    """`ckpt`'s model with only the encoder layers `layers` (in that order), its embeddings
-    and heads as they are: DistilBERT's student, started from every other layer of its
-    teacher."""
-    L = ckpt.config.num_hidden_layers
-    if not layers or len(set(layers)) < len(layers) or any(not 0 <= i < L for i in layers):
-        raise UserError(
-            f"layers {list(layers)}; expected distinct indices of {ckpt.source}'s {L} layers"
-        )
-    renumber = {str(old): str(new) for new, old in enumerate(layers)}
-    state = {}
-    for key, value in ckpt.state_dict.items():
-        m = re.match(r"(bert\.encoder\.layer\.)(\d+)(\..*)", key)
-        if m is None:
-            state[key] = value
-        elif m[2] in renumber:
-            state[m[1] + renumber[m[2]] + m[3]] = value
-    config = replace(ckpt.config, num_hidden_layers=len(layers))
-    return replace(
-        ckpt, config=config, state_dict=state, source=f"{ckpt.source}, layers {list(layers)}"
-    )
-
-
-def interpolated(ft: Checkpoint, start: Checkpoint, alpha: float) -> Checkpoint:
-    """WiSE-FT's weights (Wortsman et al. 2022): each encoder tensor of the fine-tuned `ft`
-    moved back towards `start`'s, `(1 - alpha) * start + alpha * ft` (`torch.lerp`: exactly
-    `start` at 0, exactly `ft` at 1); the task head (and a pooler the start lacked, which
-    fine-tuning began from new) stays the fine-tuned one."""
-    if not 0 <= alpha <= 1:
-        raise UserError(f"alpha={alpha}; expected 0 <= alpha <= 1")
-    state = {}
-    for key, value in ft.state_dict.items():
-        begin = start.state_dict.get(key) if key.startswith("bert.") else None
-        new = not key.startswith("bert.") or key.startswith("bert.pooler.") and begin is None
-        if not new and (begin is None or begin.shape != value.shape):
-            there = "none" if begin is None else tuple(begin.shape)
-            raise UserError(
-                f"{start.source} is not where {ft.source} started: its {key} is {there}, "
-                f"the fine-tuned one {tuple(value.shape)}"
-            )
-        state[key] = value if new else torch.lerp(begin.to(value.dtype), value, alpha)
-    source = f"{ft.source} at alpha {alpha} from {start.source}"
-    return replace(ft, state_dict=state, source=source)
-
-
 def write_model(path: str | Path, hparams: dict, state_dict: dict, tokenizer: str, **record):
     """A model as a `.ckpt` that every reader of a run's checkpoints takes: the module's
     hyper-parameters and `state_dict`, the tokenizer's JSON, no optimizer or loop state (a
@@ -350,49 +292,3 @@ def write_finetuned(path: str | Path, like: str | Path, ckpt: Checkpoint, record
     state = {f"model.{k}": v.contiguous() for k, v in ckpt.state_dict.items()}
     kept = {k: raw[k] for k in ("global_step",) if k in raw}
     write_model(path, raw["hyper_parameters"], state, raw["tokenizer"], **kept, **record)
-
-
-WORD_EMBEDDINGS = "bert.embeddings.word_embeddings.weight"
-DECODER = "cls.predictions.decoder.weight"  # tied: the word embeddings, in our .ckpt files too
-VOCAB_ROWS = (WORD_EMBEDDINGS, "cls.predictions.bias")  # one row an id
-
-
-def padded_vocab(n: int) -> int:
-    """A vocabulary of `n` tokens as a model holds it: a multiple of 64 (fast matmuls)."""
-    return -(-n // 64) * 64
-
-
-def with_new_words(ckpt: Checkpoint, tok: Tokenizer, pieces: dict[str, list[int]]) -> Checkpoint:
-    """`ckpt` for `tok`, its tokenizer with new words (`extend_wordpiece`): each new word's
-    embedding row and MLM bias the mean of its pieces', the vocabulary padded to a multiple of
-    64 with the mean row (ids no text has); the tied decoder a `.ckpt` holds, the same rows."""
-    size = max(padded_vocab(tok.get_vocab_size()), ckpt.config.vocab_size)
-    ids = [tok.token_to_id(w) for w in pieces]
-    state = dict(ckpt.state_dict)
-    for key in VOCAB_ROWS:
-        if key not in state:
-            continue
-        old = state[key]  # (V, ...)
-        pad = old.mean(0, keepdim=True).expand(size - len(old), *old.shape[1:])  # (size - V, ...)
-        rows = torch.cat([old, pad])  # (size, ...)
-        if ids:
-            rows[ids] = torch.stack([old[p].mean(0) for p in pieces.values()])  # (N, ...)
-        state[key] = rows
-    if DECODER in state:
-        state[DECODER] = state[WORD_EMBEDDINGS]
-    config = replace(ckpt.config, vocab_size=size)
-    source = f"{ckpt.source} with {len(ids)} new words"
-    return replace(ckpt, config=config, state_dict=state, tokenizer=tok, source=source)
-
-
-def with_principal_embeddings(ckpt: Checkpoint, config: BertConfig) -> Checkpoint:
-    """The start of a random `config`-shaped student whose embeddings are `ckpt`'s on their
-    principal directions (`model.distill.principal_embeddings`); position rows past the
-    student's `max_position_embeddings` are left out."""
-    state = principal_embeddings(ckpt.state_dict, config.hidden_size)
-    key = "bert.embeddings.position_embeddings.weight"
-    state[key] = state[key][: config.max_position_embeddings]  # (P, width)
-    if len(state[key]) < config.max_position_embeddings:
-        del state[key]
-    source = f"{ckpt.source}'s embeddings on {config.hidden_size} principal directions"
-    return replace(ckpt, config=config, state_dict=state, source=source)

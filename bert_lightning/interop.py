@@ -22,10 +22,13 @@ from bert_lightning.model import BertConfig
 
 log = logging.getLogger(__name__)
 
+WORD_EMBEDDINGS = "bert.embeddings.word_embeddings.weight"
+DECODER = "cls.predictions.decoder.weight"  # tied: the word embeddings, in our .ckpt files too
+
 # keys of HF files that carry no information of their own here
 _DROPPED = (
     "bert.embeddings.position_ids",  # a buffer of 0..max_len
-    "cls.predictions.decoder.weight",  # tied to bert.embeddings.word_embeddings.weight
+    DECODER,
     "cls.predictions.decoder.bias",  # the same tensor as cls.predictions.bias
 )
 _ENCODER_PREFIXES = ("embeddings.", "encoder.", "pooler.")
@@ -102,7 +105,7 @@ def load_into(model: torch.nn.Module, state: dict[str, torch.Tensor], prefix: st
     for k, v in state.items():
         if own[k].shape != v.shape:
             raise ValueError(f"{k}: checkpoint shape {tuple(v.shape)}, model {tuple(own[k].shape)}")
-    missing = sorted(set(own) - set(state) - {"cls.predictions.decoder.weight"})
+    missing = sorted(set(own) - set(state) - {DECODER})
     if missing:
         log.info("not in the checkpoint, left at initial values: %s", missing)
     model.load_state_dict(state, strict=False)
@@ -272,7 +275,7 @@ def export_hf_folder(
     if target_scale is not None:
         state = folded(state, target_scale)
     weights = {k: v.detach().contiguous() for k, v in ours_to_hf(state).items()}
-    dtype = weights["bert.embeddings.word_embeddings.weight"].dtype
+    dtype = weights[WORD_EMBEDDINGS].dtype
     classifier = {}
     if "classifier.weight" in weights:
         num_labels = weights["classifier.weight"].shape[0]

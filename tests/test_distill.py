@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from bert_lightning.checkpoint import Checkpoint, read_checkpoint, with_layers
+from bert_lightning.checkpoint import Checkpoint, read_checkpoint
 from bert_lightning.config import compose
 from bert_lightning.errors import UserError
 from bert_lightning.interop import hf_to_ours, ours_to_hf
@@ -21,6 +21,7 @@ from bert_lightning.model import BertConfig, distill_flops
 from bert_lightning.model.distill import layer_map, principal_embeddings
 from bert_lightning.training.distill_module import DistillModule
 from bert_lightning.training.pretrain import build, train
+from bert_lightning.weights import with_layers
 from helpers import (
     OPTIM,
     RESUMABLE,

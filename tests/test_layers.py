@@ -38,6 +38,7 @@ LAYERS = {  # module path -> layer, lowest first; the longest matching prefix wi
     "data": 2,
     "checkpoint": 3,
     "interop": 3,
+    "weights": 3,  # what a run does to the weights it starts from (a Checkpoint in, one out)
     "tasks": 4,
     "inference": 5,  # loading a model and the batched loop of each use
     "ort": 5,  # an exported model run by ONNX Runtime, as inference loads it

@@ -134,7 +134,7 @@ def test_row12_new_words_from_our_pretraining_checkpoint_train(tmp_path):
 
 
 def test_row12_the_grown_decoder_is_the_grown_embedding(tmp_path):
-    from bert_lightning.checkpoint import padded_vocab, with_new_words
+    from bert_lightning.weights import padded_vocab, with_new_words
 
     corpus = write_corpus(tmp_path / "corpus.jsonl")
     tok = train_wordpiece(lambda: iter_documents([str(corpus)]), vocab_size=300)
@@ -151,7 +151,7 @@ def test_row12_the_grown_decoder_is_the_grown_embedding(tmp_path):
         want = old["bert.embeddings.word_embeddings.weight"][ids].mean(0)
         torch.testing.assert_close(emb[new_tok.token_to_id(word)], want)
     model = BertForPreTraining(grown.config)
-    from bert_lightning.checkpoint import load_start
+    from bert_lightning.weights import load_start
 
     load_start(model, grown)
     assert torch.equal(model.cls.predictions.decoder.weight, emb)

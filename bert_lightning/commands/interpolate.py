@@ -19,7 +19,6 @@ from bert_lightning.checkpoint import (
     DATA_RECORD,
     FINETUNING,
     Checkpoint,
-    interpolated,
     read_checkpoint,
     torch_load,
     write_finetuned,
@@ -30,6 +29,7 @@ from bert_lightning.inference import load_finetuned, table_metrics
 from bert_lightning.run_folder import RESOLVED
 from bert_lightning.tasks.base import load_splits, monitor_mode
 from bert_lightning.tasks.kinds import stored_task
+from bert_lightning.weights import interpolated
 
 ALPHAS = [i / 10 for i in range(11)]
 

@@ -14,17 +14,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 from tokenizers import Tokenizer
 
-from bert_lightning.checkpoint import (
-    PRETRAINING,
-    Checkpoint,
-    ResumePoint,
-    load_start,
-    padded_vocab,
-    read_checkpoint,
-    with_layers,
-    with_new_words,
-    with_principal_embeddings,
-)
+from bert_lightning.checkpoint import PRETRAINING, Checkpoint, ResumePoint, read_checkpoint
 from bert_lightning.data.tokenizer import extend_wordpiece, load_tokenizer, special_ids
 from bert_lightning.errors import UserError
 from bert_lightning.fingerprints import file_digest
@@ -40,6 +30,13 @@ from bert_lightning.training.resume import (
 )
 from bert_lightning.training.run import RunKind, run
 from bert_lightning.training.trainer import build_trainer
+from bert_lightning.weights import (
+    load_start,
+    padded_vocab,
+    with_layers,
+    with_new_words,
+    with_principal_embeddings,
+)
 
 log = logging.getLogger(__name__)
 

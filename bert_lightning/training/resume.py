@@ -13,7 +13,7 @@ import lightning as L
 import torch
 from omegaconf import DictConfig
 
-from bert_lightning.checkpoint import RTD_KEY, ResumePoint
+from bert_lightning.checkpoint import RTD_KEY, ResumePoint, objective_of
 from bert_lightning.data.sampling import hash_seed
 from bert_lightning.errors import UserError
 from bert_lightning.run_folder import drop_unused_folder
@@ -59,9 +59,10 @@ TASK_MODEL_KEYS = ("kind", "architecture", "pooling", "labels")  # the task's pa
 def objective_name(hparams) -> str:
     """What a run's module hyper-parameters (or its `objective` config) train: objects that
     other modules build, so a resumed run keeps it."""
-    if hparams.get("teacher"):
+    objective = objective_of(hparams)
+    if objective == "distill":
         return f"objective=distill from teacher {hparams['teacher']}"
-    if hparams.get(RTD_KEY) is not None:
+    if objective == "rtd":
         return f"objective=rtd with generator_hidden_size={hparams[RTD_KEY]}"
     return "objective=mlm"
 
