@@ -11,10 +11,10 @@ import os
 import shutil
 import subprocess
 import sys
-from datetime import timedelta
 from pathlib import Path
 
 from bert_lightning.atomic import write_text
+from bert_lightning.config import dd_hh_mm_ss
 from bert_lightning.fingerprints import fingerprint
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,8 +26,7 @@ TRAINERS = {"ours": [], "rtd": ["objective=rtd"], "transformers": None}
 
 def max_time(minutes: float) -> str:
     """Minutes as `trainer.max_time`'s DD:HH:MM:SS (whole seconds)."""
-    s = int(round(timedelta(minutes=minutes).total_seconds()))
-    return f"00:{s // 3600:02d}:{s % 3600 // 60:02d}:{s % 60:02d}"
+    return dd_hh_mm_ss(round(minutes * 60))
 
 
 def pretrain(trainer: str, folder: Path, minutes: float, overrides: list[str]) -> Path:

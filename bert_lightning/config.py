@@ -76,6 +76,14 @@ def gpu_workers(accelerator: str, n: int) -> int:
     return workers_up_to(n) if on_gpu(accelerator) else 0
 
 
+def dd_hh_mm_ss(seconds: int) -> str:
+    """Whole seconds as `trainer.max_time`'s DD:HH:MM:SS."""
+    m, s = divmod(seconds, 60)
+    h, m = divmod(m, 60)
+    d, h = divmod(h, 24)
+    return f"{d:02d}:{h:02d}:{m:02d}:{s:02d}"
+
+
 def share_of_time(max_time: str | None, n: int, otherwise: int) -> str | int:
     """`${share_of_time:${trainer.max_time},N,STEPS}`: an Nth of a `DD:HH:MM:SS` budget, in
     that form: a time-based `trainer.val_check_interval` that validates N times in any budget
@@ -87,10 +95,7 @@ def share_of_time(max_time: str | None, n: int, otherwise: int) -> str | int:
     except ValueError:
         raise UserError(f"trainer.max_time={max_time!r}; expected DD:HH:MM:SS") from None
     total = ((days * 24 + hours) * 60 + minutes) * 60 + seconds
-    m, s = divmod(max(1, int(total / int(n))), 60)
-    h, m = divmod(m, 60)
-    d, h = divmod(h, 24)
-    return f"{d:02d}:{h:02d}:{m:02d}:{s:02d}"
+    return dd_hh_mm_ss(max(1, int(total / int(n))))
 
 
 def monitor_mode(metric: str | None) -> str:

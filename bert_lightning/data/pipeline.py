@@ -103,8 +103,8 @@ def encode(batch, tokenizer: Tokenizer, ticks: Ticks | None = None):
 
 
 def framing(tokenizer: Tokenizer, packing: str, max_seq_length: int) -> dict:
-    """The arguments of `frame_batch`: the same framing for cached, streamed and validation
-    data."""
+    """The arguments of `frame_batch` and `prepare.TokenBlocks`: the same framing for cached,
+    streamed, memory-mapped and validation data."""
     ids = special_ids(tokenizer)
     return {
         "cls_id": ids["[CLS]"],
@@ -116,7 +116,8 @@ def framing(tokenizer: Tokenizer, packing: str, max_seq_length: int) -> dict:
 
 def framed(ids, cls_id: int, sep_id: int) -> list[int]:
     """`[CLS] ids [SEP]`: the one framing of an example (`ids` at most a block), for mapped,
-    streamed and memory-mapped (`prepare.TokenBlocks`) token ids alike."""
+    streamed and memory-mapped (`prepare.TokenBlocks`) token ids alike, and of a whole
+    document before `packed_isolated` cuts the blocks."""
     return [cls_id, *ids, sep_id]
 
 
@@ -127,7 +128,7 @@ def frame_batch(batch, cls_id: int, sep_id: int, block: int, packing: str, ticks
     if packing == "document":
         return {"input_ids": [framed(ids[:block], cls_id, sep_id) for ids in batch["input_ids"]]}
     if packing == "packed_isolated":  # blocks of whole-framed documents, no extra [CLS]/[SEP]
-        flat = [t for ids in batch["input_ids"] for t in (cls_id, *ids, sep_id)]
+        flat = [t for ids in batch["input_ids"] for t in framed(ids, cls_id, sep_id)]
         n = len(flat) // (block + 2)
         return {"input_ids": [flat[i * (block + 2) : (i + 1) * (block + 2)] for i in range(n)]}
     flat = [t for ids in batch["input_ids"] for t in ids]

@@ -84,7 +84,7 @@ def prepare(
     tokenizer: Tokenizer,
     num_proc: int,
     read: dict,
-) -> list[str]:
+) -> None:
     """Tokenize every file not yet finished, `num_proc` at a time, with a progress bar."""
     out_dir.mkdir(parents=True, exist_ok=True)
     todo = [f for f in files if not shard_paths(out_dir, f, read)[1].is_file()]
@@ -99,7 +99,6 @@ def prepare(
             prepare_shard(f, *args)
             bar.update()
     bar.close()
-    return files
 
 
 class TokenBlocks(Dataset):

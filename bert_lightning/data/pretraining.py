@@ -26,6 +26,7 @@ from bert_lightning.data.masking import MaskingConfig, MLMCollator
 from bert_lightning.data.pipeline import (
     CODE,
     PACKINGS,
+    framing,
     hold_out,
     interleaved,
     mask_once,
@@ -39,7 +40,6 @@ from bert_lightning.data.tokenizer import (
     TokenizerConfig,
     load_tokenizer,
     save_tokenizer,
-    special_ids,
     train_wordpiece,
 )
 from bert_lightning.errors import UserError
@@ -362,16 +362,8 @@ class PretrainDataModule(BertDataModule):
         out = cache_folder(self.cache_dir or datasets.config.HF_DATASETS_CACHE, self.tokenizer)
         read = self.read_options()
         prepare(self.train_files, out, self.tokenizer, self.num_proc or 1, read)
-        ids = special_ids(self.tokenizer)
-        return TokenBlocks(
-            self.train_files,
-            out,
-            read,
-            self.max_seq_length - 2,
-            ids["[CLS]"],
-            ids["[SEP]"],
-            self.packing,
-        )
+        how = framing(self.tokenizer, self.packing, self.max_seq_length)
+        return TokenBlocks(self.train_files, out, read, **how)
 
     def validation(self, docs: datasets.Dataset) -> datasets.Dataset:
         """Held-out documents -> examples masked once, with the seed."""

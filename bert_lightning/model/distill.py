@@ -24,6 +24,7 @@ import torch.nn.functional as F
 
 from bert_lightning.errors import UserError
 from bert_lightning.model.bert import BertModel
+from bert_lightning.model.heads import pool_tokens
 
 
 def last_layer_qkv(bert: BertModel, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -78,9 +79,9 @@ def hidden_mse(student, teacher, project, pairs, tokens: torch.Tensor) -> torch.
 
 
 def mean_pool(h: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    """(B, T, H) -> (B, H) the mean over each row's real tokens (`tokens` (B, T) bool)."""
-    m = tokens[..., None].to(h.dtype)  # (B, T, 1)
-    return (h * m).sum(1) / m.sum(1).clamp(min=1)
+    """(B, T, H) -> (B, H) the mean over each row's real tokens (`tokens` (B, T) bool): the
+    embedding loss pools as the sequence head and `embed` do."""
+    return pool_tokens(h, tokens, "mean")  # (B, H)
 
 
 def embedding_cosine(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
