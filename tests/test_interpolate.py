@@ -37,7 +37,8 @@ ROWS = [(r["query"], r["ad"]) for r in ad_rows(4)]
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """Two Home Depot runs from one tiny Hugging Face folder: a bi-encoder, a cross-encoder
-    (the root logger's handlers restored after them, as `_logging_restored` does per test)."""
+    (the root logger's handlers restored after them, as conftest's `_root_log_handlers` does
+    per test)."""
     handlers = logging.root.handlers[:]
     tmp = tmp_path_factory.mktemp("interpolate")
     tok = write_tokenizer(tmp / "tokenizer.json")
