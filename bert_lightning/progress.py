@@ -1,6 +1,8 @@
 """Progress of the long steps before training (training a tokenizer, reading and tokenizing a
 corpus): off a terminal, a log line every `SECONDS` seconds with the count, the rate and, where
-the total is known, the time left, so that a log file tells work from a hang. On a terminal the
+the total is known, the time left, so that a log file tells work from a hang. `SECONDS` is a
+run's own cadence off a terminal, `callbacks.progress_bar.seconds` as shipped
+(conf/callbacks/_progress.yaml): one cadence for every line of a run. On a terminal the
 steps show bars (`datasets`' own, and `progress`'s tqdm)."""
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ from typing import TypeVar
 
 from tqdm.auto import tqdm
 
+from bert_lightning.shipped import group_defaults
+
 log = logging.getLogger(__name__)
 
-SECONDS = 10.0
+SECONDS = float(group_defaults("callbacks", "_progress")["progress_bar"]["seconds"])
 T = TypeVar("T")
 
 

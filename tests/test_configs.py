@@ -215,6 +215,35 @@ def test_no_option_restates_a_value_of_the_option_it_builds_on():
     assert not restated
 
 
+def restated_by_experiment(experiment: str, out: str) -> list[str]:
+    """The keys `experiment` sets to the value they already have in the config its options
+    compose (its defaults list's `override /group: option`s on its entry point, without the
+    experiment): those lines say nothing. A required `???` is not a value."""
+    path = CONFIG_DIR / "experiment" / f"{experiment}.yaml"
+    raw = OmegaConf.to_container(OmegaConf.load(path))
+    options = [
+        f"{group.strip().removeprefix('override /')}={option.strip()}"
+        for entry in raw.pop("defaults", [])
+        for group, option in entry.items()
+    ]
+    entry = "finetune" if experiment in FINETUNE_EXPERIMENTS else "train"
+    base = leaves(OmegaConf.to_container(compose(entry, [*options, out]), resolve=False))
+    return [
+        f"experiment/{experiment}.yaml: {k}"
+        for k, v in leaves(raw).items()
+        if k in base and base[k] == v and v != "???"
+    ]
+
+
+@pytest.mark.parametrize(
+    "experiment", sorted(p.stem for p in (CONFIG_DIR / "experiment").glob("*.yaml"))
+)
+def test_no_experiment_restates_a_value_of_the_options_it_composes(experiment, tmp_path):
+    """An experiment states only what differs from the options it composes (model, data,
+    schedule=time_budget, the entry point's defaults): one home for each value."""
+    assert not restated_by_experiment(experiment, f"paths.output_dir={tmp_path}")
+
+
 # mirrors transformers.BertConfig, defaults included: a Hugging Face config.json omits what it
 # leaves at them, and our own fields are absent from every folder written by transformers
 HF_MIRROR = "bert_lightning.model.BertConfig"
