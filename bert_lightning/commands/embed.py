@@ -8,7 +8,13 @@ from pathlib import Path
 import numpy as np
 
 from bert_lightning.atomic import atomic_path
-from bert_lightning.data.tables import DataError, column, read_table, text_values
+from bert_lightning.commands.options import (
+    add_column_argument,
+    add_table_arguments,
+    columns,
+    table_options,
+)
+from bert_lightning.data.tables import TABLE, DataError, column, read_table, text_values
 from bert_lightning.inference import (
     EMBED_BATCH,
     EMBED_LENGTH,
@@ -35,14 +41,17 @@ def embed(
     return embed_texts(model, tok, texts, pooling, batch_size, progress).numpy()
 
 
-def read_texts(path: str, column_name: str = "text") -> list[str]:
-    """A `.txt` file (one text a line) or a table's `column_name`. A blank text is an error:
-    its vector would be [CLS]/[SEP] alone, a silent row that matches nothing."""
+def read_texts(path: str, column_name: str = "text", **table) -> list[str]:
+    """A `.txt` file (one text a line) or a table's `column_name`, read with `table`'s options
+    (format, encoding, header, names: `table_options`) over a table's defaults. A blank text is
+    an error: its vector would be [CLS]/[SEP] alone, a silent row that matches nothing."""
     if Path(path).suffix == ".txt":
-        texts = Path(path).read_text(encoding="utf-8").splitlines()
+        texts = Path(path).read_text(encoding=table.get("encoding", TABLE["encoding"]))
+        texts = texts.splitlines()
         where = "line {}"
     else:
-        texts = text_values(column(read_table(path), column_name, path), path, column_name)
+        rows = read_table(path, table.pop("format", None), **table)
+        texts = text_values(column(rows, column_name, path), path, column_name)
         where = f"row {{}}, column {column_name!r}"
     for i, text in enumerate(texts):
         if not text.strip():
@@ -55,9 +64,12 @@ def register(sub) -> None:
     p.add_argument(
         "model", help="a .ckpt of ours or a Hugging Face BERT folder (sentence-transformers too)"
     )
-    p.add_argument("input", help=".txt (one text a line) or CSV/TSV/JSONL/Parquet with --column")
+    p.add_argument(
+        "input", help=".txt (one text a line) or CSV/TSV/JSONL/Parquet with --column text=NAME"
+    )
     p.add_argument("output", help="the .npy file: one row per text, in input order")
-    p.add_argument("--column", default="text")
+    add_table_arguments(p)
+    add_column_argument(p, "text; default: text", bare="text")
     p.add_argument(
         "--pooling",
         choices=list(POOLINGS),
@@ -76,7 +88,8 @@ def register(sub) -> None:
 
 
 def _main(args) -> None:
-    texts = read_texts(args.input, args.column)
+    named = columns(args.column, ["text"], "the column of the texts")
+    texts = read_texts(args.input, *named.values(), **table_options(args))  # none: `text`
     model, tok = load_embedder(args.model, args.max_seq_length)
     pooling = pooling_of(model, args.pooling)
     vectors = embed_texts(model, tok, texts, pooling, args.batch_size, progress=True).numpy()

@@ -16,7 +16,12 @@ from hydra.utils import get_object
 
 from bert_lightning.atomic import write_json
 from bert_lightning.checkpoint import FINETUNING, read_checkpoint
-from bert_lightning.commands.options import add_table_arguments, table_options, task_options
+from bert_lightning.commands.options import (
+    add_column_argument,
+    add_table_arguments,
+    table_options,
+    task_options,
+)
 from bert_lightning.config import compose
 from bert_lightning.data.pipeline import PACKINGS
 from bert_lightning.data.pretraining import PretrainDataModule
@@ -107,14 +112,10 @@ def register(sub) -> None:
         help="default: the fine-tuning length (fine-tuned); the run's (pretrained)",
     )
     add_table_arguments(p)
-    p.add_argument(
-        "--column",
-        action="append",
-        default=[],
-        metavar="KEY=NAME",
-        help="fine-tuned: read the task's KEY column from the file's column NAME (KEY: query, "
-        "ad, label, group for ad relevance; text, text_pair, label, group for sentence tasks), "
-        "repeatable; default: the columns the model was fine-tuned on",
+    add_column_argument(
+        p,
+        "fine-tuned: query, ad, label, group for ad relevance; text, text_pair, label, group "
+        "for sentence tasks; default: the columns the model was fine-tuned on",
     )
     p.add_argument(
         "--grades",

@@ -1,6 +1,6 @@
 """`bert-lightning score`: a fine-tuned model scores every (query, ad) row of a table. A file
 is read as the model's task read its files (format, encoding, header, column names), unless
-`--format`, `--encoding`, `--header/--no-header` or `--names` say otherwise."""
+`--format`, `--encoding`, `--header/--no-header`, `--names` or `--column` say otherwise."""
 
 from __future__ import annotations
 
@@ -8,7 +8,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from bert_lightning.commands.options import add_table_arguments, table_options
+from bert_lightning.commands.options import (
+    add_column_argument,
+    add_table_arguments,
+    column_options,
+    table_options,
+)
 from bert_lightning.data.tables import column, text_values, write_table
 from bert_lightning.inference import (
     SCORE_BATCH,
@@ -22,16 +27,15 @@ from bert_lightning.tasks.base import inputs
 def score(
     finetuned: Finetuned,
     rows: pd.DataFrame,
-    columns=(None, None),
     batch_size=SCORE_BATCH,
     max_seq_length: int | None = None,
     source="input",
     progress=False,
 ) -> list[float]:
-    """One score per row of the table (`score_rows`), from its `columns` (None: the columns
-    the model was fine-tuned on). `max_seq_length`: None truncates as the model was fine-tuned."""
+    """One score per row of the table (`score_rows`), from the text columns of the model's
+    task. `max_seq_length`: None truncates as the model was fine-tuned."""
     task = finetuned.task
-    a, b = (given or default for given, default in zip(columns, task.text_columns, strict=True))
+    a, b = task.text_columns
     texts = text_values(column(rows, a, source), source, a)
     pairs = text_values(column(rows, b, source), source, b) if b else None
     tok = finetuned.tokenizer(max_seq_length)
@@ -44,23 +48,28 @@ def register(sub) -> None:
     p.add_argument("model", help="a .ckpt written by finetune.py")
     p.add_argument("input", help="CSV/TSV/JSONL/Parquet with the query and ad columns")
     p.add_argument("output", help="the input with a `score` column (format by extension)")
-    p.add_argument("--query-column", help="default: the column the model was trained on")
-    p.add_argument("--ad-column", help="default: the column the model was trained on")
     p.add_argument("--batch-size", type=int, default=SCORE_BATCH)
     p.add_argument(
         "--max-seq-length", type=int, help="default: the length the model was fine-tuned with"
     )
     add_table_arguments(p)
+    add_column_argument(
+        p,
+        "query, ad for ad relevance; text, text_pair for sentence tasks; default: the columns "
+        "the model was fine-tuned on",
+        renamed={"--query-column": "query", "--ad-column": "ad"},
+    )
     p.set_defaults(func=_main)
 
 
 def _main(args) -> None:
-    finetuned = load_finetuned(args.model).with_table_options(table_options(args))
+    finetuned = load_finetuned(args.model)
+    options = table_options(args) | column_options(args.column, finetuned.task)
+    finetuned = finetuned.with_table_options(options)
     rows = finetuned.task.read_rows(args.input)
     rows["score"] = score(
         finetuned,
         rows,
-        (args.query_column, args.ad_column),
         args.batch_size,
         args.max_seq_length,
         args.input,
