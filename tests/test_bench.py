@@ -457,14 +457,14 @@ def test_recipe_arms_gives_each_arm_minus_the_zero_shot_encoder_in_and_out_of_do
 
 
 def test_the_pooled_recipe_table_in_the_docs_is_what_the_kept_seeds_give(monkeypatch):
-    """docs/finetuning.md's pooled table of the Home Depot recipe's arms: every interval and
+    """docs/finetuning-results.md's pooled table of the Home Depot recipe's arms: every interval and
     mean ± std `recipe_arms.py --combine` gives over bench/results/recipe_arms/s*.json."""
     monkeypatch.syspath_prepend(str(ROOT / "bench"))
     from recipe_arms import combine, table
 
     kept = [str(ROOT / f"bench/results/recipe_arms/s{seed}.json") for seed in (1234, 2, 3)]
     pooled = table(combine(kept))
-    doc = (ROOT / "docs/finetuning.md").read_text().replace("**", "")
+    doc = (ROOT / "docs/finetuning-results.md").read_text().replace("**", "")
     cells = re.findall(r"[+-]\d\.\d{3} (?:\[[+-]\d\.\d{3}, [+-]\d\.\d{3}\]|± \d\.\d{3})", pooled)
     assert len(cells) == 4 * 2 * 3  # arms x sets x figures
     for cell in cells:

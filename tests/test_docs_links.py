@@ -1,6 +1,6 @@
 """Every relative link of README.md and docs/ reaches a file of the repository and, where it
 names one, a heading of that file (GitHub's anchors: the heading lowercased, punctuation but
-`-` and `_` dropped, spaces as `-`)."""
+`-` and `_` dropped, spaces as `-`); README's lists of options name the options there are."""
 
 from __future__ import annotations
 
@@ -47,3 +47,19 @@ def test_a_relative_link_reaches_its_file_and_heading(doc, target):
 def test_anchors_are_githubs():
     text = "# Fine-tuning and inference\n## The order (ad relevance)\n```\n# not a heading\n```\n"
     assert anchors(text) == {"fine-tuning-and-inference", "the-order-ad-relevance"}
+
+
+def test_readmes_experiment_list_is_conf_experiment():
+    """README's `experiment` row (train.py's groups) names every train.py experiment of
+    conf/experiment/ and no other; finetune.py's (their command is `python finetune.py`) are
+    not train.py options."""
+    row = next(
+        r for r in (ROOT / "README.md").read_text().splitlines() if r.startswith("| `experiment` |")
+    )
+    listed = re.findall(r"`(\w+)`", row.split("|")[2])
+    shipped = sorted(
+        p.stem
+        for p in (ROOT / "conf" / "experiment").glob("*.yaml")
+        if "python finetune.py" not in p.read_text()
+    )
+    assert sorted(listed) == shipped and len(listed) == len(set(listed))

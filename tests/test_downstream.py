@@ -220,9 +220,10 @@ def test_the_ranking_table_gives_one_seeds_interval_and_several_seeds_spread():
 
 
 def test_the_ablation_tables_in_the_docs_are_what_the_kept_cells_give(capsys):
-    """docs/finetuning.md's ranking ablation tables are `downstream --ranking`'s output over the
-    cells' results.json kept in bench/results/ranking_ablation: the figures are the files'."""
-    doc = (ROOT / "docs/finetuning.md").read_text()
+    """docs/finetuning-results.md's ranking ablation tables are `downstream --ranking`'s output
+    over the cells' results.json kept in bench/results/ranking_ablation: the figures are the
+    files'."""
+    doc = (ROOT / "docs/finetuning-results.md").read_text()
     for against in ("zero_shot", "bm25"):
         main(
             [

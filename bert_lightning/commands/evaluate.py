@@ -104,7 +104,9 @@ def register(sub) -> None:
     p.add_argument("file", nargs="+", help="a task file (fine-tuned) or corpus files (pretrained)")
     p.add_argument("--json", metavar="OUT", help="also write the metrics as JSON to OUT")
     p.add_argument(
-        "--batch-size", type=int, help="default: 64 (fine-tuned); the run's (pretrained)"
+        "--batch-size",
+        type=int,
+        help=f"default: {SCORE_BATCH} (fine-tuned); the run's (pretrained)",
     )
     p.add_argument(
         "--max-seq-length",
