@@ -66,7 +66,8 @@ def test_fill_mask_gives_the_mlm_head_probabilities(tmp_path, tok):
     ids = torch.tensor([tok.encode(text).ids])
     labels = torch.where(ids == tok.token_to_id("[MASK]"), ids, -100)
     with torch.no_grad():
-        probs = model(ids, labels=labels).mlm_logits.softmax(-1)  # (2, V)
+        out = model(ids, labels=labels)
+        probs = out.mlm_logits[out.mlm_labels != -100].softmax(-1)  # (2, V)
     for m, p in zip(masks, probs, strict=True):
         top = p.topk(3)
         assert [e["token"] for e in m] == [tok.id_to_token(i) for i in top.indices.tolist()]

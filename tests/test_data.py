@@ -89,12 +89,13 @@ def test_per_document_examples_pad_per_batch(tmp_path, tiny_tokenizer):
     lengths = [len(r["input_ids"]) for r in rows]
     assert len(set(lengths)) > 1  # some padded, some not
     batch = dm.collator()(rows)
-    mask = batch["attention_mask"]  # present: the batch has padding
+    mask = batch["attention_mask"]
     assert mask.sum(1).tolist() == lengths
     assert torch.all(batch["input_ids"][mask == 0] == 0)
     assert batch["input_ids"].shape[1] == max(lengths) == int(mask.sum(1).max())
     full = dm.collator()(sorted(dm.train_set, key=lambda r: len(r["input_ids"]))[-4:])
-    assert "attention_mask" not in full and full["input_ids"].shape == (4, 32)  # nothing padded
+    assert full["input_ids"].shape == (4, 32)  # nothing padded, and still a mask: the data pad
+    assert full["attention_mask"].all()  # (packing=document), whether a batch needs it or not
 
 
 def test_validation_holds_out_whole_documents(tmp_path, tiny_tokenizer):

@@ -235,11 +235,13 @@ def test_distill_flops_match_torch_flop_counter(weights):
     # SDPA's math path: matmuls the counter sees (it has no formula for the CPU's fused kernel)
     with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
         m(b)["loss"].backward()
-    P = int((b["labels"] != -100).sum())
     tokens = int(b["attention_mask"].sum())
-    expected = distill_flops(m.model.config, m.teacher.config, 3, 10, P, m.weights, tokens)
-    assert expected == counter.get_total_flops()
-    assert m.flops_per_batch(b) == expected
+    # no `mlm_positions`: the heads run on every position (B x T), of which P are picked
+    ran = distill_flops(m.model.config, m.teacher.config, 3, 10, 3 * 10, m.weights, tokens)
+    assert ran == counter.get_total_flops()
+    P = int((b["labels"] != -100).sum())
+    useful = distill_flops(m.model.config, m.teacher.config, 3, 10, P, m.weights, tokens)
+    assert m.flops_per_batch(b) == useful
 
 
 def test_what_no_loss_reaches_is_frozen():

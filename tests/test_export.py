@@ -95,7 +95,8 @@ def test_export_pretraining_loads_cleanly_and_matches(tmp_path, pretrained, tiny
         ours = pretrained(ids, types, mask, labels, torch.zeros(3, dtype=torch.long))
         hidden = pretrained.bert(ids, types, mask, output_hidden_states=True).hidden_states
     real = mask.bool()
-    diffs = [(ours.mlm_logits - theirs.prediction_logits[real]).abs().max()]
+    at = ours.mlm_logits[ours.mlm_labels != -100]  # (P, V) the picks, in position order
+    diffs = [(at - theirs.prediction_logits[real]).abs().max()]
     diffs.append((ours.nsp_logits - theirs.seq_relationship_logits).abs().max())
     diffs += [
         (a[real] - b[real]).abs().max() for a, b in zip(hidden, theirs.hidden_states, strict=True)
@@ -221,7 +222,8 @@ def test_cli_exports_a_trained_checkpoint(tmp_path):
     hf = transformers.BertForPreTraining.from_pretrained(out).eval()
     ids, types, mask = batch(ours.config.vocab_size, ours.config.pad_token_id)
     with torch.no_grad():
-        mine = model(ids, types, mask, ids.masked_fill(mask == 0, -100)).mlm_logits
+        out = model(ids, types, mask, ids.masked_fill(mask == 0, -100))
+        mine = out.mlm_logits[out.mlm_labels != -100]  # (P, V) the picks, in position order
         theirs = hf(ids, token_type_ids=types, attention_mask=mask).prediction_logits
     assert (mine - theirs[mask.bool()]).abs().max() <= 1e-5
 

@@ -43,7 +43,8 @@ def test_fill_masks_of_a_padded_batch_are_those_of_each_text_alone(tmp_path, tok
         ids = torch.tensor([enc.ids])  # (1, T)
         picked = ids == tok.token_to_id("[MASK]")
         with torch.no_grad():
-            probs = model(ids, labels=torch.where(picked, ids, -100)).mlm_logits.softmax(-1)
+            out = model(ids, labels=torch.where(picked, ids, -100))
+            probs = out.mlm_logits[out.mlm_labels != -100].softmax(-1)  # (M, V)
         top = probs.topk(3)  # (M, 3)
         assert [[e["token"] for e in m] for m in masks] == [
             [tok.id_to_token(i) for i in row] for row in top.indices.tolist()

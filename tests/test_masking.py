@@ -1,3 +1,5 @@
+import math
+
 import pytest
 import torch
 
@@ -8,8 +10,8 @@ PAD, UNK, CLS, SEP, MASK = range(5)
 V = 1000
 
 
-def collator(**kw) -> MLMCollator:
-    return MLMCollator(PAD, MASK, [PAD, UNK, CLS, SEP, MASK], V, masking(**kw))
+def collator(padded: bool = True, **kw) -> MLMCollator:
+    return MLMCollator(PAD, MASK, [PAD, UNK, CLS, SEP, MASK], V, masking(**kw), padded=padded)
 
 
 def random_examples(n: int, g: torch.Generator) -> list[dict]:
@@ -24,12 +26,12 @@ def random_examples(n: int, g: torch.Generator) -> list[dict]:
 
 def test_masking_statistics_over_10k_sequences():
     g = torch.Generator().manual_seed(0)
-    col = collator()
+    col, pad_only = collator(), collator(mlm_probability=1.0)  # the second: room for all
     picked = masked = randomised = kept = real = 0
     for _ in range(100):  # 100 batches x 100 sequences
         examples = random_examples(100, g)
         batch = col(examples)
-        original = col([dict(e, labels=e["input_ids"]) for e in examples])
+        original = pad_only([dict(e, labels=e["input_ids"]) for e in examples])
         ids, labels = batch["input_ids"], batch["labels"]
         orig = original["input_ids"]
         is_real = ~torch.isin(orig, torch.tensor([PAD, CLS, SEP]))
@@ -75,8 +77,31 @@ def test_padding_and_attention_mask():
     assert batch["input_ids"].tolist() == [[CLS, 7, 8, SEP], [CLS, 9, SEP, PAD]]
     assert batch["attention_mask"].tolist() == [[1, 1, 1, 1], [1, 1, 1, 0]]
     assert (batch["labels"] == -100).all()
-    packed = col([{"input_ids": [CLS, 7, SEP]}, {"input_ids": [CLS, 9, SEP]}])
-    assert "attention_mask" not in packed  # no padding, no mask: the fast attention path
+    rows = [{"input_ids": [CLS, 7, SEP]}, {"input_ids": [CLS, 9, SEP]}]
+    # padded data: a mask even where a batch needs none (the data option decides, not a read)
+    assert col(rows)["attention_mask"].tolist() == [[1, 1, 1], [1, 1, 1]]
+    packed = collator(padded=False, mlm_probability=0.0)(rows)
+    assert "attention_mask" not in packed  # packed blocks: no mask, the fast attention path
+
+
+def test_each_row_has_its_share_picked_and_at_most_k():
+    """p x n of a row's n real tokens, rounded up or down at random (the mean is p x n), so no
+    row has more than K = ceil(p x T) picks: `mlm_positions` is (B, K), the picks first."""
+    g = torch.Generator().manual_seed(3)
+    col = collator()
+    for _ in range(20):
+        examples = random_examples(64, g)
+        batch = col(examples)
+        labels, positions = batch["labels"], batch["mlm_positions"]
+        T = labels.size(1)
+        assert positions.shape == (64, math.ceil(0.15 * T))
+        n = torch.tensor([len(e["input_ids"]) - 2 for e in examples])  # real tokens
+        count = (labels != -100).sum(1)
+        assert ((count - 0.15 * n).abs() < 1).all()
+        picked = labels.gather(1, positions) != -100  # (B, K) the picks first, then the rest
+        assert torch.equal(picked.sum(1), count)
+        assert not (picked[:, 1:] & ~picked[:, :-1]).any()
+        assert (positions.diff(dim=1)[picked[:, 1:]] > 0).all()  # picks in position order
 
 
 def test_fresh_mask_every_batch():

@@ -12,8 +12,8 @@ from bert_lightning.model import (
     BertModel,
     encoder_parameter_formula,
     num_parameters,
+    picked_positions,
     pretraining_flops,
-    query_rows,
 )
 from helpers import TINY_MODEL
 
@@ -57,20 +57,33 @@ def test_padding_does_not_change_real_token_outputs(pre_ln):
 
 
 @pytest.mark.parametrize(("pre_ln", "causal"), [(False, False), (True, False), (False, True)])
-def test_sparse_mlm_head_equals_dense_head(pre_ln, causal):
-    # the head and the last layer run on the picked rows (and [CLS]) only
+@pytest.mark.parametrize("padded", [True, False])
+def test_sparse_mlm_head_equals_dense_head(pre_ln, causal, padded):
+    """The head and the last layer run on [CLS] and K positions a row only (`mlm_positions`,
+    static (B, K), padded with unpicked positions): the loss equals the dense head's on
+    every position (fp32, 1e-5), the logits at the picks are the dense head's, and without
+    `mlm_positions` (room for every position) the loss is the same."""
     config = BertConfig(**TINY_MODEL, pre_layer_norm=pre_ln, is_decoder=causal)
     model = BertForPreTraining(config).eval()
     ids = torch.randint(5, 97, (4, 16))
     mask = torch.ones_like(ids)
     mask[1, 11:] = 0
     labels = torch.where((torch.rand(4, 16) < 0.3) & mask.bool(), ids, -100)
-    out = model(ids, attention_mask=mask, labels=labels)
+    labels[2] = -100  # a row with nothing picked
+    mask = mask if padded else None
+    K = 12  # more room than any row's picks
+    positions = picked_positions(labels, K)  # (B, K)
+    out = model(ids, attention_mask=mask, labels=labels, mlm_positions=positions)
     hidden = model.bert(ids, attention_mask=mask).last_hidden_state
     dense_logits = model.cls.predictions(hidden)  # (B, T, V) on every position
     dense_loss = F.cross_entropy(dense_logits.reshape(-1, 97), labels.reshape(-1))
     assert abs(out.mlm_loss.item() - dense_loss.item()) < 1e-5
-    assert out.mlm_logits.shape == ((labels != -100).sum().item(), 97)
+    assert out.mlm_logits.shape == (4 * K, 97) and out.mlm_labels.shape == (4 * K,)
+    picked = out.mlm_labels != -100
+    assert torch.equal(out.mlm_labels[picked], labels[labels != -100])
+    torch.testing.assert_close(out.mlm_logits[picked], dense_logits[labels != -100])
+    roomy = model(ids, attention_mask=mask, labels=labels)  # no positions: every one has room
+    assert abs(roomy.mlm_loss.item() - dense_loss.item()) < 1e-5
     nsp = model.cls.seq_relationship(model.bert(ids, attention_mask=mask).pooler_output)
     zeros = torch.zeros(4, dtype=torch.long)
     out = model(ids, attention_mask=mask, labels=labels, next_sentence_label=zeros)
@@ -100,8 +113,9 @@ def test_same_outputs_as_transformers_bert():
     with torch.no_grad():
         theirs = hf(ids, attention_mask=mask, token_type_ids=types)
         out = ours(ids, types, mask, labels=labels, next_sentence_label=nsp)
-    picked = labels != -100
-    torch.testing.assert_close(out.mlm_logits, theirs.prediction_logits[picked], atol=1e-5, rtol=0)
+    ours_at = out.mlm_logits[out.mlm_labels != -100]  # (P, V) the picks, in position order
+    theirs_at = theirs.prediction_logits[labels != -100]
+    torch.testing.assert_close(ours_at, theirs_at, atol=1e-5, rtol=0)
     torch.testing.assert_close(out.nsp_logits, theirs.seq_relationship_logits, atol=1e-5, rtol=0)
 
 
@@ -141,12 +155,18 @@ def test_pretraining_flops_match_torch_flop_counter():
     B, T = 3, 16
     ids = torch.randint(5, c.vocab_size, (B, T))
     labels = torch.where(torch.rand(B, T) < 0.2, ids, -100)
+    K = int((labels != -100).sum(1).max())
+    positions = picked_positions(labels, K)  # (B, K)
     with FlopCounterMode(display=False) as counter:
-        out = model(ids, labels=labels, next_sentence_label=torch.tensor([0, 1, 1]))
+        out = model(
+            ids,
+            labels=labels,
+            next_sentence_label=torch.tensor([0, 1, 1]),
+            mlm_positions=positions,
+        )
         forward = counter.get_total_flops()
         out.loss.backward()
-    P = int((labels != -100).sum())
-    R = query_rows(labels != -100)[0].numel()  # the last layer's rows
+    P, R = B * K, B * (1 + K)  # the head's rows, the last layer's ([CLS] too)
     assert R < B * T
     assert pretraining_flops(c, B, T, P, R, backward=False) == forward
     assert pretraining_flops(c, B, T, P, R) == counter.get_total_flops()
@@ -155,12 +175,17 @@ def test_pretraining_flops_match_torch_flop_counter():
     mask = torch.ones(B, T, dtype=torch.long)
     mask[0, 9:], mask[2, 5:] = 0, 0
     labels = torch.where(mask.bool(), labels, -100)
+    K = int((labels != -100).sum(1).max())
     with FlopCounterMode(display=False) as counter:
         out = model(
-            ids, attention_mask=mask, labels=labels, next_sentence_label=torch.zeros(3).long()
+            ids,
+            attention_mask=mask,
+            labels=labels,
+            next_sentence_label=torch.zeros(3).long(),
+            mlm_positions=picked_positions(labels, K),
         )
         out.loss.backward()
-    P, R = int((labels != -100).sum()), query_rows(labels != -100)[0].numel()
+    P, R = B * K, B * (1 + K)
     assert pretraining_flops(c, B, T, P, R, tokens=int(mask.sum())) == counter.get_total_flops()
 
 

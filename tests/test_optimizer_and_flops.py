@@ -96,20 +96,18 @@ def test_no_peak_flops_where_unknown():
 
 
 def test_flops_per_batch_stays_on_the_device_and_equals_the_formula():
-    from bert_lightning.model import pretraining_flops, query_rows
+    from bert_lightning.model import pretraining_flops
     from bert_lightning.training.pretrain_module import BertPretrainModule
 
     config = dict(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2)
     module = BertPretrainModule(config, OPTIM, objective="mlm")
     labels = torch.full((3, 10), -100)
     labels[0, [2, 5]] = 7
-    labels[2, [1, 3, 4, 9]] = 8  # row 1 has none: R = 1 + 4
+    labels[2, [1, 3, 4, 9]] = 8  # row 1 has none
+    positions = torch.zeros(3, 5, dtype=torch.long)  # K = 5: the last layer's rows 3 x (1 + 5)
     batch = {"input_ids": torch.randint(5, 50, (3, 10)), "labels": labels}
-    got = module.flops_per_batch(batch)
-    picked = labels != -100
-    expected = pretraining_flops(
-        module.model.config, 3, 10, int(picked.sum()), query_rows(picked)[0].numel()
-    )
+    got = module.flops_per_batch(batch | {"mlm_positions": positions})
+    expected = pretraining_flops(module.model.config, 3, 10, 6, 3 * 6)  # the 6 picks counted
     assert isinstance(got, torch.Tensor) and int(got) == expected
 
 

@@ -55,8 +55,10 @@ def test_a_tokens_mlm_logits_do_not_change_with_another_document():
     changed = ids.clone()
     changed[0, 8:12] = torch.tensor([50, 51, 52, 53])  # inside the second document
     with torch.no_grad():
-        a = model(ids, attention_mask=mask, labels=labels, position_ids=pos).mlm_logits
-        b = model(changed, attention_mask=mask, labels=labels, position_ids=pos).mlm_logits
+        a, b = (
+            model(x, attention_mask=mask, labels=labels, position_ids=pos) for x in (ids, changed)
+        )
+        a, b = (out.mlm_logits[out.mlm_labels != -100] for out in (a, b))  # (P, V) each
     first, third = labels[0, :7] != -100, labels[0, 12:] != -100
     n1, n2 = int(first.sum()), int((labels[0, :12] != -100).sum())
     assert n1 and int(third.sum())

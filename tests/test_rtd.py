@@ -14,7 +14,7 @@ from bert_lightning.checkpoint import read_checkpoint
 from bert_lightning.config import compose
 from bert_lightning.errors import UserError
 from bert_lightning.model import BertConfig, ElectraForPreTraining, generator_config, rtd_flops
-from bert_lightning.model.bert import query_rows
+from bert_lightning.model.bert import picked_positions
 from bert_lightning.model.electra import corrupt, sample_tokens
 from bert_lightning.training.pretrain import train
 from helpers import TINY_BERT, tiny_overrides, write_corpus
@@ -40,14 +40,16 @@ def masked_batch(B=3, T=12, pad_from=(12, 8, 5)):
 def test_corruption_differs_only_at_picked_positions_and_labels_say_changed():
     masked, labels, _, original = masked_batch()
     picked = labels != -100
-    sampled = torch.randint(5, CONFIG.vocab_size, (int(picked.sum()),))
-    sampled[0] = labels[picked][0]  # a sample equal to the original token
-    corrupted, replaced = corrupt(masked, labels, sampled)
+    K = 6
+    positions = picked_positions(labels, K)  # (B, K): the picks, then unpicked positions
+    sampled = torch.randint(5, CONFIG.vocab_size, (3, K))  # one a position, used at the picks
+    first = picked.flatten().nonzero()[0]
+    sampled[0, 0] = labels.flatten()[first]  # a sample equal to the original token
+    corrupted, replaced = corrupt(masked, labels, positions, sampled)
     assert torch.equal(corrupted[~picked], original[~picked])
-    assert torch.equal(corrupted[picked], sampled)
+    assert torch.equal(corrupted[picked], sampled[labels.gather(1, positions) != -100])
     assert torch.equal(replaced, corrupted != original)
     assert not replaced[~picked].any()
-    first = picked.flatten().nonzero()[0]
     assert not replaced.flatten()[first]  # sampled the original: counts as original
 
 
@@ -70,11 +72,14 @@ def test_both_losses_equal_a_dense_computation_of_their_own():
         logits = gen.logits(h)  # (B, T, V)
         picked = labels != -100
         gen_loss = F.cross_entropy(logits[picked], labels[picked])
-        # the same draw from the same distribution
-        probs = logits[picked].softmax(-1)
-        sampled = sample_tokens(probs, torch.Generator().manual_seed(3))
+        # the same draws from the same distributions: one a position in `picked_positions`
+        # order (room for every position), the picks first in each row
+        B, T, V = logits.shape
+        order = picked_positions(labels, T)  # (B, T)
+        probs = logits.gather(1, order[..., None].expand(-1, -1, V)).softmax(-1)  # (B, T, V)
+        sampled = sample_tokens(probs.flatten(0, 1), torch.Generator().manual_seed(3))
         corrupted = original.clone()
-        corrupted[picked] = sampled
+        corrupted[picked] = sampled.view(B, T)[picked.gather(1, order)]
         y = (corrupted != original)[mask.bool()].float()
         z = model.discriminator_predictions(bert(corrupted, None, mask).last_hidden_state)
         p = torch.sigmoid(z[mask.bool()])
@@ -82,7 +87,8 @@ def test_both_losses_equal_a_dense_computation_of_their_own():
     assert torch.equal(out.corrupted, corrupted)
     assert out.gen_loss.item() == pytest.approx(gen_loss.item(), rel=1e-5)
     assert out.disc_loss.item() == pytest.approx(disc_loss.item(), rel=1e-5)
-    assert out.disc_logits.numel() == int(mask.sum())  # every real position, no padding
+    assert out.disc_logits.shape == (B, T)  # one a position; the loss of the real ones
+    assert torch.equal(out.real, mask.bool())
 
 
 def test_sampled_tokens_follow_the_distribution():
@@ -127,8 +133,7 @@ def test_rtd_flops_match_torch_flop_counter():
     B, T = masked.shape
     with FlopCounterMode(display=False) as counter:
         model(masked, None, mask, labels).loss.backward()
-    P = int((labels != -100).sum())
-    R = query_rows(labels != -100)[0].numel()
+    P, R = B * T, B * (1 + T)  # no `mlm_positions`: room for every position
     g = model.generator.config
     expected = rtd_flops(CONFIG, g, B, T, P, R, tokens=int(mask.sum()))
     assert expected == counter.get_total_flops()

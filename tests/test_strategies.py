@@ -1,5 +1,6 @@
 """The scale-out options of the `trainer` group and `model_compile`, checked without GPUs."""
 
+import csv
 import json
 import logging
 
@@ -10,6 +11,7 @@ from lightning.pytorch.strategies import StrategyRegistry
 
 from bert_lightning.checkpoint import read_checkpoint
 from bert_lightning.config import compose
+from bert_lightning.errors import UserError
 from bert_lightning.interop import export_hf_folder
 from bert_lightning.training.pretrain_module import BertPretrainModule
 from bert_lightning.training.strategies import FSDP2Strategy
@@ -31,13 +33,47 @@ def test_deepspeed_config_is_zero_stage_2(tmp_path):
 
 
 def test_model_compile_keeps_checkpoint_keys(tmp_path):
+    import lightning as L
+
     config = dict(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=2)
     module = BertPretrainModule(config, OPTIM, objective="mlm", compile=True)
+    module.trainer = L.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False)
     keys = list(module.state_dict())
     module.configure_model()
     module.configure_model()  # Lightning calls it before validate and again before fit
     assert module.model._compiled_call_impl is not None
+    assert not module.model.bert.unpad  # padded batches run padded: no size read per step
     assert list(module.state_dict()) == keys  # no `_orig_mod.`: checkpoints stay portable
+
+
+@pytest.mark.slow
+def test_a_compiled_run_takes_steps_as_the_eager_one(tmp_path):
+    """`model_compile=true` on the CPU (inductor): 4 steps of the tiny run, the losses those of
+    the eager run (same seed, same batches; no dropout, whose draws inductor makes its own
+    way) within 1e-3."""
+    from helpers import pretrain_tiny
+
+    def losses(name: str, *extra: str) -> list[float]:
+        no_dropout = ("model.hidden_dropout_prob=0", "model.attention_probs_dropout_prob=0")
+        pretrain_tiny(tmp_path / name, "trainer.max_steps=4", *no_dropout, *extra)
+        with open(tmp_path / name / "metrics.csv") as f:
+            return [float(r["train/loss"]) for r in csv.DictReader(f) if r["train/loss"]]
+
+    eager, compiled = losses("eager"), losses("compiled", "model_compile=true")
+    assert len(compiled) == 4 and compiled == pytest.approx(eager, abs=1e-3)
+
+
+def test_model_compile_modes():
+    """auto: compiled on a GPU, eager on a CPU; true: torch.compile's default mode; a mode
+    by name; anything else one line."""
+    from bert_lightning.training.module_base import compile_mode
+
+    cpu, gpu = torch.device("cpu"), torch.device("cuda")
+    assert [compile_mode(s, cpu) for s in ("auto", True, False)] == [None, "default", None]
+    assert compile_mode("auto", gpu) == "default"
+    assert compile_mode("reduce-overhead", cpu) == "reduce-overhead"
+    with pytest.raises(UserError, match=r"model_compile='fast'; expected true, false, auto"):
+        compile_mode("fast", gpu)
 
 
 @pytest.mark.slow

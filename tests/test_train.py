@@ -68,7 +68,7 @@ def test_sinusoidal_position_init_trains(tmp_path):
     steps = ("trainer.max_steps=20", "trainer.val_check_interval=10", "optim.warmup_steps=0")
     pretrain_tiny(tmp_path, "model.position_embedding_init=sinusoidal", "optim.lr=1e-2", *steps)
     losses = [float(r["train/loss"]) for r in metric_rows(tmp_path) if r["train/loss"]]
-    assert len(losses) == 20 and sum(losses[-5:]) / 5 < sum(losses[:5]) / 5 - 0.2
+    assert len(losses) == 20 and sum(losses[-5:]) / 5 < sum(losses[:5]) / 5 - 0.15
     ckpt = read_checkpoint(tmp_path / "checkpoints" / "last.ckpt")
     assert ckpt.config.position_embedding_init == "sinusoidal"
 
@@ -82,7 +82,7 @@ def test_each_packing_trains(tmp_path, packing):
         tmp_path, f"data.packing={packing}", "optim.lr=1e-2", "optim.warmup_steps=0", *steps
     )
     losses = [float(r["train/loss"]) for r in metric_rows(tmp_path) if r["train/loss"]]
-    assert len(losses) == 20 and sum(losses[-5:]) / 5 < sum(losses[:5]) / 5 - 0.2
+    assert len(losses) == 20 and sum(losses[-5:]) / 5 < sum(losses[:5]) / 5 - 0.15
     assert all(r["val/loss"] != "nan" for r in metric_rows(tmp_path))
 
 

@@ -46,7 +46,7 @@ def read_texts(path: str, column_name: str = "text", **table) -> list[str]:
     (format, encoding, header, names: `table_options`) over a table's defaults. A blank text is
     an error: its vector would be [CLS]/[SEP] alone, a silent row that matches nothing."""
     if Path(path).suffix == ".txt":
-        texts = Path(path).read_text(encoding=table.get("encoding", TABLE["encoding"]))
+        texts = Path(path).read_text(encoding=(TABLE | table)["encoding"])  # over the defaults
         texts = texts.splitlines()
         where = "line {}"
     else:

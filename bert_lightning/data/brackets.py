@@ -127,7 +127,7 @@ class BracketsDataModule(L.LightningDataModule):
         return self.tokenizer
 
     def collator(self) -> MLMCollator:
-        return MLMCollator.for_tokenizer(self.tokenizer, self.masking)
+        return MLMCollator.for_tokenizer(self.tokenizer, self.masking, padded=False)  # (T + 1,)
 
     def data_record(self) -> dict:
         """What the sentences depend on, by config key (as `BertDataModule.data_record`)."""

@@ -6,6 +6,7 @@ masking, as RoBERTa and MosaicBERT do), at the cost of a few vectorised torch op
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -14,6 +15,7 @@ from tokenizers import Tokenizer
 
 from bert_lightning.data.tokenizer import special_ids
 from bert_lightning.errors import UserError
+from bert_lightning.model.bert import picked_positions
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,6 +38,15 @@ class MaskingConfig:
             raise UserError(f"masking.p_mask + p_random = {self.p_mask + self.p_random} > 1")
 
 
+def max_predictions(masking: MaskingConfig, length: int) -> int:
+    """The most positions a row of `length` tokens has picked, K of the (B, K) positions the
+    model's heads gather: fixed by the length, so a compiled step sees one shape (NVIDIA's BERT
+    `max_predictions_per_seq`: 20 at 128 tokens and 15%). Whole words may overshoot a row's
+    count by a word: twice the room, and a cap."""
+    k = math.ceil(masking.mlm_probability * length)
+    return min(length, 2 * k if masking.whole_word else k)
+
+
 def mask_tokens(
     input_ids: torch.Tensor,
     maskable: torch.Tensor,
@@ -46,14 +57,33 @@ def mask_tokens(
     word_starts: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(B, T) ids and a (B, T) bool of pickable positions -> masked ids and labels (-100 where
-    not picked). `random_ids` lists the ids a random replacement is drawn from. With
-    `word_starts` (B, T) bool, words are picked whole; what a picked token becomes ([MASK],
-    random, kept) is still drawn per token, as in BERT's reference whole-word masking."""
-    u = torch.rand(input_ids.shape, generator=generator)  # (B, T) picks
+    not picked). A row of n pickable tokens has p x n of them picked, uniformly at random, as
+    BERT's reference (`num_to_predict`); p x n is rounded up or down at random, so the share is
+    p in expectation at every length, and a row never has more than `max_predictions` picks.
+    With `word_starts` (B, T) bool, p x (its words) whole words are picked, in a random order
+    until the next would pass `max_predictions`; what a picked token becomes ([MASK], random,
+    kept) is still drawn per token, as in BERT's reference whole-word masking. `random_ids`
+    lists the ids a random replacement is drawn from."""
+    B, T = input_ids.shape
+    u = torch.rand(input_ids.shape, generator=generator)  # (B, T) the order of picking
+    units = maskable
     if word_starts is not None:
         word = torch.cumsum(word_starts, dim=1)  # (B, T) word number of each token, from 1
         u = torch.cat([u[:, :1], u], dim=1).gather(1, word)  # (B, T) each word's one draw
-    picked = (u < cfg.mlm_probability) & maskable
+        units = word_starts & maskable
+    quota = (cfg.mlm_probability * units.sum(1) + torch.rand(B, generator=generator)).floor()
+    key = torch.where(maskable, u, 2.0)  # (B, T) the unpickable last
+    order = key.argsort(dim=1, stable=True)  # (B, T) positions in picking order, words whole
+    place = torch.empty_like(order).scatter_(1, order, torch.arange(T).expand(B, T))  # (B, T)
+    if word_starts is None:
+        picked = maskable & (place < quota[:, None])
+    else:  # a word's place among words, and where its last piece comes in picking order
+        nth = (units.gather(1, order).cumsum(1) - 1).gather(1, place)  # (B, T)
+        end = torch.full((B, T + 1), -1).scatter_reduce(
+            1, word, torch.where(maskable, place, -1), "amax"
+        )  # (B, words + 1)
+        fits = end.gather(1, word) < max_predictions(cfg, T)  # (B, T)
+        picked = maskable & (nth < quota[:, None]) & fits
     labels = torch.where(picked, input_ids, -100)
     v = torch.rand(input_ids.shape, generator=generator)  # (B, T) what a pick becomes
     to_mask = picked & (v < cfg.p_mask)
@@ -71,9 +101,13 @@ class MLMCollator:
     `token_type_ids` and `next_sentence_label` (NSP pairs); an example that already has
     `labels` (a validation set masked once, so its loss is comparable across evaluations) is
     padded, not masked again.
-    `attention_mask` is only returned when a batch has padding: packed batches need none.
-    With `cls_id`, `position_ids` restart at each [CLS]: the model keeps attention within the
-    documents they mark (`packed_isolated`).
+    `attention_mask` is returned where the data pad their rows (`padded`: rows of one document
+    or pair), whether or not a batch happens to need it, so that the model decides how to run
+    by the data option and not by reading the mask; packed blocks, all of one length, have
+    none. With `cls_id`, `position_ids` restart at each [CLS]: the model keeps attention within
+    the documents they mark (`packed_isolated`).
+    `mlm_positions` (B, K): each row's picked positions in order, then unpicked ones, K fixed
+    by the length (`max_predictions`): the static shape the heads gather.
     """
 
     def __init__(
@@ -85,8 +119,9 @@ class MLMCollator:
         masking: MaskingConfig,
         continuation_ids: Sequence[int] = (),
         cls_id: int | None = None,
+        padded: bool = True,
     ):
-        self.pad_id, self.mask_id, self.cls_id = pad_id, mask_id, cls_id
+        self.pad_id, self.mask_id, self.cls_id, self.padded = pad_id, mask_id, cls_id, padded
         self.special_ids = torch.tensor(sorted(set(special_ids)))
         keep = torch.ones(vocab_size, dtype=torch.bool)
         keep[self.special_ids] = False
@@ -98,8 +133,15 @@ class MLMCollator:
         self.continuation[list(continuation_ids)] = True
 
     @classmethod
-    def for_tokenizer(cls, tokenizer: Tokenizer, masking: MaskingConfig, isolate: bool = False):
-        """`isolate`: documents packed in one example attend within themselves alone."""
+    def for_tokenizer(
+        cls,
+        tokenizer: Tokenizer,
+        masking: MaskingConfig,
+        isolate: bool = False,
+        padded: bool = True,
+    ):
+        """`isolate`: documents packed in one example attend within themselves alone;
+        `padded`: examples differ in length (not packed blocks)."""
         ids = special_ids(tokenizer)
         return cls(
             pad_id=ids["[PAD]"],
@@ -109,6 +151,7 @@ class MLMCollator:
             masking=masking,
             continuation_ids=[i for t, i in tokenizer.get_vocab().items() if t[:2] == "##"],
             cls_id=ids["[CLS]"] if isolate else None,
+            padded=padded,
         )
 
     def maskable(self, input_ids: torch.Tensor) -> torch.Tensor:
@@ -145,11 +188,25 @@ class MLMCollator:
             seed = examples[0].get("mask_seed")
             g = torch.Generator().manual_seed(seed) if seed is not None else None
             batch["input_ids"], batch["labels"] = self.mask(batch["input_ids"], g)
-        if min(lengths) < T:
+        batch["mlm_positions"] = self.positions(batch["labels"])  # (B, K)
+        if self.padded or min(lengths) < T:
             batch["attention_mask"] = (
                 torch.arange(T)[None, :] < torch.tensor(lengths)[:, None]
             ).long()  # (B, T)
         return batch
+
+    def positions(self, labels: torch.Tensor) -> torch.Tensor:
+        """(B, T) labels -> (B, K) `picked_positions`, K = `max_predictions` of the length.
+        Examples masked elsewhere with more picks than that are refused: the heads would
+        silently skip some."""
+        K = max_predictions(self.masking, labels.size(1))
+        most = int((labels != -100).sum(1).max())
+        if most > K:
+            raise UserError(
+                f"an example has {most} picked positions of {labels.size(1)}; masking "
+                f"(mlm_probability={self.masking.mlm_probability}) allows at most {K}"
+            )
+        return picked_positions(labels, K)
 
 
 def document_positions(starts: torch.Tensor) -> torch.Tensor:

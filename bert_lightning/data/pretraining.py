@@ -207,7 +207,10 @@ class BertDataModule(L.LightningDataModule):
 
     def collator(self) -> MLMCollator:
         return MLMCollator.for_tokenizer(
-            self.tokenizer, self.masking, isolate=self.packing == "packed_isolated"
+            self.tokenizer,
+            self.masking,
+            isolate=self.packing == "packed_isolated",
+            padded=self.packing == "document",
         )
 
     # -- the sets, built once --------------------------------------------------------------

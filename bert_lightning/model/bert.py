@@ -401,11 +401,13 @@ class BertModel(nn.Module):
     def attention_inputs(
         self, input_ids, attention_mask=None, position_ids=None
     ) -> tuple[Unpadded | None, torch.Tensor | None]:
-        """Where the real tokens are (None: no padding, or `unpad` off) and the attention mask
-        the encoder's layers take: padding, documents (`position_ids`), causal (`is_decoder`).
-        Shared with a second encoder on the same inputs (the RTD generator)."""
+        """Where the real tokens are (None: no `attention_mask`, or `unpad` off) and the
+        attention mask the encoder's layers take: padding, documents (`position_ids`), causal
+        (`is_decoder`). Shared with a second encoder on the same inputs (the RTD generator).
+        A mask is the data's say that rows are padded: it is not read to find out (unpadding
+        reads the count of real tokens, the one size a padded batch cannot know ahead)."""
         unpadded = None
-        if self.unpad and attention_mask is not None and not bool(attention_mask.all()):
+        if self.unpad and attention_mask is not None:
             unpadded = Unpadded.of(attention_mask)
         mask = extended_attention_mask(attention_mask)  # (B, 1, 1, T) or None
         if position_ids is not None:
@@ -453,38 +455,37 @@ class PreTrainingOutput:
     loss: torch.Tensor  # mlm_loss (+ nsp_loss when NSP labels are given)
     mlm_loss: torch.Tensor
     nsp_loss: torch.Tensor | None
-    mlm_logits: torch.Tensor  # (P, V) at the picked positions only
-    mlm_labels: torch.Tensor  # (P,) the original ids there
+    mlm_logits: torch.Tensor  # (B * K, V) at the `mlm_positions` only
+    mlm_labels: torch.Tensor  # (B * K,) the original ids there, -100 past a row's picks
     nsp_logits: torch.Tensor | None  # (B, 2)
 
 
-def last_layer_rows(picked: torch.Tensor) -> torch.Tensor:
-    """(B, T) picked positions -> (B, T) bool of the rows the last layer computes: [CLS] (it
-    feeds the pooler) and the picked positions."""
-    keep = picked.clone()
-    keep[:, 0] = True
-    return keep
+def picked_positions(labels: torch.Tensor, K: int) -> torch.Tensor:
+    """(B, T) labels (-100: not picked) -> (B, K) each row's picked positions in order, then
+    its unpicked ones (labels -100 there): a fixed number of rows for the heads, whatever a
+    row's count, read by `gather` and not by a boolean selection, whose size the host would
+    have to wait for. K at least the most picks of a row (the collator's `max_predictions`)."""
+    picked = (labels != -100).int()  # (B, T)
+    return torch.sort(picked, dim=1, descending=True, stable=True).indices[:, :K]  # (B, K)
 
 
-def query_rows(picked: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(B, T) picked positions -> (B, R) rows: [CLS] (position 0), then the picked positions
-    in order, padded with 0 to the longest row; and the (B, R) bool of the real ones."""
-    keep = last_layer_rows(picked)  # (B, T)
-    counts = keep.sum(1)  # (B,)
-    R = int(counts.max())
-    rows = torch.sort(keep.int(), dim=1, descending=True, stable=True).indices[:, :R]  # (B, R)
-    valid = torch.arange(R, device=picked.device) < counts[:, None]  # (B, R)
-    return torch.where(valid, rows, 0), valid
+def mlm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy of (P, V) logits, the mean over the labels that are not -100 (zero, still
+    in the graph, when there are none), in fp32. The count stays on the device."""
+    total = F.cross_entropy(logits.float(), labels, ignore_index=-100, reduction="sum")
+    return total / (labels != -100).sum().clamp(min=1)
 
 
 class BertForPreTraining(nn.Module):
     """BERT with the MLM and NSP heads.
 
-    The MLM head runs on the picked positions only (labels != -100): the loss is the same as
-    running it on every position, and the vocabulary projection, the largest matmul of a small
-    model, shrinks by the masking rate (15% -> about 6.7x less work there). For the same reason
-    the last encoder layer computes only the rows the heads read (picked positions and [CLS]),
-    its keys and values still coming from every token.
+    The MLM head runs on the picked positions only (`mlm_positions`, K of them a row): the loss
+    is the same as running it on every position, and the vocabulary projection, the largest
+    matmul of a small model, shrinks by the masking rate (15% -> about 6.7x less work there).
+    For the same reason the last encoder layer computes only the rows the heads read ([CLS]
+    and the K positions), its keys and values still coming from every token. Every shape is
+    fixed by the batch's (B, T, K): nothing is read back to the host, and a compiled step sees
+    one graph.
     """
 
     def __init__(self, config: BertConfig):
@@ -504,27 +505,25 @@ class BertForPreTraining(nn.Module):
         labels=None,
         next_sentence_label=None,
         position_ids=None,
+        mlm_positions=None,
     ) -> PreTrainingOutput:
+        """`mlm_positions` (B, K): where the MLM head predicts (`picked_positions`, the
+        collator's); None: found from `labels` with room for every position."""
         if labels is None:
             labels = torch.full_like(input_ids, -100)
-        rows, valid = query_rows(labels != -100)  # (B, R)
+        if mlm_positions is None:  # every position may be picked: right, and slow
+            mlm_positions = picked_positions(labels, labels.size(1))
+        rows = F.pad(mlm_positions, (1, 0))  # (B, 1 + K): [CLS] first, for the pooler
         out = self.bert(
             input_ids, token_type_ids, attention_mask, last_rows=rows, position_ids=position_ids
         )
-        row_labels = labels.gather(1, rows)  # (B, R)
-        picked = (row_labels != -100) & valid  # (B, R), in position order as labels != -100
-        h = out.last_hidden_state[picked]  # (P, H)
-        mlm_labels = row_labels[picked]  # (P,)
-        mlm_logits = self.cls.predictions(h)  # (P, V)
-        # nothing picked (mlm_probability=0): a zero loss that still belongs to the graph
-        mlm_loss = (
-            F.cross_entropy(mlm_logits.float(), mlm_labels)
-            if mlm_labels.numel()
-            else mlm_logits.sum() * 0.0
-        )
+        h = out.last_hidden_state[:, 1:].flatten(0, 1)  # (B * K, H)
+        mlm_labels = labels.gather(1, mlm_positions).flatten()  # (B * K,), -100 past the picks
+        mlm_logits = self.cls.predictions(h)  # (B * K, V)
+        mlm = mlm_loss(mlm_logits, mlm_labels)
         nsp_logits = nsp_loss = None
         if next_sentence_label is not None:
             nsp_logits = self.cls.seq_relationship(out.pooler_output)  # (B, 2)
             nsp_loss = F.cross_entropy(nsp_logits.float(), next_sentence_label)
-        loss = mlm_loss if nsp_loss is None else mlm_loss + nsp_loss
-        return PreTrainingOutput(loss, mlm_loss, nsp_loss, mlm_logits, mlm_labels, nsp_logits)
+        loss = mlm if nsp_loss is None else mlm + nsp_loss
+        return PreTrainingOutput(loss, mlm, nsp_loss, mlm_logits, mlm_labels, nsp_logits)

@@ -53,12 +53,19 @@ def relation_logits(a: torch.Tensor, b: torch.Tensor, heads: int, mask) -> torch
     return s if mask is None else s.masked_fill(~mask, torch.finfo(s.dtype).min)
 
 
+def masked_mean(x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """The mean of `x` where `keep` (a bool broadcastable to it), by weights and not by a
+    boolean selection, whose size the host would wait for."""
+    keep = keep.expand_as(x)
+    return torch.where(keep, x, 0).sum() / keep.sum().clamp(min=1)
+
+
 def relation_kl(teacher: torch.Tensor, student: torch.Tensor, queries: torch.Tensor):
     """KL(teacher || student) of each query row's distribution over keys, from (B, h, T, T)
     logits; the mean over heads and the real query positions (`queries` (B, T) bool)."""
     lt, ls = teacher.log_softmax(-1), student.log_softmax(-1)  # (B, h, T, T)
     kl = (lt.exp() * (lt - ls)).sum(-1)  # (B, h, T)
-    return kl.masked_select(queries[:, None]).mean()
+    return masked_mean(kl, queries[:, None])
 
 
 def layer_map(student_layers: int, teacher_layers: int) -> list[tuple[int, int]]:
@@ -72,9 +79,9 @@ def hidden_mse(student, teacher, project, pairs, tokens: torch.Tensor) -> torch.
     teacher hidden states ((B, T, H) each), averaged over real tokens (`tokens` (B, T) bool)
     and the teacher's width."""
     errors = [
-        F.mse_loss(project(student[s][tokens]).float(), teacher[t][tokens].float())
+        masked_mean((project(student[s]).float() - teacher[t].float()).square(), tokens[..., None])
         for s, t in pairs
-    ]
+    ]  # each over (B, T, Ht)
     return torch.stack(errors).mean()
 
 
@@ -89,12 +96,16 @@ def embedding_cosine(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tens
     return 1 - F.cosine_similarity(student.float(), teacher.float(), dim=-1).mean()
 
 
-def soft_mlm(student: torch.Tensor, teacher: torch.Tensor, temperature: float) -> torch.Tensor:
-    """KL(teacher || student) of (P, V) logits softened by `temperature`, the mean over the P
-    positions, times temperature^2 (the gradients' scale then does not depend on it)."""
+def soft_mlm(
+    student: torch.Tensor, teacher: torch.Tensor, temperature: float, picked: torch.Tensor
+) -> torch.Tensor:
+    """KL(teacher || student) of (P, V) logits softened by `temperature`, the mean over the
+    `picked` (P,) positions, times temperature^2 (the gradients' scale then does not depend
+    on it)."""
     lt = (teacher.float() / temperature).log_softmax(-1)
     ls = (student.float() / temperature).log_softmax(-1)
-    return F.kl_div(ls, lt, log_target=True, reduction="batchmean") * temperature**2
+    kl = F.kl_div(ls, lt, log_target=True, reduction="none").sum(-1)  # (P,)
+    return masked_mean(kl, picked) * temperature**2
 
 
 EMBEDDINGS = ("word_embeddings", "position_embeddings", "token_type_embeddings")

@@ -28,7 +28,8 @@ from bert_lightning.model.bert import (
     BertModel,
     LayerNorm,
     init_weights,
-    query_rows,
+    mlm_loss,
+    picked_positions,
 )
 
 
@@ -106,10 +107,11 @@ class RTDOutput:
     loss: torch.Tensor  # gen_loss + disc_weight * disc_loss
     gen_loss: torch.Tensor  # the generator's MLM cross-entropy at the picked positions
     disc_loss: torch.Tensor  # binary cross-entropy over every real position
-    gen_logits: torch.Tensor  # (P, V) at the picked positions
-    gen_labels: torch.Tensor  # (P,) the original ids there
-    disc_logits: torch.Tensor  # (N,) at the real positions, in (B, T) order
-    replaced: torch.Tensor  # (N,) bool: the discriminator's labels there
+    gen_logits: torch.Tensor  # (B * K, V) at the `mlm_positions`
+    gen_labels: torch.Tensor  # (B * K,) the original ids there, -100 past a row's picks
+    disc_logits: torch.Tensor  # (B, T) one a position, padding's unused
+    replaced: torch.Tensor  # (B, T) bool: the discriminator's labels
+    real: torch.Tensor  # (B, T) bool: the real positions, which the discriminator learns from
     corrupted: torch.Tensor  # (B, T) the discriminator's input
 
 
@@ -123,13 +125,14 @@ def sample_tokens(probs: torch.Tensor, generator: torch.Generator | None = None)
     return drawn.squeeze(1).clamp_(max=probs.size(1) - 1)  # (P,)
 
 
-def corrupt(input_ids, labels, sampled) -> tuple[torch.Tensor, torch.Tensor]:
-    """(B, T) the original text with the picked positions (labels != -100, row-major order)
-    set to `sampled` (P,), and (B, T) bool which tokens now differ from the original: a sample
-    equal to the original token counts as original, as in ELECTRA."""
-    picked = labels != -100  # (B, T)
-    original = torch.where(picked, labels, input_ids)  # (B, T)
-    corrupted = original.masked_scatter(picked, sampled)  # (B, T)
+def corrupt(input_ids, labels, positions, sampled) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, T) the original text with the picked ones of `positions` (B, K) set to `sampled`
+    (B, K), and (B, T) bool which tokens now differ from the original: a sample equal to the
+    original token counts as original, as in ELECTRA."""
+    original = torch.where(labels != -100, labels, input_ids)  # (B, T)
+    kept = original.gather(1, positions)  # (B, K)
+    new = torch.where(labels.gather(1, positions) != -100, sampled, kept)  # (B, K)
+    corrupted = original.scatter(1, positions, new)  # (B, T)
     return corrupted, corrupted != original
 
 
@@ -160,34 +163,46 @@ class ElectraForPreTraining(nn.Module):
         labels=None,
         position_ids=None,
         sampler: torch.Generator | None = None,
+        mlm_positions=None,
     ) -> RTDOutput:
         """`input_ids` (B, T): the masked text (MLMCollator's), `labels` (B, T): the original
-        ids at the picked positions, -100 elsewhere. `sampler`: the generator's draws from it
-        instead of the global RNG (fixed draws for a comparable validation loss)."""
-        rows, valid = query_rows(labels != -100)  # (B, R)
+        ids at the picked positions, -100 elsewhere; `mlm_positions` (B, K) where the generator
+        predicts (as `BertForPreTraining`'s). `sampler`: the generator's draws from it instead
+        of the global RNG (fixed draws for a comparable validation loss)."""
+        if mlm_positions is None:  # every position may be picked: right, and slow
+            mlm_positions = picked_positions(labels, labels.size(1))
+        rows = F.pad(mlm_positions, (1, 0))  # (B, 1 + K): [CLS] first, as BertForPreTraining
         unpadded, mask = self.bert.attention_inputs(input_ids, attention_mask, position_ids)
         embedded = self.bert.embeddings(input_ids, token_type_ids, unpadded, position_ids)
-        h = self.generator(embedded, mask, rows, unpadded)  # (B, R, Hg)
-        row_labels = labels.gather(1, rows)  # (B, R)
-        picked = (row_labels != -100) & valid  # (B, R), in the order of labels != -100
-        gen_logits, gen_labels = self.generator.logits(h[picked]), row_labels[picked]  # (P, V)
-        if gen_labels.numel():
-            gen_loss = F.cross_entropy(gen_logits.float(), gen_labels)
-            with torch.no_grad():
-                sampled = sample_tokens(gen_logits.float().softmax(-1), sampler)  # (P,)
-        else:  # nothing picked: a zero loss that still belongs to the graph
-            gen_loss, sampled = gen_logits.sum() * 0.0, gen_labels
-        corrupted, replaced = corrupt(input_ids, labels, sampled)  # (B, T) each
+        h = self.generator(embedded, mask, rows, unpadded)[:, 1:]  # (B, K, Hg)
+        gen_labels = labels.gather(1, mlm_positions)  # (B, K), -100 past a row's picks
+        gen_logits = self.generator.logits(h.flatten(0, 1))  # (B * K, V)
+        gen_loss = mlm_loss(gen_logits, gen_labels.flatten())
+        with torch.no_grad():
+            sampled = sample_tokens(gen_logits.float().softmax(-1), sampler)  # (B * K,)
+        corrupted, replaced = corrupt(
+            input_ids, labels, mlm_positions, sampled.view_as(mlm_positions)
+        )  # (B, T) each
         out = self.bert(corrupted, token_type_ids, attention_mask, position_ids=position_ids)
         real = (
             torch.ones_like(corrupted, dtype=torch.bool)
             if attention_mask is None
             else attention_mask.bool()
         )  # (B, T)
-        disc_logits = self.discriminator_predictions(out.last_hidden_state[real])  # (N,)
-        target = replaced[real]  # (N,)
-        disc_loss = F.binary_cross_entropy_with_logits(disc_logits.float(), target.float())
+        disc_logits = self.discriminator_predictions(out.last_hidden_state)  # (B, T)
+        bce = F.binary_cross_entropy_with_logits(
+            disc_logits.float(), replaced.float(), reduction="none"
+        )  # (B, T)
+        disc_loss = (bce * real).sum() / real.sum().clamp(min=1)
         loss = gen_loss + self.disc_weight * disc_loss
         return RTDOutput(
-            loss, gen_loss, disc_loss, gen_logits, gen_labels, disc_logits, target, corrupted
+            loss,
+            gen_loss,
+            disc_loss,
+            gen_logits,
+            gen_labels.flatten(),
+            disc_logits,
+            replaced,
+            real,
+            corrupted,
         )

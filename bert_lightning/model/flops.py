@@ -8,7 +8,7 @@ from dataclasses import replace
 import torch
 from torch import nn
 
-from bert_lightning.model.bert import BertConfig, last_layer_rows
+from bert_lightning.model.bert import BertConfig
 
 
 def num_parameters(module: nn.Module) -> int:
@@ -34,9 +34,10 @@ def encoder_flops(
 ) -> int:
     """Forward matmul FLOPs of the encoder's layers (2 per multiply-add): the dense layers and
     attention's two (T x T) products; the last layer's queries, attention output and FFN on
-    `last_rows` rows (`query_rows`'s B x R; None: every token), its keys and values on every
-    token. `tokens`: the real tokens of a padded batch (None: B x T), which alone the unpadded
-    encoder's dense layers run on; the attention products stay B x T x T."""
+    `last_rows` rows (B x (1 + K): [CLS] and `mlm_positions`; None: every token), its keys
+    and values on every token. `tokens`: the real tokens of a padded batch (None: B x T),
+    which alone the unpadded encoder's dense layers run on; the attention products stay
+    B x T x T."""
     H, I, L = c.hidden_size, c.intermediate_size, c.num_hidden_layers
     N = batch_size * seq_len  # positions
     D = N if tokens is None else tokens  # what the dense layers run on
@@ -54,16 +55,17 @@ def encoder_flops(
 def step_counts(batch: dict) -> dict:
     """What the FLOPs of a pretraining step depend on, from its batch, as device tensors (the
     formulas are linear in them, so nothing is read to the host): `batch_size`, `seq_len`,
-    `num_picked`, `last_rows` (the last layer's, padded as `query_rows` pads them: B x R) and
-    `tokens` (the real ones, which the unpadded encoder runs on; None without padding)."""
+    `num_picked`, `last_rows` (the last layer's: [CLS] and the K `mlm_positions` of a row, or
+    every position without them) and `tokens` (the real ones, which the unpadded encoder runs
+    on; None without padding)."""
     B, T = batch["input_ids"].shape
-    picked = batch["labels"] != -100  # (B, T)
+    positions = batch.get("mlm_positions")  # (B, K)
     mask: torch.Tensor | None = batch.get("attention_mask")
     return {
         "batch_size": B,
         "seq_len": T,
-        "num_picked": picked.sum(),
-        "last_rows": B * last_layer_rows(picked).sum(1).max(),
+        "num_picked": (batch["labels"] != -100).sum(),
+        "last_rows": B * (1 + (T if positions is None else positions.size(1))),
         "tokens": None if mask is None else mask.sum(),
     }
 
@@ -103,8 +105,8 @@ def rtd_flops(
     """Useful matmul FLOPs of one replaced-token-detection step (model/electra.py): the
     generator `g` (its projection from the shared embeddings, its encoder with the last layer
     on `last_rows`, its MLM head on the `num_picked` positions) and the discriminator `c` (its
-    encoder on every token (no pooler), its two-layer head on every real token). Sampling and
-    element-wise work are left out, as in `pretraining_flops`."""
+    encoder on every token (no pooler), its two-layer head on every position, padding too).
+    Sampling and element-wise work are left out, as in `pretraining_flops`."""
     H, Hg, V = c.hidden_size, g.hidden_size, c.vocab_size
     D = batch_size * seq_len if tokens is None else tokens
     generator = (
@@ -112,7 +114,8 @@ def rtd_flops(
         + encoder_flops(g, batch_size, seq_len, last_rows, tokens)
         + 2 * num_picked * (Hg * H + H * V)
     )
-    discriminator = encoder_flops(c, batch_size, seq_len, None, tokens) + 2 * D * (H * H + H)
+    head = 2 * batch_size * seq_len * (H * H + H)
+    discriminator = encoder_flops(c, batch_size, seq_len, None, tokens) + head
     forward = generator + discriminator
     return 3 * forward if backward else forward
 
@@ -132,9 +135,8 @@ def distill_flops(
     differentiated) and pooler; with a MiniLM loss (`weights`), the last layer's q, k, v
     recomputed on the padded batch and each relation's (T x T) product; the MLM head on the
     `num_picked` positions where an MLM loss reads it; the student's projections to the
-    teacher's width."""
+    teacher's width (on every position, padding too)."""
     B, T = batch_size, seq_len
-    D = B * T if tokens is None else tokens
     reads_last = any(weights[k] for k in ("hidden", "embedding", "soft_mlm", "mlm"))
     relations = bool(weights["attention"]) + bool(weights["value_relation"])
 
@@ -149,7 +151,9 @@ def distill_flops(
 
     last_off = replace(s, num_hidden_layers=s.num_hidden_layers - 1)
     differentiated = encoder_flops(s if reads_last else last_off, B, T, None, tokens)
-    rows = bool(weights["hidden"]) * (s.num_hidden_layers + 1) * D + bool(weights["embedding"]) * B
+    rows = (
+        bool(weights["hidden"]) * (s.num_hidden_layers + 1) * B * T + bool(weights["embedding"]) * B
+    )
     projections = 2 * s.hidden_size * t.hidden_size * rows
     mlm = bool(weights["soft_mlm"] or weights["mlm"])
     student = forward(s) + 2 * differentiated + 3 * (extra(s, mlm) + projections)

@@ -120,7 +120,7 @@ class TokenThroughput(L.Callback):
                 (b - a) * trainer.world_size / (now - self.mark[0])
                 for a, b in zip(self.mark[1], counts, strict=True)
             ]
-            pl_module.log("train/tokens_per_s", rate[0], prog_bar=True)
+            pl_module.log("train/tokens_per_s", rate[0])
             pl_module.log("train/samples_per_s", rate[1])
             if flops_fn:
                 pl_module.log("train/flops_per_s", rate[2])
@@ -143,7 +143,11 @@ class StepProgressBar(ProgressBar):
     hours), since a bar redrawn in place leaves nothing readable there. Either way a
     line with the validation metrics after each validation. The lines go to stdout and into
     the run's log file (`to_log_files`). The metrics are read (a host sync) only when shown:
-    every `refresh` steps on the bar. `tty`: None decides by stdout."""
+    every `refresh` steps on the bar; they are the `SHOWN` training figures, logged without
+    Lightning's `prog_bar`, whose values it reads back to the host on every step. `tty`:
+    None decides by stdout."""
+
+    SHOWN = ("loss", "disc_acc", "tokens_per_s")  # the train/ figures a line shows
 
     def __init__(self, *, every: int, refresh: int, seconds: float, tty: bool | None = None):
         super().__init__()
@@ -175,6 +179,10 @@ class StepProgressBar(ProgressBar):
     @staticmethod
     def _shown(metrics: dict, prefix: str) -> dict[str, str]:
         return {k[len(prefix) :]: _fmt(v) for k, v in metrics.items() if k.startswith(prefix)}
+
+    def _training(self, trainer) -> dict[str, str]:
+        metrics = trainer.callback_metrics  # tensors as logged: read here, when shown
+        return {k: _fmt(metrics[f"train/{k}"]) for k in self.SHOWN if f"train/{k}" in metrics}
 
     def _open(self, total: int | None, done: int, desc: str, unit: str) -> None:
         """Counting from `done` of `total`: the bar on a terminal, else lines."""
@@ -218,14 +226,13 @@ class StepProgressBar(ProgressBar):
         if self.bar is not None:
             self.bar.update(step - self.bar.n)
             if step % self.refresh == 0:
-                metrics = self.get_metrics(trainer, pl_module)
-                self.bar.set_postfix(self._shown(metrics, "train/"), refresh=False)
+                self.bar.set_postfix(self._training(trainer), refresh=False)
             return
         total = self._total(trainer)
         line = self._line(step, total, due=step == self.step0 + 1)  # the first: training began
         if line is None:
             return
-        shown = self._shown(self.get_metrics(trainer, pl_module), "train/")
+        shown = self._training(trainer)
         line = ["step", *line, *(f"{k} {v}" for k, v in shown.items())]
         self.print(" ".join([*line, *self._eta(step, total, budget_timer(trainer))]))
 

@@ -4,12 +4,12 @@ the losses in model/distill.py) on the MLM data of any data option."""
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from bert_lightning.checkpoint import Checkpoint, load_into, read_checkpoint
 from bert_lightning.errors import UserError
 from bert_lightning.model import BertConfig, BertForPreTraining, distill_flops
+from bert_lightning.model.bert import mlm_loss, picked_positions
 from bert_lightning.model.distill import (
     embedding_cosine,
     hidden_mse,
@@ -146,6 +146,7 @@ class DistillModule(EncoderModule):
         if self.device_mesh is not None:
             raise UserError("objective=distill runs with DDP (trainer=ddp), not trainer=fsdp")
         super().configure_model()
+        self.teacher.bert.unpad = self.model.bert.unpad  # compiled: both run padded batches padded
 
     @property
     def reads_last(self) -> bool:
@@ -203,24 +204,25 @@ class DistillModule(EncoderModule):
                 mean_pool(s.last_hidden_state, tokens)
             )  # (B, Ht)
             losses["embedding"] = embedding_cosine(pooled, mean_pool(t.last_hidden_state, tokens))
-        if self.masked:
-            picked = labels != -100  # (B, T)
-            logits = student.cls.predictions(s.last_hidden_state[picked])  # (P, V)
+        if self.masked:  # the heads on the static (B, K) `mlm_positions`, as pretraining's
+            positions = batch.get("mlm_positions")
+            if positions is None:
+                positions = picked_positions(labels, labels.size(1))  # room for every one
+            picked = labels.gather(1, positions).flatten()  # (B * K,), -100 past the picks
+
+            def at_positions(h):  # (B, T, H) -> (B * K, H)
+                return h.gather(1, positions[..., None].expand(-1, -1, h.size(-1))).flatten(0, 1)
+
+            logits = student.cls.predictions(at_positions(s.last_hidden_state))  # (B * K, V)
             if w["soft_mlm"]:
                 with torch.no_grad():
-                    t_logits = teacher.cls.predictions(t.last_hidden_state[picked])  # (P, Vt)
+                    t_logits = teacher.cls.predictions(at_positions(t.last_hidden_state))
                 V = min(logits.size(-1), t_logits.size(-1))  # a teacher may pad its vocabulary
-                losses["soft_mlm"] = (
-                    soft_mlm(logits[:, :V], t_logits[:, :V], self.hparams.temperature)
-                    if picked.any()
-                    else logits.sum() * 0.0
+                losses["soft_mlm"] = soft_mlm(
+                    logits[:, :V], t_logits[:, :V], self.hparams.temperature, picked != -100
                 )
             if w["mlm"]:
-                losses["mlm"] = (
-                    F.cross_entropy(logits.float(), labels[picked])
-                    if picked.any()
-                    else logits.sum() * 0.0
-                )
+                losses["mlm"] = mlm_loss(logits, picked)
         losses["loss"] = sum(w[k] * v for k, v in losses.items())
         return losses
 
@@ -251,4 +253,4 @@ class DistillModule(EncoderModule):
     def _log(self, stage: str, losses: dict, batch: dict) -> None:
         B, val = batch["input_ids"].size(0), stage == "val"
         for k, v in losses.items():
-            self.log(f"{stage}/{k}", v, prog_bar=k == "loss", batch_size=B, sync_dist=val)
+            self.log(f"{stage}/{k}", v, prog_bar=val and k == "loss", batch_size=B, sync_dist=val)

@@ -75,7 +75,7 @@ class FinetuneModule(EncoderModule):
     def training_step(self, batch, batch_idx):
         _, rows = self.task.logits_and_rows(self.model, batch)
         loss = self.task.loss_of(rows)
-        self.log("train/loss", loss, prog_bar=True, batch_size=batch["input_ids"].size(0))
+        self.log("train/loss", loss, batch_size=batch["input_ids"].size(0))
         return loss
 
     def _eval_step(self, split: str, batch):

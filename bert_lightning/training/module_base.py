@@ -9,6 +9,7 @@ import torch
 from torchmetrics import Metric
 
 from bert_lightning.checkpoint import DATA_RECORD
+from bert_lightning.errors import UserError
 from bert_lightning.training import optim
 
 
@@ -27,15 +28,60 @@ class ValidationLoss(Metric):
         self.add_state("sums", torch.zeros(len(weights)), dist_reduce_fx="sum")  # (terms,)
         self.add_state("items", torch.zeros(len(weights)), dist_reduce_fx="sum")  # (terms,)
 
-    def update(self, term: str, value: torch.Tensor, items: int) -> None:
-        if items:  # new tensors, not in place: states reset under inference mode stay valid
-            one = torch.nn.functional.one_hot(torch.tensor(self.terms.index(term)), len(self.terms))
-            one = one.to(self.sums)  # (terms,)
-            self.sums = self.sums + one * value.detach().float() * items
-            self.items = self.items + one * items
+    def update(self, term: str, value: torch.Tensor, items: int | torch.Tensor) -> None:
+        """`items`: how many the batch's `value` is a mean of (a count on the device is not
+        read); none adds nothing, the value of a term with no items being 0."""
+        # new tensors, not in place: states reset under inference mode stay valid
+        one = torch.nn.functional.one_hot(torch.tensor(self.terms.index(term)), len(self.terms))
+        one = one.to(self.sums)  # (terms,)
+        self.sums = self.sums + one * value.detach().float() * items
+        self.items = self.items + one * items
 
     def compute(self) -> torch.Tensor:
         return (self.weights.to(self.sums) * self.sums / self.items).sum()
+
+
+class Share(Metric):
+    """The share of `hits` among the items that count (`valid`), over all the items updated:
+    accuracies, and RTD's share of replaced tokens. The MLM head's (B x K) rows past a row's
+    picks, the padding of the discriminator's (B, T), are left out by a mask and not a boolean
+    selection, so that the counts add up on the device and nothing waits for a size.
+    NaN when no item counted (nothing picked: `mlm_probability=0`)."""
+
+    full_state_update = False
+
+    def __init__(self):
+        super().__init__()
+        self.add_state("hits", torch.zeros(()), dist_reduce_fx="sum")
+        self.add_state("items", torch.zeros(()), dist_reduce_fx="sum")
+
+    def update(self, hits: torch.Tensor, valid: torch.Tensor) -> None:
+        """`hits`, `valid`: bools of one shape."""
+        self.hits = self.hits + (hits & valid).sum()
+        self.items = self.items + valid.sum()
+
+    def compute(self) -> torch.Tensor:
+        return self.hits / self.items
+
+
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
+
+
+def compile_mode(setting: bool | str, device: torch.device) -> str | None:
+    """`model_compile`: false, true (torch.compile's default mode), auto (that on a GPU, none
+    on a CPU, where compiling did not pay: docs/performance.md) or a torch.compile mode ->
+    the mode to compile with, None for eager."""
+    if setting == "auto":
+        setting = device.type == "cuda"
+    if setting is True:
+        return "default"
+    if setting is False or setting is None:
+        return None
+    if setting not in COMPILE_MODES:
+        raise UserError(
+            f"model_compile={setting!r}; expected true, false, auto or one of {COMPILE_MODES}"
+        )
+    return setting
 
 
 class EncoderModule(L.LightningModule):
@@ -61,8 +107,11 @@ class EncoderModule(L.LightningModule):
             for layer in self.model.bert.encoder.layer:
                 fully_shard(layer, mesh=mesh)
             fully_shard(self.model, mesh=mesh)
-        if self.hparams.get("compile"):
-            self.model.compile()
+        device = self.trainer.strategy.root_device  # where it will run (it is not there yet)
+        mode = compile_mode(self.hparams.get("compile", False), device)
+        if mode is not None:  # padded batches then run padded: unpadding's size is data's
+            self.model.bert.unpad = False
+            self.model.compile(mode=mode)
 
     def trained(self) -> torch.nn.Module:
         """What the optimizer trains: `.bert`, the encoder, and heads (the rest)."""

@@ -4,14 +4,14 @@ the data are sentence pairs."""
 from __future__ import annotations
 
 import torch
-from torchmetrics.classification import BinaryAccuracy, MulticlassAccuracy
+from torchmetrics.classification import BinaryAccuracy
 from torchmetrics.text import Perplexity
 
 from bert_lightning.data.nsp import OBJECTIVES
 from bert_lightning.errors import UserError
 from bert_lightning.model import BertConfig, BertForPreTraining, pretraining_flops
 from bert_lightning.model.flops import step_counts
-from bert_lightning.training.module_base import EncoderModule, ValidationLoss
+from bert_lightning.training.module_base import EncoderModule, Share, ValidationLoss
 
 
 class BertPretrainModule(EncoderModule):
@@ -44,12 +44,10 @@ class BertPretrainModule(EncoderModule):
             for head in (self.model.bert.pooler, self.model.cls.seq_relationship):
                 head.requires_grad_(False)
         self.tokenizer_json = tokenizer_json
-        V = self.model.config.vocab_size
-        # validate_args checks label ranges on the host: a sync per training step, not worth it
-        self.train_acc = MulticlassAccuracy(num_classes=V, average="micro", validate_args=False)
-        self.val_acc = MulticlassAccuracy(num_classes=V, average="micro")
-        self.val_ppl = Perplexity()
+        self.train_acc, self.val_acc = Share(), Share()
+        self.val_ppl = Perplexity(ignore_index=-100)
         if self.nsp:  # NSP accuracy (data=c4_nsp); the loss is then MLM + NSP
+            # validate_args checks labels on the host: a sync per training step
             self.train_nsp_acc = BinaryAccuracy(validate_args=False)
             self.val_nsp_acc = BinaryAccuracy()
         self.val_loss = ValidationLoss(mlm=1.0, nsp=1.0) if self.nsp else ValidationLoss(mlm=1.0)
@@ -64,6 +62,7 @@ class BertPretrainModule(EncoderModule):
             batch.get("labels"),
             batch.get("next_sentence_label") if self.nsp else None,
             batch.get("position_ids"),  # packed_isolated: the documents of each row
+            batch.get("mlm_positions"),
         )
 
     def flops_per_batch(self, batch: dict) -> torch.Tensor:
@@ -74,17 +73,16 @@ class BertPretrainModule(EncoderModule):
     def training_step(self, batch, batch_idx):
         out = self(batch)
         B = batch["input_ids"].size(0)
-        self.log("train/loss", out.loss, prog_bar=True, batch_size=B)
-        if out.mlm_labels.numel():
-            self.train_acc(out.mlm_logits.detach(), out.mlm_labels)
-            self.log("train/mlm_acc", self.train_acc, batch_size=B)
+        self.log("train/loss", out.loss, batch_size=B)
+        self._mlm_acc(self.train_acc, out)
+        self.log("train/mlm_acc", self.train_acc, batch_size=B)
         if self.nsp:
             self._log_nsp("train", out, batch, self.train_nsp_acc)
         return out.loss
 
     def validation_step(self, batch, batch_idx):
         out = self(batch)
-        B, masked = batch["input_ids"].size(0), out.mlm_labels.numel()
+        B, masked = batch["input_ids"].size(0), (out.mlm_labels != -100).sum()
         self.val_loss.update("mlm", out.mlm_loss, masked)
         if self.nsp:
             self.val_loss.update("nsp", out.nsp_loss, B)
@@ -93,13 +91,17 @@ class BertPretrainModule(EncoderModule):
             self.log("val/mlm_loss", self.val_mlm_loss, batch_size=B)
             self.log("val/nsp_loss", self.val_nsp_loss, batch_size=B)
         self.log("val/loss", self.val_loss, prog_bar=True, batch_size=B)
-        if masked:
-            self.val_acc(out.mlm_logits, out.mlm_labels)
-            self.val_ppl(out.mlm_logits[None].float(), out.mlm_labels[None])
-            self.log("val/mlm_acc", self.val_acc, batch_size=B)
-            self.log("val/ppl", self.val_ppl, batch_size=B)
+        self._mlm_acc(self.val_acc, out)
+        self.val_ppl(out.mlm_logits[None].float(), out.mlm_labels[None])
+        self.log("val/mlm_acc", self.val_acc, batch_size=B)
+        self.log("val/ppl", self.val_ppl, batch_size=B)
         if self.nsp:
             self._log_nsp("val", out, batch, self.val_nsp_acc)
+
+    @staticmethod
+    def _mlm_acc(acc: Share, out) -> None:
+        hits = out.mlm_logits.detach().argmax(-1) == out.mlm_labels  # (B * K,)
+        acc(hits, out.mlm_labels != -100)
 
     def _log_nsp(self, stage: str, out, batch: dict, acc: BinaryAccuracy) -> None:
         if out.nsp_loss is None:

@@ -4,13 +4,15 @@
 from __future__ import annotations
 
 import torch
-from torchmetrics.classification import BinaryAccuracy, MulticlassAccuracy
+from torch import nn
 
 from bert_lightning.data.sampling import hash_seed
 from bert_lightning.errors import UserError
 from bert_lightning.model import BertConfig, ElectraForPreTraining, rtd_flops
 from bert_lightning.model.flops import step_counts
-from bert_lightning.training.module_base import EncoderModule, ValidationLoss
+from bert_lightning.training.module_base import EncoderModule, Share, ValidationLoss
+
+SHARES = ("replaced", "gen_mlm_acc", "disc_acc")  # logged per stage
 
 
 class RTDPretrainModule(EncoderModule):
@@ -41,12 +43,9 @@ class RTDPretrainModule(EncoderModule):
         self.save_hyperparameters(ignore=["tokenizer_json"])
         self.model = ElectraForPreTraining(BertConfig(**config), generator_hidden_size, disc_weight)
         self.tokenizer_json = tokenizer_json
-        V = self.model.config.vocab_size
-        # validate_args checks label ranges on the host: a sync per training step, not worth it
-        self.train_gen_acc = MulticlassAccuracy(V, average="micro", validate_args=False)
-        self.train_disc_acc = BinaryAccuracy(validate_args=False)
-        self.val_gen_acc = MulticlassAccuracy(V, average="micro")
-        self.val_disc_acc = BinaryAccuracy()
+        self.shares = nn.ModuleDict(  # "{stage}_{name}": the shares `_log` logs
+            {f"{s}_{n}": Share() for s in ("train", "val") for n in SHARES}
+        )
         self.val_loss = ValidationLoss(gen=1.0, disc=disc_weight)
         self.val_gen_loss, self.val_disc_loss = ValidationLoss(gen=1.0), ValidationLoss(disc=1.0)
 
@@ -58,6 +57,7 @@ class RTDPretrainModule(EncoderModule):
             batch["labels"],
             batch.get("position_ids"),
             sampler,
+            batch.get("mlm_positions"),
         )
 
     def flops_per_batch(self, batch: dict) -> torch.Tensor:
@@ -67,7 +67,7 @@ class RTDPretrainModule(EncoderModule):
 
     def training_step(self, batch, batch_idx):
         out = self(batch)
-        self._log("train", out, batch, self.train_gen_acc, self.train_disc_acc)
+        self._log("train", out, batch)
         return out.loss
 
     def validation_step(self, batch, batch_idx):
@@ -76,7 +76,7 @@ class RTDPretrainModule(EncoderModule):
         seed = hash_seed(self.hparams.data["seed"] if self.hparams.data else 0, batch_idx)
         sampler = torch.Generator(self.device).manual_seed(seed)
         out = self(batch, sampler)
-        B, picked, real = batch["input_ids"].size(0), out.gen_labels.numel(), out.replaced.numel()
+        B, picked, real = batch["input_ids"].size(0), (out.gen_labels != -100).sum(), out.real.sum()
         for metric in (self.val_loss, self.val_gen_loss):
             metric.update("gen", out.gen_loss, picked)
         for metric in (self.val_loss, self.val_disc_loss):
@@ -84,18 +84,23 @@ class RTDPretrainModule(EncoderModule):
         self.log("val/loss", self.val_loss, prog_bar=True, batch_size=B)
         self.log("val/gen_mlm_loss", self.val_gen_loss, batch_size=B)
         self.log("val/disc_loss", self.val_disc_loss, batch_size=B)
-        self._log("val", out, batch, self.val_gen_acc, self.val_disc_acc)
+        self._log("val", out, batch)
 
-    def _log(self, stage: str, out, batch: dict, gen_acc, disc_acc) -> None:
-        B, val = batch["input_ids"].size(0), stage == "val"
-        if not val:  # validation's: `val_loss`
-            self.log("train/loss", out.loss, prog_bar=True, batch_size=B)
+    def _log(self, stage: str, out, batch: dict) -> None:
+        B = batch["input_ids"].size(0)
+        if stage == "train":  # validation's: `val_loss`
+            self.log("train/loss", out.loss, batch_size=B)
             self.log("train/gen_mlm_loss", out.gen_loss, batch_size=B)
             self.log("train/disc_loss", out.disc_loss, batch_size=B)
-        n = out.replaced.numel()  # the real positions: a share of them, not of batches
-        self.log(f"{stage}/replaced", out.replaced.float().mean(), batch_size=n, sync_dist=val)
-        if out.gen_labels.numel():
-            gen_acc(out.gen_logits.detach(), out.gen_labels)
-            self.log(f"{stage}/gen_mlm_acc", gen_acc, batch_size=B)
-        disc_acc((out.disc_logits.detach() > 0).long(), out.replaced.long())  # (N,) vs (N,)
-        self.log(f"{stage}/disc_acc", disc_acc, prog_bar=True, batch_size=B)
+        hits = {  # name: (hits, what counts)
+            "replaced": (out.replaced, out.real),  # (B, T) each: of the real tokens
+            "gen_mlm_acc": (
+                out.gen_logits.detach().argmax(-1) == out.gen_labels,
+                out.gen_labels != -100,
+            ),
+            "disc_acc": ((out.disc_logits.detach() > 0) == out.replaced, out.real),  # (B, T)
+        }
+        for name in SHARES:
+            metric = self.shares[f"{stage}_{name}"]
+            metric(*hits[name])
+            self.log(f"{stage}/{name}", metric, batch_size=B)

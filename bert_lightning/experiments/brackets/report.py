@@ -112,7 +112,8 @@ def evaluate(
     if not picked.any():
         return {}
     out = model(inputs, labels=labels)
-    correct = out.mlm_logits.argmax(-1) == out.mlm_labels  # (P,) in row-major order
+    at = out.mlm_labels != -100  # (B * K,) the picks, in row-major order
+    correct = out.mlm_logits[at].argmax(-1) == out.mlm_labels[at]  # (P,)
     rows, pos = picked.nonzero(as_tuple=True)  # (P,), (P,)
     opener = (pos - 1) % 2 == 0  # symbols start after [CLS]: openers at odd positions
     partner = torch.where(opener, pos + 1, pos - 1)
