@@ -18,6 +18,12 @@ from lightning.pytorch.utilities import rank_zero_only
 from bert_lightning.atomic import atomic_path
 from bert_lightning.progress import eta_text
 from bert_lightning.run_folder import METRICS, follow_moved_run
+from bert_lightning.training.lightning_api import (
+    learning_rates,
+    logs_this_step,
+    save_last,
+    summary_table,
+)
 from bert_lightning.training.optim import budget_timer
 
 log = logging.getLogger(__name__)
@@ -39,8 +45,8 @@ class ModelCheckpoint(lightning_callbacks.ModelCheckpoint):
             follow_moved_run(state, self.dirpath, trainer.ckpt_path)
 
     def on_train_end(self, trainer, pl_module):
-        if self.save_last and self._last_global_step_saved != trainer.global_step:
-            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+        if self.save_last:
+            save_last(self, trainer)
 
 
 class LearningRateMonitor(lightning_callbacks.LearningRateMonitor):
@@ -49,8 +55,8 @@ class LearningRateMonitor(lightning_callbacks.LearningRateMonitor):
     writes to the loggers directly, one step lower)."""
 
     def on_train_batch_start(self, trainer, pl_module, *args, **kwargs):
-        if trainer._logger_connector.should_update_logs:
-            pl_module.log_dict(self._extract_stats(trainer, "step"))
+        if logs_this_step(trainer):
+            pl_module.log_dict(learning_rates(self, trainer))
 
 
 # Dense (no sparsity) bf16/fp16 tensor-core peaks from NVIDIA's datasheets, FLOP/s, matched by
@@ -111,7 +117,7 @@ class TokenThroughput(L.Callback):
         flops = flops_fn(batch) if flops_fn else tokens.new_zeros(())
         step = torch.stack([tokens, tokens.new_tensor(ids.size(0)), flops]).double()  # (3,)
         self.counts = step if self.counts is None else self.counts + step
-        if not trainer._logger_connector.should_update_logs and self.mark is not None:
+        if not logs_this_step(trainer) and self.mark is not None:
             return
         now, counts = time.perf_counter(), self.counts.tolist()  # the one read
         if self.mark is not None and now > self.mark[0]:
@@ -334,12 +340,8 @@ class FlopFreeModelSummary(ModelSummary):
         total_flops,
         **kwargs,
     ) -> None:
-        from lightning.pytorch.utilities.model_summary.model_summary import (
-            _format_summary_table,
-        )
-
         data = [(k, v) for k, v in summary_data if k != "FLOPs"]
-        table = _format_summary_table(
+        table = summary_table(
             total_parameters, trainable_parameters, model_size, total_training_modes, 0, *data
         )
         log.info("\n" + "\n".join(ln for ln in table.splitlines() if "flops" not in ln.lower()))

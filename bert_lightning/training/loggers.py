@@ -4,7 +4,6 @@ the run with a one-line install hint instead of a traceback."""
 
 from __future__ import annotations
 
-import csv
 import importlib.util
 
 from lightning.pytorch.loggers import CSVLogger
@@ -12,30 +11,19 @@ from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 
 from bert_lightning.errors import UserError
-
-
-class _AppendingWriter(ExperimentWriter):
-    """Lightning's writer warns about, then deletes, a `metrics.csv` it finds. In a run folder
-    other files are expected (`.hydra/`, the log, checkpoints), and a `metrics.csv` is the run's
-    own, from before a resume (`keep_metrics_through` cut it at the resumed step): appended to,
-    its columns kept."""
-
-    def _check_log_dir_exists(self) -> None:
-        if self._fs.isfile(self.metrics_file_path):
-            with self._fs.open(self.metrics_file_path, "r", newline="") as f:
-                self.metrics_keys = next(csv.reader(f), [])
+from bert_lightning.training.lightning_api import appending_csv_experiment
 
 
 class RunCSVLogger(CSVLogger):
-    """`metrics.csv` in the run folder, continued (not replaced) by a resumed run."""
+    """`metrics.csv` in the run folder, continued (not replaced) by a resumed run: Lightning's
+    writer would warn about, then delete, the run's own file from before a resume
+    (`keep_metrics_through` cut it at the resumed step; `.hydra/`, the log and checkpoints are
+    expected there too)."""
 
     @property
     @rank_zero_experiment
     def experiment(self) -> ExperimentWriter:
-        if self._experiment is None:
-            self._fs.makedirs(self.root_dir, exist_ok=True)
-            self._experiment = _AppendingWriter(log_dir=self.log_dir)
-        return self._experiment
+        return appending_csv_experiment(self)
 
 
 def require(module: str, option: str) -> None:

@@ -11,6 +11,7 @@ from torchmetrics import Metric
 from bert_lightning.checkpoint import DATA_RECORD
 from bert_lightning.errors import UserError
 from bert_lightning.training import optim
+from bert_lightning.training.lightning_api import batches_stepped, logs_this_step
 
 
 class ValidationLoss(Metric):
@@ -128,8 +129,8 @@ class EncoderModule(L.LightningModule):
     # after k steps are at k, and the validation before training at 0 (Lightning's own index
     # is one less). Logging `step` replaces Lightning's, and its `epoch` with it.
     def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
-        if self.trainer._logger_connector.should_update_logs:  # a row is written: not a hot path
-            self._log_position(self.trainer.fit_loop.epoch_loop._batches_that_stepped + 1)
+        if logs_this_step(self.trainer):  # a row is written: not a hot path
+            self._log_position(batches_stepped(self.trainer) + 1)
 
     def on_validation_epoch_end(self) -> None:
         self._log_position(self.global_step, sync_dist=True)

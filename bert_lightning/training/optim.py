@@ -19,6 +19,7 @@ from lightning.pytorch.plugins.precision import MixedPrecision
 
 from bert_lightning.errors import UserError
 from bert_lightning.training.instantiate import instantiate
+from bert_lightning.training.lightning_api import budget_seconds
 
 FUSED_DEVICES = ("cpu", "cuda", "mps", "xpu")  # where torch has a fused AdamW kernel
 
@@ -208,7 +209,7 @@ def budget_progress(trainer) -> Callable[[], float] | None:
     timer = budget_timer(trainer)
     if timer is None:
         return None
-    duration = timer._duration  # the parsed max_time, in seconds (Lightning keeps it only here)
+    duration = budget_seconds(timer)
     return lambda: trainer.strategy.broadcast(timer.time_elapsed() / duration)
 
 

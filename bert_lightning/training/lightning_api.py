@@ -1,0 +1,105 @@
+"""The one door to Lightning's private names (pyproject pins `lightning<2.7`): every `_`-name of
+Lightning the package reads, calls or overrides is here, each behind a function that says what
+it reads and why the public API does not give it. A release that moves one fails here with one
+line naming the release and the name (`LightningMoved`); tests/test_lightning_api.py checks
+each on a real fit and that nothing else in the package touches such a name."""
+
+from __future__ import annotations
+
+import csv
+from types import ModuleType
+from typing import Any
+
+import lightning
+from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.loggers.csv_logs import ExperimentWriter
+
+
+class LightningMoved(RuntimeError):
+    """The installed Lightning lacks a private name this module reads."""
+
+
+def _moved(owner: Any, name: str) -> LightningMoved:
+    kind = owner.__name__ if isinstance(owner, type | ModuleType) else type(owner).__name__
+    return LightningMoved(
+        f"Lightning {lightning.__version__} has no {kind}.{name}, which "
+        "bert_lightning/training/lightning_api.py reads: update it for this release"
+    )
+
+
+def _private(obj: Any, *path: str) -> Any:
+    """`obj.path[0].path[1]...`, or LightningMoved naming the first missing name."""
+    for name in path:
+        try:
+            obj = getattr(obj, name)
+        except AttributeError:
+            raise _moved(obj, name) from None
+    return obj
+
+
+def logs_this_step(trainer) -> bool:
+    """Whether the loggers write a row at this training batch (every `log_every_n_steps`
+    steps, and when the fit stops): Lightning decides it in its private logger connector, on
+    its private count of the batches that stepped."""
+    return _private(trainer, "_logger_connector", "should_update_logs")
+
+
+def batches_stepped(trainer) -> int:
+    """The batches that ran an optimizer step so far, the step Lightning writes a training row
+    at (one less than the steps done, in `on_train_batch_end`). It is the fit loop's private
+    counter, which a checkpoint restores; the public `global_step` counts the steps of every
+    optimizer."""
+    return _private(trainer, "fit_loop", "epoch_loop", "_batches_that_stepped")
+
+
+def budget_seconds(timer) -> float:
+    """A Timer's `duration` (`trainer.max_time`) in seconds, as it parsed it: it keeps the
+    figure only privately (`time_remaining` reads the clock again)."""
+    return _private(timer, "_duration")
+
+
+def learning_rates(monitor, trainer) -> dict[str, float]:
+    """The rates a LearningRateMonitor logs at a step, by its names: it computes them in a
+    private method and writes them to the loggers itself."""
+    return _private(monitor, "_extract_stats")(trainer, "step")
+
+
+def save_last(callback, trainer) -> None:
+    """`last.ckpt` of a ModelCheckpoint at the trainer's step, unless it saved at that step
+    already: Lightning writes it (the name, the link or copy, the removal of the previous one)
+    in private methods that only its own hooks call."""
+    if _private(callback, "_last_global_step_saved") != trainer.global_step:
+        candidates = _private(callback, "_monitor_candidates")(trainer)
+        _private(callback, "_save_last_checkpoint")(trainer, candidates)
+
+
+def summary_table(*args) -> str:
+    """Lightning's model-summary table as text, from ModelSummary.summarize's arguments in
+    order (the summary rows last): a private function builds it, and the public `summarize`
+    logs it with the FLOPs that ours leaves out."""
+    from lightning.pytorch.utilities.model_summary import model_summary
+
+    return _private(model_summary, "_format_summary_table")(*args)
+
+
+class _AppendingWriter(ExperimentWriter):
+    """Lightning's writer warns about, then deletes, a `metrics.csv` it finds (its private
+    `_check_log_dir_exists`, which its constructor calls): this one reads its columns, and
+    appends."""
+
+    def _check_log_dir_exists(self) -> None:
+        fs = _private(self, "_fs")
+        if fs.isfile(self.metrics_file_path):
+            with fs.open(self.metrics_file_path, "r", newline="") as f:
+                self.metrics_keys = next(csv.reader(f), [])
+
+
+def appending_csv_experiment(logger: CSVLogger) -> ExperimentWriter:
+    """A CSVLogger's writer (its `experiment`) made, the first time, as one that continues the
+    `metrics.csv` it finds: CSVLogger keeps its writer, and the file system it makes the folder
+    on, in private attributes, and takes no writer of ours."""
+    _private(ExperimentWriter, "_check_log_dir_exists")  # else ours overrides nothing
+    if _private(logger, "_experiment") is None:
+        _private(logger, "_fs").makedirs(logger.root_dir, exist_ok=True)
+        logger._experiment = _AppendingWriter(log_dir=logger.log_dir)
+    return logger._experiment
