@@ -1,9 +1,9 @@
-"""Every `python train.py`, `python finetune.py` and `bert-lightning` command in README.md and
-docs/ runs, with tiny overrides appended (a tiny model, 2 steps, a small slice of the bundled
-sample, a temporary folder), or is skipped with its reason (GPUs, real C4 shards). The files a
-command names (`ads.csv`, `path/to/hf_bert_folder`, a run's `last.ckpt`, ...) are made in the
-temporary working folder first, so a command added to the docs is tested without anyone
-remembering to."""
+"""Every `python train.py`, `python finetune.py` and `bert-lightning` command in README.md,
+docs/ and the guide (docs/guide/; `-k guide` runs the commands first seen there) runs, with tiny
+overrides appended (a tiny model, 2 steps, a small slice of the bundled sample, a temporary
+folder), or is skipped with its reason (GPUs, real C4 shards). The files a command names
+(`ads.csv`, `path/to/hf_bert_folder`, a run's `last.ckpt`, ...) are made in the temporary working
+folder first, so a command added to the docs is tested without anyone remembering to."""
 
 from __future__ import annotations
 
@@ -31,7 +31,11 @@ from finetune_fixtures import (
 )
 from helpers import ROOT, run_in_session, subprocess_env, tiny_overrides, write_corpus
 
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [
+    ROOT / "README.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+    *sorted((ROOT / "docs" / "guide").glob("*.md")),
+]
 STARTS = ("python train.py", "python finetune.py", "bert-lightning ", "python -m bert_lightning ")
 SKIPS = [  # (pattern in the command, why it cannot run on a CPU test machine)
     (r"trainer\.devices=(?:[2-9]|\d\d|\$)|trainer=(?:gpu|ddp|fsdp|deepspeed)\b", "needs GPUs"),
@@ -60,11 +64,12 @@ def doc_commands() -> list[tuple[str, str]]:
     found, seen = [], set()
     for doc in DOCS:
         text = doc.read_text()
+        name = doc.relative_to(ROOT).as_posix().removeprefix("docs/")  # guide/NAME.md
         fenced = False
         lines = text.splitlines()
         i = 0
         while i < len(lines):
-            line, where = lines[i], f"{doc.name}:{i + 1}"
+            line, where = lines[i], f"{name}:{i + 1}"
             while line.endswith("\\") and i + 1 < len(lines):
                 i += 1
                 line = line[:-1] + " " + lines[i].strip()
@@ -109,8 +114,10 @@ def workspace(tmp_path_factory):
     rows.to_parquet(ws / "bids.parquet")
     (ws / "texts.txt").write_text("the cat sat\non the mat\n")
     write_corpus(ws / "hd_text.jsonl", 80)  # bench/task_text.py's output: 50 held out, 30 train
+    write_corpus(ws / "my_text.jsonl", 80)  # the guide's own corpus (an experiment reads it as is)
+    write_corpus(ws / "my_val.jsonl", 10)  # the guide's held-out text (evaluate)
     (ws / "wiki").mkdir()
-    for source in ("wikipedia", "books"):  # data=corpus's validation files (docs/data.md)
+    for source in ("wikipedia", "books"):  # data=corpus's validation files (docs/guide/pretrain.md)
         shard = ws / "wiki" / f"{source}-validation-00000.jsonl.gz"
         shard.write_bytes(gzip.compress(corpus.read_bytes()))
     ckpt = pre / "checkpoints" / "last.ckpt"
@@ -223,6 +230,24 @@ def run_command(args: list[str], tmp: Path, ws: dict) -> None:
 def test_the_docs_have_commands():
     kinds = {c.split()[1] if c.startswith("python") else "cli" for _, c in COMMANDS}
     assert {"train.py", "finetune.py", "cli"} <= kinds, COMMANDS
+
+
+def test_the_guide_is_collected():
+    """The guide's pages are read: every command of a guide page's bash blocks is collected (first
+    seen there or on an earlier page), and the ids of those first seen there say `guide/`."""
+    guide = sorted((ROOT / "docs" / "guide").glob("*.md"))
+    assert guide and set(guide) <= set(DOCS)
+    assert any(w.startswith("guide/") for w, _ in COMMANDS)
+    commands = {c for _, c in COMMANDS}
+    for page in guide:
+        shown = [
+            part
+            for block in re.findall(r"```bash\n(.*?)```", page.read_text(), flags=re.S)
+            for line in block.replace("\\\n", " ").splitlines()
+            for part in [re.sub(r"\s+#\s.*$", "", line).strip()]
+            if part.startswith(STARTS)
+        ]
+        assert all(part in commands for part in shown), (page.name, shown)
 
 
 @pytest.mark.slow

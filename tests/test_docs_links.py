@@ -1,6 +1,7 @@
-"""Every relative link of README.md and docs/ reaches a file of the repository and, where it
-names one, a heading of that file (GitHub's anchors: the heading lowercased, punctuation but
-`-` and `_` dropped, spaces as `-`); README's lists of options name the options there are."""
+"""Every relative link of README.md, docs/ and docs/guide/ reaches a file of the repository
+and, where it names one, a heading of that file (GitHub's anchors: the heading lowercased,
+punctuation but `-` and `_` dropped, spaces as `-`); README's lists of options name the options
+there are."""
 
 from __future__ import annotations
 
@@ -10,7 +11,11 @@ import pytest
 
 from helpers import ROOT
 
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [
+    ROOT / "README.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+    *sorted((ROOT / "docs" / "guide").glob("*.md")),  # the guide's pages
+]
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 
 
@@ -33,6 +38,8 @@ def links() -> list[tuple[str, str]]:
 
 def test_the_docs_have_links():
     assert len(links()) > 20
+    guide = [t for d, t in links() if d.startswith("docs/guide/")]
+    assert len(guide) > 20 and any(t.startswith("../") for t in guide)
 
 
 @pytest.mark.parametrize(("doc", "target"), links())
