@@ -4,6 +4,7 @@ teacher stays as it was, a bitwise resume, and the student as an encoder like an
 
 import csv
 import json
+import logging
 import math
 import subprocess
 import sys
@@ -381,10 +382,18 @@ def test_a_student_from_the_teachers_layers_exports_and_fine_tunes(tmp_path, tea
     assert results["pretrained"] == f"checkpoint {ckpt}"
 
 
-def test_a_student_starts_from_its_teachers_principal_embeddings_and_trains(tmp_path, teacher_run):
+def test_a_student_starts_from_its_teachers_principal_embeddings_and_trains(
+    tmp_path, teacher_run, caplog
+):
     option = "objective.embeddings_from_teacher=true"
     overrides = distill_overrides(tmp_path, teacher_run, option, "trainer.max_steps=3")
-    dm, m, trainer = build(compose(overrides=overrides))
+    with caplog.at_level(logging.INFO):
+        dm, m, trainer = build(compose(overrides=overrides))
+    teacher = f"checkpoint {teacher_run}"
+    assert (
+        f"the run starts from weights: {teacher}'s embeddings on 16 principal directions; "
+        f"tokenizer: {teacher}; shape: model=" in caplog.text
+    )
     start = principal_embeddings(read_checkpoint(teacher_run).state_dict, 16)
     for k, v in start.items():
         assert torch.equal(m.model.state_dict()[k], v), k

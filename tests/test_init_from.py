@@ -188,11 +188,14 @@ def test_extend_wordpiece_adds_the_most_frequent_words_cut_into_three_pieces():
     ]  # fmt: skip
 
 
-def test_new_words_start_from_their_pieces_train_export_and_resume(tmp_path, mlm_start):
+def test_new_words_start_from_their_pieces_train_export_and_resume(tmp_path, mlm_start, caplog):
     folder, hf, tok = mlm_start
     run = tmp_path / "run"
     cfg = compose(overrides=overrides(run, folder, "data.tokenizer.extend=5"))
-    model = loaded(cfg)
+    with caplog.at_level(logging.INFO):
+        model = loaded(cfg)
+    grown = f"Hugging Face folder {folder} with 5 new words"
+    assert f"starts from weights: {grown}; tokenizer: {grown}; shape: {grown}" in caplog.text
     new = load_tokenizer(run / "tokenizer.json")
     words = [new.id_to_token(i) for i in range(tok.get_vocab_size(), new.get_vocab_size())]
     assert len(words) == 5 and all(len(tok.model.tokenize(w)) >= 3 for w in words)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from bert_lightning.checkpoint import Checkpoint, load_into, read_checkpoint
+from bert_lightning.checkpoint import Checkpoint, load_into
 from bert_lightning.errors import UserError
 from bert_lightning.model import BertConfig, BertForPreTraining, distill_flops
 from bert_lightning.model.bert import mlm_loss, picked_positions
@@ -36,11 +36,26 @@ def projection(width: int, teacher_width: int) -> nn.Linear:
     return p
 
 
+def frozen_teacher(ckpt: Checkpoint, soft_mlm: float) -> BertForPreTraining:
+    """A teacher's encoder and MLM head (not a task's head) in eval mode, without gradient;
+    `soft_mlm` takes its targets from the head."""
+    if soft_mlm and "cls.predictions.bias" not in ckpt.state_dict:
+        raise UserError(
+            f"objective.soft_mlm={soft_mlm}: {ckpt.source} has no MLM head "
+            "(cls.predictions.*) to take soft targets from"
+        )
+    model = BertForPreTraining(ckpt.config)
+    heads = ("bert.", "cls.")
+    load_into(model, {k: v for k, v in ckpt.state_dict.items() if k.startswith(heads)})
+    return model.eval().requires_grad_(False)
+
+
 class DistillModule(EncoderModule):
     """`config`: the student's BertConfig fields (a `BertForPreTraining`, the encoder its
-    checkpoints hand on); `teacher`: a Hugging Face BERT folder or a `.ckpt` of ours, read here
-    unless `build` already did (`teacher_ckpt`), held in eval mode without gradient and outside
-    the module's children: it is in no checkpoint, optimizer or DDP bucket. The losses'
+    checkpoints hand on); `teacher`: the path of a Hugging Face BERT folder or a `.ckpt` of
+    ours (recorded: a resumed run keeps it), `teacher_ckpt` its contents, read by the caller
+    (`training/start.py`), held in eval mode without gradient and outside the module's
+    children: it is in no checkpoint, optimizer or DDP bucket. The losses'
     weights (`LOSSES`; 0 computes nothing), `temperature` (of `soft_mlm`), `relation_heads`
     (MiniLM's re-split heads; None: the student's head count), `student_layers` (the
     teacher's layers the student started from) and `embeddings_from_teacher` (recorded;
@@ -68,7 +83,7 @@ class DistillModule(EncoderModule):
         objective: str,
         compile: bool = False,
         data: dict | None = None,
-        teacher_ckpt: Checkpoint | None = None,
+        teacher_ckpt: Checkpoint,
     ):
         super().__init__()
         if student_layers is not None:  # a plain list: checkpoints load weights-only
@@ -79,18 +94,9 @@ class DistillModule(EncoderModule):
             raise UserError(f"objective: every loss weight is 0; set one of {list(LOSSES)}")
         self.tokenizer_json = tokenizer_json
         self.model = BertForPreTraining(BertConfig(**config))
-        ckpt = teacher_ckpt or read_checkpoint(teacher)
-        if soft_mlm and "cls.predictions.bias" not in ckpt.state_dict:
-            raise UserError(
-                f"objective.soft_mlm={soft_mlm}: {ckpt.source} has no MLM head "
-                "(cls.predictions.*) to take soft targets from"
-            )
-        teacher_model = BertForPreTraining(ckpt.config)
-        heads = ("bert.", "cls.")  # not a task's head
-        load_into(teacher_model, {k: v for k, v in ckpt.state_dict.items() if k.startswith(heads)})
         # set past nn.Module's __setattr__, which would register it as a child
-        object.__setattr__(self, "teacher", teacher_model.eval().requires_grad_(False))
-        s, t = self.model.config, ckpt.config
+        object.__setattr__(self, "teacher", frozen_teacher(teacher_ckpt, soft_mlm))
+        s, t = self.model.config, teacher_ckpt.config
         self.relation_heads = R = relation_heads or s.num_attention_heads
         if (attention or value_relation) and (s.hidden_size % R or t.hidden_size % R):
             raise UserError(
@@ -169,61 +175,78 @@ class DistillModule(EncoderModule):
             batch.get("attention_mask"),
             batch.get("position_ids"),
         )
-        w, student, teacher = self.weights, self.model, self.teacher
         # MiniLM's losses alone read the last layer's input: its output only for [CLS]
         rows = None if self.reads_last else ids.new_zeros(ids.size(0), 1)  # (B, 1)
         run = dict(output_hidden_states=True, last_rows=rows, position_ids=pos)
         with torch.no_grad():
-            t = teacher.bert(ids, tt, am, **run)
-        s = student.bert(ids, tt, am, **run)
+            t = self.teacher.bert(ids, tt, am, **run)
+        s = self.model.bert(ids, tt, am, **run)
         tokens = torch.ones_like(ids, dtype=torch.bool) if am is None else am.bool()  # (B, T)
-        losses = {}
+        w, losses = self.weights, {}
         if w["attention"] or w["value_relation"]:
-            _, mask = student.bert.attention_inputs(ids, am, pos)
-            R = self.relation_heads
-            qs, ks, vs = last_layer_qkv(student.bert, s.hidden_states[-2])  # 3 x (B, T, Hs)
-            with torch.no_grad():
-                qt, kt, vt = last_layer_qkv(teacher.bert, t.hidden_states[-2])  # 3 x (B, T, Ht)
-            for name, (a_t, b_t, a_s, b_s) in (
-                ("attention", (qt, kt, qs, ks)),
-                ("value_relation", (vt, vt, vs, vs)),
-            ):
-                if w[name]:
-                    losses[name] = relation_kl(
-                        relation_logits(a_t, b_t, R, mask),
-                        relation_logits(a_s, b_s, R, mask),
-                        tokens,
-                    )
+            _, mask = self.model.bert.attention_inputs(ids, am, pos)
+            losses.update(self.relation_losses(s, t, mask, tokens))
         if w["hidden"]:
-            project = self.projections["hidden"]
-            losses["hidden"] = hidden_mse(
-                s.hidden_states, t.hidden_states, project, self.pairs, tokens
-            )
+            losses["hidden"] = self.hidden_loss(s, t, tokens)
         if w["embedding"]:
-            pooled = self.projections["embedding"](
-                mean_pool(s.last_hidden_state, tokens)
-            )  # (B, Ht)
-            losses["embedding"] = embedding_cosine(pooled, mean_pool(t.last_hidden_state, tokens))
-        if self.masked:  # the heads on the static (B, K) `mlm_positions`, as pretraining's
-            positions = batch.get("mlm_positions")
-            if positions is None:
-                positions = picked_positions(labels, labels.size(1))  # room for every one
-            picked = labels.gather(1, positions).flatten()  # (B * K,), -100 past the picks
-
-            def at_positions(h):  # (B, T, H) -> (B * K, H)
-                return h.gather(1, positions[..., None].expand(-1, -1, h.size(-1))).flatten(0, 1)
-
-            logits = student.cls.predictions(at_positions(s.last_hidden_state))  # (B * K, V)
-            if w["soft_mlm"]:
-                with torch.no_grad():
-                    t_logits = teacher.cls.predictions(at_positions(t.last_hidden_state))
-                V = min(logits.size(-1), t_logits.size(-1))  # a teacher may pad its vocabulary
-                losses["soft_mlm"] = soft_mlm(
-                    logits[:, :V], t_logits[:, :V], self.hparams.temperature, picked != -100
-                )
-            if w["mlm"]:
-                losses["mlm"] = mlm_loss(logits, picked)
+            losses["embedding"] = self.embedding_loss(s, t, tokens)
+        if self.masked:
+            losses.update(self.mlm_losses(s, t, batch))
         losses["loss"] = sum(w[k] * v for k, v in losses.items())
+        return losses
+
+    def relation_losses(self, s, t, mask, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
+        """MiniLM's: the KL of the last layer's query-key relations (`attention`, its
+        self-attention) and value-value ones (`value_relation`), both models re-split into
+        `relation_heads` heads; `mask`: the encoder's attention mask, `tokens` (B, T) the real
+        query positions."""
+        R = self.relation_heads
+        qs, ks, vs = last_layer_qkv(self.model.bert, s.hidden_states[-2])  # 3 x (B, T, Hs)
+        with torch.no_grad():
+            qt, kt, vt = last_layer_qkv(self.teacher.bert, t.hidden_states[-2])  # 3 x (B, T, Ht)
+        pairs = {"attention": (qt, kt, qs, ks), "value_relation": (vt, vt, vs, vs)}
+        return {
+            name: relation_kl(
+                relation_logits(a_t, b_t, R, mask), relation_logits(a_s, b_s, R, mask), tokens
+            )
+            for name, (a_t, b_t, a_s, b_s) in pairs.items()
+            if self.weights[name]
+        }
+
+    def hidden_loss(self, s, t, tokens: torch.Tensor) -> torch.Tensor:
+        """TinyBERT's: the MSE of the mapped layers' hidden states (`pairs`), the student's
+        projected to the teacher's width."""
+        project = self.projections["hidden"]
+        return hidden_mse(s.hidden_states, t.hidden_states, project, self.pairs, tokens)
+
+    def embedding_loss(self, s, t, tokens: torch.Tensor) -> torch.Tensor:
+        """1 - cos of the mean-pooled last hidden states, the student's projected."""
+        pooled = self.projections["embedding"](mean_pool(s.last_hidden_state, tokens))  # (B, Ht)
+        return embedding_cosine(pooled, mean_pool(t.last_hidden_state, tokens))
+
+    def mlm_losses(self, s, t, batch: dict) -> dict[str, torch.Tensor]:
+        """The MLM heads' losses on the static (B, K) `mlm_positions`, as pretraining's:
+        DistilBERT's KL to the teacher's softened distribution (`soft_mlm`) and the student's
+        own cross-entropy (`mlm`)."""
+        labels, positions = batch["labels"], batch.get("mlm_positions")
+        if positions is None:
+            positions = picked_positions(labels, labels.size(1))  # room for every one
+        picked = labels.gather(1, positions).flatten()  # (B * K,), -100 past the picks
+
+        def at_positions(h):  # (B, T, H) -> (B * K, H)
+            return h.gather(1, positions[..., None].expand(-1, -1, h.size(-1))).flatten(0, 1)
+
+        logits = self.model.cls.predictions(at_positions(s.last_hidden_state))  # (B * K, V)
+        losses = {}
+        if self.weights["soft_mlm"]:
+            with torch.no_grad():
+                t_logits = self.teacher.cls.predictions(at_positions(t.last_hidden_state))
+            V = min(logits.size(-1), t_logits.size(-1))  # a teacher may pad its vocabulary
+            losses["soft_mlm"] = soft_mlm(
+                logits[:, :V], t_logits[:, :V], self.hparams.temperature, picked != -100
+            )
+        if self.weights["mlm"]:
+            losses["mlm"] = mlm_loss(logits, picked)
         return losses
 
     def flops_per_batch(self, batch: dict) -> torch.Tensor:
