@@ -14,10 +14,29 @@ def load(path: Path):
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def step_rows(out: Path) -> list[str]:
+def fit_rows(out: Path) -> list[str]:
+    """The headline: train.py's fit, eager and compiled, each step against the bare step."""
     rows = []
     for mode in ("eager", "compiled"):
-        for r in load(out / f"step_{mode}.json") or []:
+        f = load(out / f"fit_{mode}.json")
+        if not f:
+            rows.append(f"| train.py fit, {mode} | - | - |")
+            continue
+        mfu = f"MFU {f['fit_mfu']:.1%} (bare step {f['bare_mfu']:.1%}); " if f["fit_mfu"] else ""
+        syncs = f["syncs_per_step"]
+        sync = f"; {syncs:.2f} host syncs per non-logging step" if syncs is not None else ""
+        rows.append(
+            f"| train.py fit, {mode} ({' '.join(f['overrides'])}) | {mfu}"
+            f"{f['fit_tok_s']:,.0f} tok/s{sync} | median fit step / bare step "
+            f"{1 + f['median_overhead']:.3f} (mean {1 + f['mean_overhead']:.3f}) |"
+        )
+    return rows
+
+
+def step_rows(out: Path) -> list[str]:
+    rows = []
+    for name, mode in (("eager", "eager"), ("compiled", "compiled"), ("large", "eager")):
+        for r in load(out / f"step_{name}.json") or []:
             peak = r.get("table_peak_gflops")
             mfu = f"{r['gflops'] / peak:.1%}" if peak else "-"
             measured = f"{r['gflops'] / r['peak_gflops']:.0%}"
@@ -41,16 +60,6 @@ def padded_rows(out: Path) -> list[str]:
     return rows or ["| padded step bench | - | - |"]
 
 
-def fit_row(out: Path) -> str:
-    f = load(out / "fit_overhead.json")
-    if not f:
-        return "| train.py fit vs bare step, bert_base | - | - |"
-    return (
-        f"| train.py fit vs bare step, bert_base | median step {f['median_overhead']:+.1%}, "
-        f"mean {f['mean_overhead']:+.1%} (checkpoints included) | |"
-    )
-
-
 def train_row(out: Path) -> str:
     metrics = sorted((out / "train_gpu").glob("**/metrics.csv"))
     if not metrics:
@@ -70,7 +79,7 @@ def main(out: Path) -> None:
     gpu = (out / "gpu.txt").read_text().strip() if (out / "gpu.txt").is_file() else "?"
     print(f"GPU: {gpu}\n")
     print("| check | figure | against |\n|---|---|---|")
-    for row in [*step_rows(out), *padded_rows(out), fit_row(out), train_row(out)]:
+    for row in [*fit_rows(out), *step_rows(out), *padded_rows(out), train_row(out)]:
         print(row)
 
 

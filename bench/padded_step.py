@@ -34,7 +34,18 @@ from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
-from steps import QUERY, SST2, TITLE, draw, hf_model, make_step, model_config, random_batch, timed
+from steps import (
+    QUERY,
+    SST2,
+    TITLE,
+    draw,
+    hf_model,
+    make_step,
+    model_config,
+    random_batch,
+    timed,
+    without_positions,
+)
 
 from bert_lightning.config import configured
 from bert_lightning.data.tokenizer import special_ids
@@ -114,9 +125,9 @@ class Across(torch.nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, input_ids, labels, position_ids=None):
+    def forward(self, input_ids, labels, position_ids=None, mlm_positions=None):
         if isinstance(self.model, BertForPreTraining):
-            return self.model(input_ids, labels=labels)
+            return self.model(input_ids, labels=labels, mlm_positions=mlm_positions)
         logits = self.model(input_ids).prediction_logits  # (B, T, V)
         return SimpleNamespace(loss=F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten()))
 
@@ -186,7 +197,8 @@ def bench(name: str, args, device, dtype) -> dict:
     for mode, model in models.items():
         model.to(device).train()
         opt = configured("optim", ["optim.lr=1e-5"])(model, 1)["optimizer"]
-        fns = [make_step(model, opt, b, dtype) for b in batches]
+        theirs = mode == "transformers"
+        fns = [make_step(model, opt, without_positions(b) if theirs else b, dtype) for b in batches]
 
         def step(fns=fns, model=model, unpad=mode == "ours"):
             set_unpad(model, unpad)

@@ -20,7 +20,7 @@ from contextlib import nullcontext
 import torch
 from steps import model_config
 
-from bert_lightning.model import BertForPreTraining, ElectraForPreTraining
+from bert_lightning.model import BertForPreTraining, ElectraForPreTraining, picked_positions
 from bert_lightning.model.electra import sample_tokens
 
 
@@ -44,6 +44,7 @@ def main() -> None:
     picked = torch.rand(B, T, generator=g) < a.mlm_probability  # (B, T)
     picked[:, 0] = False
     labels, masked = torch.where(picked, ids, -100), torch.where(picked, 4, ids)
+    positions = picked_positions(labels, int(picked.sum(1).max()))  # (B, K) as the collator's
     models = {
         "mlm": BertForPreTraining(c),
         "rtd": ElectraForPreTraining(c, a.generator_hidden_size, 50.0),
@@ -54,7 +55,7 @@ def main() -> None:
     def step(name: str) -> float:
         t = time.perf_counter()
         with amp:
-            out = models[name](masked, None, None, labels)
+            out = models[name](masked, labels=labels, mlm_positions=positions)
         out.loss.backward()
         opts[name].step()
         opts[name].zero_grad()

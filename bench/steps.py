@@ -14,8 +14,12 @@ from hydra.utils import instantiate
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from bert_lightning.config import compose
+from bert_lightning.data.masking import MaskingConfig, MLMCollator
 from bert_lightning.interop import ours_to_hf
 from bert_lightning.model import BertConfig, BertForPreTraining
+from bert_lightning.shipped import group_defaults
+
+MASKING = MaskingConfig(**group_defaults("data", "_masking")["masking"])
 
 
 def model_config(size: str, vocab_size: int = 30522) -> BertConfig:
@@ -24,20 +28,24 @@ def model_config(size: str, vocab_size: int = 30522) -> BertConfig:
 
 
 def random_batch(c: BertConfig, batch: int, seq: int, device, seed: int = 0) -> dict:
-    """Packed MLM+NSP examples: [CLS] A [SEP] B [SEP], 15% of the others picked."""
+    """Packed MLM+NSP examples: [CLS] A [SEP] B [SEP], masked as the collator masks (the
+    shipped `data.masking`: 15% of the others picked), with its `mlm_positions`."""
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(5, c.vocab_size, (batch, seq), generator=g)  # (B, T)
     half = seq // 2
     ids[:, 0], ids[:, half - 1], ids[:, -1] = 2, 3, 3  # [CLS], [SEP], [SEP]
     types = (torch.arange(seq) >= half).long().expand(batch, seq)  # (B, T)
-    special = torch.zeros(batch, seq, dtype=torch.bool)
-    special[:, [0, half - 1, seq - 1]] = True
-    picked = (torch.rand(batch, seq, generator=g) < 0.15) & ~special  # (B, T)
-    labels = torch.where(picked, ids, -100)
-    ids = torch.where(picked, 4, ids)  # [MASK]
+    collator = MLMCollator(0, 4, [0, 1, 2, 3, 4], c.vocab_size, MASKING, padded=False)
+    ids, labels = collator.mask(ids, g)  # (B, T) each
     nsp = torch.randint(0, 2, (batch,), generator=g)
     b = {"input_ids": ids, "token_type_ids": types, "labels": labels, "next_sentence_label": nsp}
+    b["mlm_positions"] = collator.positions(labels)  # (B, K)
     return {k: v.to(device) for k, v in b.items()}
+
+
+def without_positions(batch: dict) -> dict:
+    """A batch as `transformers`' models take it (they have no `mlm_positions`)."""
+    return {k: v for k, v in batch.items() if k != "mlm_positions"}
 
 
 def hf_model(ours: BertForPreTraining, attn: str = "sdpa"):

@@ -64,8 +64,10 @@ class Trainee:
 
 def ours_loss(model, batch: dict, reduction: str = "mean") -> torch.Tensor:
     """Our head runs on the picked positions only."""
-    out = model(batch["input_ids"], labels=batch["labels"])
-    return out.mlm_loss if reduction == "mean" else out.mlm_loss * out.mlm_labels.numel()
+    out = model(
+        batch["input_ids"], labels=batch["labels"], mlm_positions=batch.get("mlm_positions")
+    )
+    return out.mlm_loss if reduction == "mean" else out.mlm_loss * (out.mlm_labels != -100).sum()
 
 
 def hf_loss(model, batch: dict, reduction: str = "mean") -> torch.Tensor:

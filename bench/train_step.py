@@ -18,10 +18,11 @@ import statistics
 from pathlib import Path
 
 import torch
-from steps import hf_model, make_step, model_config, random_batch, timed
+from steps import hf_model, make_step, model_config, random_batch, timed, without_positions
 
 from bert_lightning.config import configured
-from bert_lightning.model import BertForPreTraining, pretraining_flops, query_rows
+from bert_lightning.model import BertForPreTraining, pretraining_flops
+from bert_lightning.model.flops import step_counts
 from bert_lightning.training.callbacks import device_peak_flops
 
 STEPS = {"bert_mini": 12, "bert_small": 8, "bert_base": 4}  # timed steps per model, CPU
@@ -56,15 +57,14 @@ def bench_size(size: str, args, device) -> dict:
     B, T = args.batch_size, args.seq_len
     c, ours, theirs, run, opt_ours, opt_theirs = build(size, device, args.compile)
     batch = random_batch(c, B, T, device)
-    picked = batch["labels"] != -100
-    flops = pretraining_flops(c, B, T, int(picked.sum()), query_rows(picked)[0].numel())
+    flops = int(pretraining_flops(c, **step_counts(batch)))
     bf16 = torch.bfloat16
     on_gpu = device.type == "cuda"
     # on a GPU both run in bf16 autocast (what one trains with there); on the CPU fp32 first
     main_dtype = bf16 if on_gpu else None
     steps = {
         "ours": make_step(run, opt_ours, batch, main_dtype),
-        "theirs": make_step(theirs, opt_theirs, batch, main_dtype),
+        "theirs": make_step(theirs, opt_theirs, without_positions(batch), main_dtype),
     }
     if not on_gpu and not args.no_bf16:
         steps["ours_bf16"] = make_step(run, opt_ours, batch, bf16)

@@ -29,32 +29,23 @@ def bench(*args: str, cwd: Path) -> str:
 
 
 @pytest.mark.slow
-def test_step_and_loop_benches_feed_the_gpu_summary(tmp_path):
-    from helpers import TINY_BERT
-
-    tiny = [f"model.{k}={v}" for k, v in TINY_BERT.items()]
-    tiny += ["data.max_seq_length=32", "data.batch_size=4"]
-    bench(
-        str(ROOT / "bench/train_step.py"),
-        *["--sizes", "bert_tiny", "--batch-size", "2", "--seq-len", "16", "--steps", "1"],
-        *["--warmup", "1", "--no-bf16", "--json", str(tmp_path / "step_eager.json")],
-        cwd=tmp_path,
-    )
-    bench(
-        str(ROOT / "bench/fit_overhead.py"),
-        *["--steps", "4", "--warmup", "1", "--ckpt-every", "2"],
-        *["--json", str(tmp_path / "fit_overhead.json"), "model=bert_tiny", *tiny],
-        cwd=tmp_path,
-    )
-    step = json.loads((tmp_path / "step_eager.json").read_text())[0]
-    assert step["size"] == "bert_tiny" and step["ours_tok_s"] > 0 and step["ratio"] > 0
-    assert set(json.loads((tmp_path / "fit_overhead.json").read_text())) >= {
-        "mean_overhead",
-        "median_overhead",
-    }
-    summary = bench(str(ROOT / "bench/gpu_summary.py"), str(tmp_path), cwd=tmp_path)
-    assert "| bert_tiny bare step, eager, batch 2 x 16 |" in summary
-    assert "| train.py fit vs bare step, bert_base | median step" in summary
+def test_the_gpu_check_runs_on_the_cpu_and_its_summary_has_every_row(tmp_path):
+    """`bash bench/gpu_check.sh --device cpu`: every part of the GPU session on tiny settings
+    (fits eager and compiled against their bare steps, the bare step against transformers,
+    padded batches, the large size, a short run) exits 0 and fills its row of the summary."""
+    env = subprocess_env(ROOT / "bench")
+    cmd = ["bash", str(ROOT / "bench/gpu_check.sh"), "--device", "cpu", ".whl", str(tmp_path)]
+    r = run_in_session(cmd, env, 900, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    log = (tmp_path / "log.txt").read_text()
+    assert log.count("== ") == 7 and log.count("exit 0") == 7, log
+    summary = (tmp_path / "summary.md").read_text()
+    for mode in ("eager", "compiled"):
+        fit = json.loads((tmp_path / f"fit_{mode}.json").read_text())
+        assert fit["fit_tok_s"] > 0 and fit["compiled"] == (None if mode == "eager" else "default")
+        assert f"| train.py fit, {mode} (" in summary
+        assert f"| bert_tiny bare step, {mode}, batch 2 x 16 |" in summary
+    assert "| padded step packed" in summary and "| - |" not in summary
 
 
 @pytest.mark.slow

@@ -247,7 +247,8 @@ def test_unknown_module_has_no_layer():
 # the modules a run's config passes through (a call given a DictConfig), in the order entered
 CONFIG_WALK = {
     "train": ["training/pretrain.py", "training/run.py", "training/instantiate.py",
-              "training/resume.py", "fields.py", "data/pretraining.py", "training/trainer.py"],
+              "training/resume.py", "training/start.py", "fields.py", "data/pretraining.py",
+              "training/trainer.py"],
     "finetune": ["training/finetune.py", "training/run.py", "training/instantiate.py",
                  "training/resume.py", "training/trainer.py"],
 }  # fmt: skip

@@ -189,8 +189,10 @@ def test_off_a_terminal_a_slow_run_prints_a_line_every_n_seconds(monkeypatch, ca
     bar = instantiate(
         shipped("callbacks/_progress")["progress_bar"], every=1000, seconds=25, tty=False
     )
-    monkeypatch.setattr(bar, "get_metrics", lambda trainer, module: {"train/loss": 2.5})
-    trainer = SimpleNamespace(global_step=0, estimated_stepping_batches=100, callbacks=[])
+    metrics = {"train/loss": torch.tensor(2.5)}  # as logged: read when a line is printed
+    trainer = SimpleNamespace(
+        global_step=0, estimated_stepping_batches=100, callbacks=[], callback_metrics=metrics
+    )
     bar.on_train_start(trainer, None)
     for step in range(1, 10):
         now[0], trainer.global_step = 10.0 * step, step

@@ -52,6 +52,13 @@ def batches_stepped(trainer) -> int:
     return _private(trainer, "fit_loop", "epoch_loop", "_batches_that_stepped")
 
 
+def set_data_parallel_size(strategy, size: int) -> None:
+    """ModelParallelStrategy's data-parallel mesh size: known only once the processes are set
+    up (`setup_environment`), after which Lightning keeps it in a private attribute alone."""
+    _private(strategy, "_data_parallel_size")
+    strategy._data_parallel_size = size
+
+
 def budget_seconds(timer) -> float:
     """A Timer's `duration` (`trainer.max_time`) in seconds, as it parsed it: it keeps the
     figure only privately (`time_remaining` reads the clock again)."""

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from lightning.pytorch.strategies import ModelParallelStrategy
 
+from bert_lightning.training.lightning_api import set_data_parallel_size
+
 
 class FSDP2Strategy(ModelParallelStrategy):
     """FSDP2 (`fully_shard`, applied in the module's `configure_model`) over every process of
@@ -19,5 +21,5 @@ class FSDP2Strategy(ModelParallelStrategy):
         super().__init__(**kwargs)
 
     def setup_environment(self) -> None:
-        self._data_parallel_size = self.num_nodes * self.num_processes
+        set_data_parallel_size(self, self.num_nodes * self.num_processes)
         super().setup_environment()
