@@ -1,14 +1,17 @@
-"""Progress of the long steps before training (training a tokenizer, reading and tokenizing a
-corpus): off a terminal, a log line every `SECONDS` seconds with the count, the rate and, where
-the total is known, the time left, so that a log file tells work from a hang. `SECONDS` is a
-run's own cadence off a terminal, `callbacks.progress_bar.seconds` as shipped
-(conf/callbacks/_progress.yaml): one cadence for every line of a run. On a terminal the
-steps show bars (`datasets`' own, and `progress`'s tqdm)."""
+"""Progress wherever a user waits: the long steps before training (training a tokenizer,
+reading and tokenizing a corpus) count their work (`Ticks`, `progress`); the steps around it
+whose work is counted elsewhere or not at all (testing the best checkpoint, a baseline's scores,
+each alpha of `interpolate`, a cell of `downstream`) say what they wait on (`Waiting`). Off a
+terminal a plain line every `SECONDS` seconds, so that a log file tells work from a hang; on a
+terminal tqdm bars (`datasets`' own too). `SECONDS` is the run's cadence off a terminal,
+`callbacks.progress_bar.seconds` as shipped (conf/callbacks/_progress.yaml), but at most
+`LONGEST_SILENCE`: no wait is silent for longer (issue #56)."""
 
 from __future__ import annotations
 
 import logging
 import sys
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from typing import TypeVar
@@ -19,7 +22,10 @@ from bert_lightning.shipped import group_defaults
 
 log = logging.getLogger(__name__)
 
-SECONDS = float(group_defaults("callbacks", "_progress")["progress_bar"]["seconds"])
+LONGEST_SILENCE = 15.0
+SECONDS = min(
+    float(group_defaults("callbacks", "_progress")["progress_bar"]["seconds"]), LONGEST_SILENCE
+)
 T = TypeVar("T")
 
 
@@ -73,3 +79,61 @@ def progress(
     for item in items:
         ticks()
         yield item
+
+
+def say(text: str) -> None:
+    """A line of `Waiting`: on stderr, as tqdm's bars, so that what a command prints on stdout
+    stays its results (`downstream`'s line per cell, `evaluate`'s metrics), and into the run's
+    log files (`to_log_files`); a command configures no logging to send it through."""
+    from lightning.pytorch.utilities import rank_zero_only
+
+    from bert_lightning.training.callbacks import to_log_files  # it imports this module
+
+    if rank_zero_only.rank:  # a line per run, not per process
+        return
+    print(text, file=sys.stderr, flush=True)
+    to_log_files(text)
+    _said[0] = time.monotonic()
+
+
+_said = [0.0]  # when `say` last wrote a line
+_waits: list[Waiting] = []  # the waits under way, the outermost first
+
+
+class Waiting:
+    """`with Waiting(what):` around a step a user waits on whose work is not counted here.
+    Off a terminal the outermost wait speaks: `what ...` when it starts, then `what: 0m45s so
+    far (now: INNER)` whenever no line came for `SECONDS` (a thread keeps the time; INNER: the
+    innermost wait, a step of it). On a terminal a tqdm bar of the time it has taken."""
+
+    def __init__(self, what: str):
+        self.what, self.seconds = what, SECONDS
+        self.bar, self.done = None, threading.Event()
+        self.thread = threading.Thread(target=self.beat, name="progress", daemon=True)
+
+    def __enter__(self) -> Waiting:
+        self.start = time.monotonic()
+        if on_terminal():
+            self.bar = tqdm(desc=self.what, bar_format="{desc}: {elapsed}", leave=False)
+        elif not _waits:
+            say(f"{self.what} ...")
+        _waits.append(self)
+        self.thread.start()
+        return self
+
+    def beat(self) -> None:
+        while not self.done.wait(min(self.seconds, 1.0)):
+            now = time.monotonic()
+            if self.bar is not None:
+                self.bar.refresh()
+            elif _waits[0] is self and now - _said[0] >= self.seconds:
+                inner = _waits[-1].what
+                step = f" (now: {inner})" if inner != self.what else ""
+                say(f"{self.what}: {eta_text(now - self.start)} so far{step}")
+
+    def __exit__(self, *exc) -> None:
+        self.done.set()
+        self.thread.join()
+        _waits.remove(self)
+        if self.bar is not None:
+            self.bar.close()

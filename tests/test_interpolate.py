@@ -5,6 +5,7 @@ wherever a fine-tuned checkpoint does."""
 
 import json
 import logging
+import re
 
 import pandas as pd
 import pytest
@@ -13,6 +14,7 @@ from omegaconf import OmegaConf
 
 from bert_lightning.checkpoint import read_checkpoint
 from bert_lightning.cli import main
+from bert_lightning.commands import interpolate as command
 from bert_lightning.commands.interpolate import ALPHAS, interpolate
 from bert_lightning.config import compose
 from bert_lightning.data.tokenizer import load_tokenizer
@@ -88,18 +90,52 @@ def test_alpha_one_is_the_fine_tuned_model_and_zero_its_start(runs, tmp_path):
 def test_the_sweep_writes_the_best_alpha_on_the_runs_validation_split(runs, tmp_path, capsys):
     tmp, ckpts = runs
     ckpt = ckpts["cross_encoder"]
-    main(["interpolate", str(ckpt), str(tmp_path / "best.ckpt")])
+    main(["interpolate", str(ckpt), str(tmp_path / "best.ckpt"), "--write-anyway"])  # a = 1 too
     printed = capsys.readouterr().out
     report = torch.load(tmp_path / "best.ckpt", weights_only=True)["interpolation"]
     assert report["metric"] == "spearman" and list(report["validation"]) == ALPHAS
     best = max(ALPHAS, key=lambda a: (report["validation"][a], a))
-    assert report["alpha"] == best and f"alpha {best:.2f} from" in printed
+    assert report["alpha"] == best and printed.splitlines()[-1] == (
+        f"alpha {best:.2f} from {tmp / 'hf'} (best validation spearman "
+        f"{report['validation'][best]:.4f}, {report['data']}) -> {tmp_path / 'best.ckpt'}"
+    )
     # each score is the validation split's metric, as the run's own validation computes it
     cfg = compose("finetune", overrides(tmp, "ad_relevance", "dataset=home_depot",
                                         f"data_dir={tmp / 'hd'}"))  # fmt: skip
     _, tables = load_splits(make_task(OmegaConf.to_container(cfg.task, resolve=True)), cfg.seed)
     one = table_metrics(load_finetuned(ckpt), tables["validation"])["spearman"]
     assert report["validation"][1.0] == pytest.approx(one, abs=1e-6)
+    assert (
+        report["data"] == f"{len(tables['validation']['text'])} rows of the run's validation split"
+    )
+
+
+def test_a_sweep_that_picks_one_says_so_and_writes_nothing_unless_asked(
+    runs, tmp_path, capsys, monkeypatch
+):
+    """a = 1 is the fine-tuned model as it is: a copy of it is written only when asked."""
+    tmp, ckpts = runs
+    ckpt, out = ckpts["cross_encoder"], tmp_path / "best.ckpt"
+    rising = iter(ALPHAS)  # each alpha's score is the alpha: a = 1 is the best
+    monkeypatch.setattr(command, "table_metrics", lambda model, table: {"spearman": next(rising)})
+    main(["interpolate", str(ckpt), str(out)])
+    printed = capsys.readouterr().out.splitlines()
+    assert re.fullmatch(
+        rf"alpha 1\.00 from {re.escape(str(tmp / 'hf'))} \(best validation spearman 1\.0000, "
+        r"\d+ rows of the run's validation split\): the fine-tuned model is best as it is; "
+        r"nothing written \(--write-anyway: its copy\)",
+        printed[-1],
+    )
+    assert not out.exists()
+    rising = iter(ALPHAS)
+    main(["interpolate", str(ckpt), str(out), "--write-anyway"])
+    assert capsys.readouterr().out.splitlines()[-1].endswith(f"-> {out}")
+    assert torch.load(out, weights_only=True)["interpolation"]["alpha"] == 1.0
+    falling = iter(reversed(ALPHAS))  # a = 0 is the best: written without asking
+    monkeypatch.setattr(command, "table_metrics", lambda model, table: {"spearman": next(falling)})
+    main(["interpolate", str(ckpt), str(tmp_path / "zero.ckpt")])
+    assert capsys.readouterr().out.splitlines()[-1].startswith("alpha 0.00 from ")
+    assert torch.load(tmp_path / "zero.ckpt", weights_only=True)["interpolation"]["alpha"] == 0.0
 
 
 def test_an_interpolated_checkpoint_scores_exports_and_serves(runs, tmp_path):

@@ -35,6 +35,7 @@ from bert_lightning.inference import (
 )
 from bert_lightning.interop import load_into
 from bert_lightning.ort import is_exported
+from bert_lightning.progress import Waiting, on_terminal
 from bert_lightning.tasks.ranking import ranking_table
 from bert_lightning.training.instantiate import instantiate
 from bert_lightning.training.pretrain import validation_settings
@@ -153,9 +154,10 @@ def _main(args) -> None:
         zero_shot = None
         if args.zero_shot:
             zero_shot = partial(zero_shot_cosines, args.zero_shot, max_seq_length=length)
-        metrics = task_metrics(
-            ft, args.file[0], args.batch_size or SCORE_BATCH, length, True, zero_shot
-        )
+        with Waiting(f"{args.model} on {args.file[0]}"):  # off a terminal: a line, not a bar
+            metrics = task_metrics(
+                ft, args.file[0], args.batch_size or SCORE_BATCH, length, on_terminal(), zero_shot
+            )
     else:
         metrics = evaluate_mlm(
             args.model, args.file, args.max_seq_length, args.packing, args.seed,

@@ -3,8 +3,9 @@ encoder moved back towards the weights it started from, `(1 - a) * start + a * f
 (the task head stays the fine-tuned one): it keeps more of what the start knew beyond the
 fine-tuning data, at no cost at inference. `--alpha A` writes one; without it, a = 0, 0.1,
 ..., 1 are scored on the run's own validation split (or `--validation FILE`) and the best by
-the task's main metric (`task.monitor`) is written. The start is the run's `pretrained=`
-(its `config_resolved.yaml`), or `--start`: with the tokenizer and, by content, the weights the
+the task's main metric (`task.monitor`) is written, but a = 1, the fine-tuned model as it is,
+only with `--write-anyway` (a line says so). The start is the run's `pretrained=` (its
+`config_resolved.yaml`), or `--start`: with the tokenizer and, by content, the weights the
 checkpoint records it started from (a start that went on training since is refused)."""
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from bert_lightning.checkpoint import (
 from bert_lightning.errors import MissingFileError, UserError
 from bert_lightning.fingerprints import file_digest
 from bert_lightning.inference import load_finetuned, table_metrics
+from bert_lightning.progress import Waiting
 from bert_lightning.run_folder import RESOLVED
 from bert_lightning.tasks.base import load_splits, monitor_mode
 from bert_lightning.tasks.kinds import stored_task
@@ -117,8 +119,11 @@ def interpolate(
     alpha: float | None = None,
     start: str | None = None,
     validation: str | None = None,
+    write_anyway: bool = False,
 ) -> dict:
-    """Writes `out`; returns the alpha written and, for a sweep, each alpha's score."""
+    """Writes `out`, unless the sweep finds the fine-tuned model best as it is (a = 1: its
+    copy is written only with `write_anyway`); returns the alpha picked, whether it was
+    written and, for a sweep, on what rows and metric, each alpha's score."""
     ft = read_checkpoint(ckpt_path, FINETUNING, "interpolate")
     cfg = run_config(ckpt_path)
     start = start or (cfg.get("pretrained") if cfg is not None else None)
@@ -130,21 +135,37 @@ def interpolate(
     begin = read_checkpoint(start)
     check_start(ckpt_path, ft, start, begin)
     report: dict = {"start": str(start)}
-    if alpha is None:
+    swept = alpha is None
+    if swept:
         task = stored_task(ft.hparams["task"], str(ckpt_path))
         table = validation_table(ckpt_path, task, cfg, validation)
         metric = task.cfg.monitor  # its direction by the metric, whatever an older record says
         sign = 1 if monitor_mode(metric) == "max" else -1
+        data = f"{len(table['text']):,} rows of " + (validation or "the run's validation split")
         scores = {}
         for a in ALPHAS:
-            model = load_finetuned(ckpt_path, pre=interpolated(ft, begin, a))
-            scores[a] = table_metrics(model, table)[metric]
+            with Waiting(f"alpha {a:.1f}: validation {metric} on {data}"):
+                model = load_finetuned(ckpt_path, pre=interpolated(ft, begin, a))
+                scores[a] = table_metrics(model, table)[metric]
             print(f"alpha {a:.1f}: validation {metric} {scores[a]:.4f}", flush=True)
         alpha = max(ALPHAS, key=lambda a: (sign * scores[a], a))  # a tie: nearer fine-tuned
-        report |= {"metric": metric, "validation": scores}
-    report["alpha"] = alpha
-    write_finetuned(out, ckpt_path, interpolated(ft, begin, alpha), {"interpolation": report})
+        report |= {"metric": metric, "data": data, "validation": scores}
+    report |= {"alpha": alpha, "written": not swept or alpha != 1.0 or write_anyway}
+    if report["written"]:
+        write_finetuned(out, ckpt_path, interpolated(ft, begin, alpha), {"interpolation": report})
     return report
+
+
+def picked(r: dict, out: str) -> str:
+    """What `interpolate` did, in one line: the alpha, on what rows and metric, and where."""
+    how = f"alpha {r['alpha']:.2f} from {r['start']}"
+    if "metric" in r:
+        how += f" (best validation {r['metric']} {r['validation'][r['alpha']]:.4f}, {r['data']})"
+    if r["written"]:
+        return f"{how} -> {out}"
+    return (
+        f"{how}: the fine-tuned model is best as it is; nothing written (--write-anyway: its copy)"
+    )
 
 
 def register(sub) -> None:
@@ -161,9 +182,17 @@ def register(sub) -> None:
     )  # fmt: skip
     p.add_argument("--start", help="the weights it started from (default: the run's pretrained=)")
     p.add_argument("--validation", help="a file in the task's format (default: the run's split)")
+    p.add_argument(
+        "--write-anyway",
+        action="store_true",
+        help="write OUT also when the best alpha is 1 (a copy of the fine-tuned model)",
+    )
 
     def run(a) -> None:
-        r = interpolate(a.ckpt, a.out, a.alpha, a.start, a.validation)
-        print(f"alpha {r['alpha']:.2f} from {r['start']} -> {a.out}")
+        print(
+            picked(
+                interpolate(a.ckpt, a.out, a.alpha, a.start, a.validation, a.write_anyway), a.out
+            )
+        )
 
     p.set_defaults(func=run)

@@ -89,16 +89,15 @@ def prepare(
     out_dir.mkdir(parents=True, exist_ok=True)
     todo = [f for f in files if not shard_paths(out_dir, f, read)[1].is_file()]
     args = (out_dir, tokenizer.to_str(), dict(read))
-    bar = tqdm(total=len(files), initial=len(files) - len(todo), desc="tokenizing shards")
-    if num_proc > 1 and len(todo) > 1:
-        with ProcessPoolExecutor(min(num_proc, len(todo))) as pool:
-            for _ in pool.map(prepare_shard, todo, *([a] * len(todo) for a in args)):
+    with tqdm(total=len(files), initial=len(files) - len(todo), desc="tokenizing shards") as bar:
+        if num_proc > 1 and len(todo) > 1:  # closed on a bad shard too: the error line is last
+            with ProcessPoolExecutor(min(num_proc, len(todo))) as pool:
+                for _ in pool.map(prepare_shard, todo, *([a] * len(todo) for a in args)):
+                    bar.update()
+        else:
+            for f in todo:
+                prepare_shard(f, *args)
                 bar.update()
-    else:
-        for f in todo:
-            prepare_shard(f, *args)
-            bar.update()
-    bar.close()
 
 
 class TokenBlocks(Dataset):

@@ -10,6 +10,7 @@ here, NSP pairs in data/nsp.py); data/streaming.py streams instead.
 from __future__ import annotations
 
 import logging
+import shutil
 import sys
 from dataclasses import asdict
 from functools import partial
@@ -113,6 +114,7 @@ class BertDataModule(L.LightningDataModule):
         self.cache_dir, self.seed = cache_dir, seed
         self.out_dir, self.given_tokenizer = out_dir, given_tokenizer
         self.tokenizer: Tokenizer | None = None  # build_tokenizer()'s
+        self.derived: list[Path] = []  # built from the corpus by this run: `setup` keeps or not
         self.train_set = self.val_set = None
         if not sys.stderr.isatty():  # the bars' carriage returns would fill a log file
             datasets.disable_progress_bars()
@@ -133,6 +135,7 @@ class BertDataModule(L.LightningDataModule):
             tokenizer, saved = load_tokenizer(saved), None  # the run's own: nothing to write
         else:
             tokenizer = self.trained_tokenizer()
+            self.derived += [saved] if saved else []
         if saved:
             save_tokenizer(tokenizer, saved)
         self.tokenizer = tokenizer
@@ -161,6 +164,7 @@ class BertDataModule(L.LightningDataModule):
         )
         if cached:
             save_tokenizer(tokenizer, cached)
+            self.derived.append(cached)
             log.info("tokenizer: cached as %s for the next run on these files", cached)
         return tokenizer
 
@@ -218,10 +222,22 @@ class BertDataModule(L.LightningDataModule):
         self.setup()  # rank 0 builds here, filling the disk cache the other ranks read in setup()
 
     def setup(self, stage: str | None = None):
+        """The sets, built once. A corpus found bad while they are built (a truncated file, a
+        bad record) takes what this run built from it along (`derived`: the tokenizer trained
+        on its first documents, the token arrays of this tokenizer): a cache entry from bad
+        data would be reused by the next run."""
         if self.val_set is None:
             if self.tokenizer is None:
                 self.build_tokenizer()
-            self.train_set, self.val_set = self.build()
+            try:
+                self.train_set, self.val_set = self.build()
+            except UserError:
+                for path in self.derived:
+                    if path.is_dir():
+                        shutil.rmtree(path)
+                    else:
+                        path.unlink(missing_ok=True)
+                raise
 
     def bounded(self, examples: datasets.Dataset) -> datasets.Dataset:
         """At most `max_eval_samples` validation examples, evenly spaced over the set (each
@@ -363,6 +379,7 @@ class PretrainDataModule(BertDataModule):
     def token_blocks(self) -> TokenBlocks:
         """Training examples memory-mapped from flat token arrays, prepared once."""
         out = cache_folder(self.cache_dir or datasets.config.HF_DATASETS_CACHE, self.tokenizer)
+        self.derived += [] if out.exists() else [out]
         read = self.read_options()
         prepare(self.train_files, out, self.tokenizer, self.num_proc or 1, read)
         how = framing(self.tokenizer, self.packing, self.max_seq_length)

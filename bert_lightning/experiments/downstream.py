@@ -33,7 +33,7 @@ from bert_lightning.data.tokenizer import save_tokenizer
 from bert_lightning.errors import MissingFileError, UserError
 from bert_lightning.fields import from_dict
 from bert_lightning.fingerprints import file_digest, file_stamps, fingerprint
-from bert_lightning.progress import eta_text
+from bert_lightning.progress import Waiting, eta_text
 from bert_lightning.training.callbacks import save_figure
 from bert_lightning.training.finetune import finetune
 
@@ -385,7 +385,8 @@ def downstream(
         if reasons[c]:
             print(f"{head}: {reasons[c]}: re-running", flush=True)
         start = time.perf_counter()
-        value = score(run_cell(configs[c], keys[c], folder), tasks[t].metric)
+        with Waiting(f"{head}: fine-tuning"):  # a quiet cell: its time, not its steps
+            value = score(run_cell(configs[c], keys[c], folder), tasks[t].metric)
         scores[m.name, t, s] = value
         spent.setdefault(t, []).append(time.perf_counter() - start)
         left = sum(

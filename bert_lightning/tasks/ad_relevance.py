@@ -17,6 +17,7 @@ from torchmetrics.classification import BinaryAccuracy
 from bert_lightning.data import tables as D
 from bert_lightning.errors import UserError
 from bert_lightning.model.heads import HEAD_POOLINGS, ZERO_SHOT_POOLING, BertBiEncoder
+from bert_lightning.progress import Waiting
 from bert_lightning.tasks.base import TableConfig, Task, ZeroShot, baselines_table
 from bert_lightning.tasks.metrics import (
     AUROC,
@@ -159,9 +160,12 @@ class AdRelevance(Task):
         random weights rank nothing); none with `baselines: false`."""
         if not self.cfg.baselines:
             return {}
-        out = {"bm25": bm25_scores(test["text"], test["pair"])}
+        n = f"{len(test['text']):,} test rows"
+        with Waiting(f"the BM25 baseline of {n}"):
+            out = {"bm25": bm25_scores(test["text"], test["pair"])}
         if zero_shot is not None:
-            out["zero_shot"] = zero_shot(list(zip(test["text"], test["pair"], strict=True)))
+            with Waiting(f"the zero-shot baseline of {n} (its encoder's cosines)"):
+                out["zero_shot"] = zero_shot(list(zip(test["text"], test["pair"], strict=True)))
         return out
 
     def test_report(self, test: dict, score, zero_shot: ZeroShot | None) -> dict:
@@ -169,8 +173,10 @@ class AdRelevance(Task):
         `ranking`: the order within each query, the fine-tuned model's (`score()`) beside the
         baselines', with the paired difference to each (`ranking_report`)."""
         baselines = self.baseline_scores(test, zero_shot)
-        scores = {"fine-tuned": score(), **baselines}
-        out = {"ranking": ranking_report(scores, test["target"], test["group"])}
+        with Waiting(f"the fine-tuned model's scores of {len(test['text']):,} test rows"):
+            scores = {"fine-tuned": score(), **baselines}
+        with Waiting(f"the ranking of {len(set(test['group'])):,} test queries, with intervals"):
+            out = {"ranking": ranking_report(scores, test["target"], test["group"])}
         if baselines:
             out["baselines"] = {k: score_metrics(self, test, s) for k, s in baselines.items()}
         return out
@@ -178,7 +184,8 @@ class AdRelevance(Task):
     def distilled(self, train: dict, teacher: ZeroShot, weight: float) -> dict:
         """Each target becomes (1 - weight) x itself + weight x the teacher's score of the row,
         min-max scaled over the rows to [0, 1] (only its order is the teacher's to give)."""
-        s = teacher(list(zip(train["text"], train["pair"], strict=True)))  # (N,)
+        with Waiting(f"distill.teacher's scores of {len(train['text']):,} train rows"):
+            s = teacher(list(zip(train["text"], train["pair"], strict=True)))  # (N,)
         lo, hi = s.min(), s.max()
         scaled = ((s - lo) / (hi - lo) if hi > lo else torch.zeros_like(s)).tolist()
         mixed = [

@@ -20,6 +20,7 @@ from bert_lightning.data.tokenizer import load_tokenizer, special_ids, train_wor
 from bert_lightning.errors import UserError
 from bert_lightning.fingerprints import file_digest
 from bert_lightning.inference import table_scores, zero_shot_cosines
+from bert_lightning.progress import Waiting
 from bert_lightning.tasks.base import load_splits, train_texts
 from bert_lightning.tasks.datamodule import TaskDataModule
 from bert_lightning.tasks.kinds import make_task
@@ -139,22 +140,24 @@ def after_fit(cfg: DictConfig, dm: TaskDataModule, module: FinetuneModule, train
     out_dir, task = Path(cfg.paths.output_dir), module.task
     ckpt = trainer.checkpoint_callback
     best = ckpt.best_model_path if ckpt is not None and ckpt.best_model_path else None
+    kept = os.path.relpath(best, out_dir) if best else None  # moves with the run
     best_val = float(ckpt.best_model_score) if best and ckpt.best_model_score is not None else None
     if best_val is not None and not math.isfinite(best_val):  # Lightning keeps NaN as -inf/inf
         log.warning(
             "val/%s had no value at any validation (NaN): the checkpoint kept, %s, is not "
             "the best by it",
             task.cfg.monitor,
-            os.path.relpath(best, out_dir),
+            kept,
         )
         best_val = math.nan
-    test = trainer.test(module, datamodule=dm, ckpt_path=best, verbose=False)[0]
+    with Waiting(f"testing {kept or 'the last weights'} on {dm.rows['test']:,} test rows"):
+        test = trainer.test(module, datamodule=dm, ckpt_path=best, verbose=False)[0]
     results = {
         "task": task.cfg.kind,
         "pretrained": module.pretrained,
         "freeze_encoder": bool(cfg.freeze_encoder),
         "rows": dm.rows,
-        "best_checkpoint": os.path.relpath(best, out_dir) if best else None,  # moves with the run
+        "best_checkpoint": kept,
         "best_val": {f"val/{task.cfg.monitor}": best_val} if best_val is not None else None,
         "steps": trainer.global_step,
         "test": {k: float(v) for k, v in test.items()},
