@@ -87,8 +87,6 @@ def say(text: str) -> None:
     log files (`to_log_files`); a command configures no logging to send it through."""
     from lightning.pytorch.utilities import rank_zero_only
 
-    from bert_lightning.training.callbacks import to_log_files  # it imports this module
-
     if rank_zero_only.rank:  # a line per run, not per process
         return
     print(text, file=sys.stderr, flush=True)
@@ -137,3 +135,13 @@ class Waiting:
         _waits.remove(self)
         if self.bar is not None:
             self.bar.close()
+
+
+def to_log_files(text: str) -> None:
+    """`text`, printed already, into the log files of the root logger too (Hydra's job log,
+    `train.log`), as an INFO record of this module: through logging it would reach the
+    console handler as well, and show twice."""
+    record = log.makeRecord(log.name, logging.INFO, __file__, 0, text, None, None)
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler) and record.levelno >= handler.level:
+            handler.handle(record)

@@ -16,7 +16,7 @@ from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.utilities import rank_zero_only
 
 from bert_lightning.atomic import atomic_path
-from bert_lightning.progress import eta_text
+from bert_lightning.progress import eta_text, to_log_files
 from bert_lightning.run_folder import METRICS, follow_moved_run
 from bert_lightning.training.lightning_api import (
     learning_rates,
@@ -313,16 +313,6 @@ class EvalProgressBar(StepProgressBar):
 
     def on_test_end(self, trainer, pl_module):
         self._close()
-
-
-def to_log_files(text: str) -> None:
-    """`text`, printed already, into the log files of the root logger too (Hydra's job log,
-    `train.log`), as an INFO record of this module: through logging it would reach the
-    console handler as well, and show twice."""
-    record = log.makeRecord(log.name, logging.INFO, __file__, 0, text, None, None)
-    for handler in logging.getLogger().handlers:
-        if isinstance(handler, logging.FileHandler) and record.levelno >= handler.level:
-            handler.handle(record)
 
 
 class FlopFreeModelSummary(ModelSummary):
