@@ -4,8 +4,7 @@ whose work is counted elsewhere or not at all (testing the best checkpoint, a ba
 each alpha of `interpolate`, a cell of `downstream`) say what they wait on (`Waiting`). Off a
 terminal a plain line every `SECONDS` seconds, so that a log file tells work from a hang; on a
 terminal tqdm bars (`datasets`' own too). `SECONDS` is the run's cadence off a terminal,
-`callbacks.progress_bar.seconds` as shipped (conf/callbacks/_progress.yaml), but at most
-`LONGEST_SILENCE`: no wait is silent for longer (issue #56)."""
+`callbacks.progress_bar.seconds` as shipped (conf/callbacks/_progress.yaml)."""
 
 from __future__ import annotations
 
@@ -22,10 +21,7 @@ from bert_lightning.shipped import group_defaults
 
 log = logging.getLogger(__name__)
 
-LONGEST_SILENCE = 15.0
-SECONDS = min(
-    float(group_defaults("callbacks", "_progress")["progress_bar"]["seconds"]), LONGEST_SILENCE
-)
+SECONDS = float(group_defaults("callbacks", "_progress")["progress_bar"]["seconds"])
 T = TypeVar("T")
 
 
