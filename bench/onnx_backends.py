@@ -162,7 +162,7 @@ def main() -> None:
         }
         if args.test:  # the test file's rows, else the timed pairs
             task = models["torch"].task
-            table = task.prepare(task.read(args.test))
+            table = task.with_labels(task.read(args.test))
             scores = {
                 k: table_scores(
                     models[k].model, task, models[k].tokenizer(), table, models[k].max_seq_length

@@ -80,7 +80,7 @@ def measure(args) -> dict:
         options = table_options(args) | task_options(args, next(iter(models.values())).task)
         other = {n: ft.with_table_options(options) for n, ft in models.items()}
         task = next(iter(other.values())).task
-        table = task.prepare(task.read(args.other))
+        table = task.with_labels(task.read(args.other))
         out["other"] = compare(other, table, args.zero_shot) | {"file": Path(args.other).name}
     return out
 

@@ -2,8 +2,8 @@
 fine-tuning) or a Hugging Face BERT folder, both brought into our key space (`bert.*`, `cls.*`,
 `classifier.*`) as one `Checkpoint`, and a model written as a `.ckpt`. The one place that
 unpickles a checkpoint (`torch.load(weights_only=True)`); training reads a resumed run's
-tokenizer here, commands read models here. What is wrong with a checkpoint (not one, the wrong
-kind, a tokenizer with ids the model has no embedding for) is found here, once, as a
+tokenizer here, commands read models here. What is wrong with a checkpoint (not one, of the wrong
+origin, a tokenizer with ids the model has no embedding for) is found here, once, as a
 `UserError` naming the file. What a run does to the weights read here (layers, interpolation,
 new words, the load of its start) is weights.py's."""
 
@@ -29,6 +29,7 @@ from bert_lightning.interop import (
     load_into,
 )
 from bert_lightning.model import BertConfig, BertModel
+from bert_lightning.renamed import current_record
 
 PRETRAINING, FINETUNING, HUGGING_FACE = "pretraining", "fine-tuning", "Hugging Face"
 RTD_KEY = "generator_hidden_size"  # in the hyper-parameters of an RTD pretraining checkpoint
@@ -58,7 +59,8 @@ class Checkpoint:
         return objective_of(self.hparams) == "rtd"
 
     @property
-    def kind(self) -> str:
+    def origin(self) -> str:
+        """What wrote it: PRETRAINING, FINETUNING (runs of ours) or HUGGING_FACE."""
         if not self.hparams:
             return HUGGING_FACE
         return FINETUNING if self.hparams.get("task") else PRETRAINING
@@ -112,10 +114,10 @@ def check_vocab(path, vocab_size: int, tokenizer: Tokenizer) -> None:
         )
 
 
-def check_kind(path, ckpt: Checkpoint, kind: str | None, use: str) -> None:
-    """`kind`: the kind `use` (what reads it, for the message) needs; None takes any."""
-    if kind is not None and ckpt.kind != kind:
-        raise UserError(f"{path}: a {ckpt.kind} checkpoint; {use} needs a {kind} one")
+def check_origin(path, ckpt: Checkpoint, origin: str | None, use: str) -> None:
+    """`origin`: the origin `use` (what reads it, for the message) needs; None takes any."""
+    if origin is not None and ckpt.origin != origin:
+        raise UserError(f"{path}: a {ckpt.origin} checkpoint; {use} needs a {origin} one")
 
 
 DATA_RECORD = "data_record"  # the checkpoint key of what the run trained on (module_base.py)
@@ -131,11 +133,12 @@ class ResumePoint:
     data: dict | None  # its data record (training/resume.py); None: written before the record
 
 
-def resume_point(path: str | Path, kind: str | None = None, use: str = "") -> ResumePoint:
-    """`kind`, `use`: as `read_checkpoint`'s (a run resumes from its own kind). A checkpoint
-    that does not read (cut short) is an error naming the newest one beside it that does."""
+def resume_point(path: str | Path, origin: str | None = None, use: str = "") -> ResumePoint:
+    """`origin`, `use`: as `read_checkpoint`'s (a run resumes a run of its own entry point). A
+    checkpoint that does not read (cut short) is an error naming the newest one beside it that
+    does. Its data record comes under this release's keys."""
     try:
-        ckpt = read_checkpoint(path, kind, use)
+        ckpt = read_checkpoint(path, origin, use)
     except UnreadableCheckpoint as e:
         intact = newest_intact(Path(path))
         if intact is None:
@@ -146,6 +149,7 @@ def resume_point(path: str | Path, kind: str | None = None, use: str = "") -> Re
             f"ckpt_path={other} continues from there"
         ) from e
     data = torch_load(path).get(DATA_RECORD)  # memory-mapped: the weights are not read again
+    data = current_record(data) if data is not None else None
     return ResumePoint(ckpt.step, ckpt.hparams, ckpt.tokenizer.to_str(), data)
 
 
@@ -230,9 +234,10 @@ def load_hf_folder(folder: str | Path) -> Checkpoint:
     )
 
 
-def read_checkpoint(path: str | Path, kind: str | None = None, use: str = "") -> Checkpoint:
-    """A `.ckpt` of ours (weights-only) or a Hugging Face BERT folder. `kind` (PRETRAINING,
-    FINETUNING or HUGGING_FACE): the kind that `use` (the reader, named in the error) needs."""
+def read_checkpoint(path: str | Path, origin: str | None = None, use: str = "") -> Checkpoint:
+    """A `.ckpt` of ours (weights-only) or a Hugging Face BERT folder. `origin` (PRETRAINING,
+    FINETUNING or HUGGING_FACE): the origin that `use` (the reader, named in the error) needs.
+    The `data` settings a pretraining run recorded come under this release's keys."""
     path = Path(path)
     if path.is_dir():
         ckpt = load_hf_folder(path)
@@ -241,6 +246,8 @@ def read_checkpoint(path: str | Path, kind: str | None = None, use: str = "") ->
     else:
         raw = _raw_ckpt(path)
         hparams = dict(raw["hyper_parameters"])
+        if hparams.get("data"):  # a pretraining run's (`validation_settings`)
+            hparams["data"] = current_record(hparams["data"], "data.")
         config = BertConfig(**hparams["config"])
         # an RTD checkpoint's encoder is its discriminator (`bert.*`): its generator and
         # replaced-token head have no place in a BERT model; a student distilled without an
@@ -255,7 +262,7 @@ def read_checkpoint(path: str | Path, kind: str | None = None, use: str = "") ->
         check_vocab(path, config.vocab_size, tokenizer)
         step = int(raw.get("global_step", 0))
         ckpt = Checkpoint(config, state, tokenizer, hparams, f"checkpoint {path}", step)
-    check_kind(path, ckpt, kind, use)
+    check_origin(path, ckpt, origin, use)
     return ckpt
 
 

@@ -297,7 +297,7 @@ def task_metrics(
     """The task's loss and metrics of a fine-tuned model on a file in its task's format, as a
     run's test computes them (`table_metrics`), and its `test_report` (`zero_shot`: a baseline
     encoder's, `Task.test_report`): `results.json`'s numbers for a test file."""
-    table = ft.task.prepare(ft.task.read(path))
+    table = ft.task.with_labels(ft.task.read(path))
     out = table_metrics(ft, table, batch_size, max_seq_length, progress)
     tok, length = Tokenizer.from_str(ft.tokenizer_json), max_seq_length or ft.max_seq_length
     score = partial(table_scores, ft.model, ft.task, tok, table, length, batch_size)

@@ -49,7 +49,7 @@ def export_onnx(
         raise UserError(
             f"--fp32-top {fp32_top}: needs --quantize int8 and at most the model's {L} layers"
         )
-    if pre.kind == FINETUNING:
+    if pre.origin == FINETUNING:
         given = {"--pooling": pooling, "--max-seq-length": max_seq_length}
         if ignored := [f"{k} {v}" for k, v in given.items() if v is not None]:
             raise UserError(

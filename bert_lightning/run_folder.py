@@ -42,7 +42,7 @@ def run_folder_of(ckpt_path: str | os.PathLike) -> Path | None:
     return path.parent.parent if path.is_file() and path.parent.name == CHECKPOINTS else None
 
 
-def run_kind(folder: Path) -> str | None:
+def entry_point(folder: Path) -> str | None:
     """`finetune` or `train`: the entry point whose run wrote `folder` (its resolved config
     has a task or not); None when it has none yet."""
     path = folder / RESOLVED
@@ -51,17 +51,17 @@ def run_kind(folder: Path) -> str | None:
     return "finetune" if "task" in (OmegaConf.load(path) or {}) else "train"
 
 
-def resumed_run(ckpt_path: str | None, kind: str | None = None) -> str | None:
+def resumed_run(ckpt_path: str | None, entry: str | None = None) -> str | None:
     """The run folder a resumed run continues in: the checkpoint's own, when it sits in
-    `<run>/checkpoints/` of a run of this `kind` (another kind's run is refused without being
-    written to)."""
+    `<run>/checkpoints/` of a run of this `entry` point (another entry point's run is refused
+    without being written to)."""
     folder = run_folder_of(ckpt_path) if ckpt_path else None
-    if folder is None or (kind and run_kind(folder) not in (None, kind)):
+    if folder is None or (entry and entry_point(folder) not in (None, entry)):
         return None
     return str(folder)
 
 
-def run_dir(ckpt_path: str | None, kind: str, overrides: list[str], default: str) -> str:
+def run_dir(ckpt_path: str | None, entry: str, overrides: list[str], default: str) -> str:
     """Hydra's run folder (`hydra.run.dir`): `paths.output_dir=` given on the command line
     (the whole run goes there: log and `.hydra/` too), else the run a checkpoint resumes,
     else the dated default."""
@@ -69,13 +69,13 @@ def run_dir(ckpt_path: str | None, kind: str, overrides: list[str], default: str
         key, _, value = o.lstrip("+").partition("=")
         if key == "paths.output_dir" and value:
             return value.strip("'\"")
-    return resumed_run(ckpt_path, kind) or default
+    return resumed_run(ckpt_path, entry) or default
 
 
-def hydra_subdir(ckpt_path: str | None, kind: str, run: str) -> str | None:
+def hydra_subdir(ckpt_path: str | None, entry: str, run: str) -> str | None:
     """Hydra's record folder (`hydra.output_subdir`): a run continued in its own folder keeps
     the first run's `.hydra/`, a run anywhere else gets its own."""
-    return None if resumed_run(ckpt_path, kind) == str(run) else ".hydra"
+    return None if resumed_run(ckpt_path, entry) == str(run) else ".hydra"
 
 
 def hydra_run_dir() -> Path | None:

@@ -336,9 +336,9 @@ def endpoints(model: str) -> dict[str, type[Endpoint] | str]:
         }
     else:
         pre = read_checkpoint(model)
-        task = stored_task(pre.hparams["task"], model) if pre.kind == FINETUNING else None
+        task = stored_task(pre.hparams["task"], model) if pre.origin == FINETUNING else None
         routes = {
-            "/score": f"{model}: a {pre.kind} checkpoint; /score needs a fine-tuned one "
+            "/score": f"{model}: a {pre.origin} checkpoint; /score needs a fine-tuned one "
             "(finetune.py)",
             "/embed": Embed,
             "/fill-mask": FillMask,

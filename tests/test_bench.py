@@ -64,7 +64,7 @@ def test_transformers_spends_the_same_budget_and_exports_a_folder_the_suite_read
     assert summary["steps"] > 0 and summary["seconds"] >= 3.0 and summary["val_loss"] > 0
     assert json.loads(out.splitlines()[-1]) == summary
     model = read_checkpoint(tmp_path / "hf/hf_model")
-    assert model.config.hidden_size == 32 and model.kind == "Hugging Face"
+    assert model.config.hidden_size == 32 and model.origin == "Hugging Face"
     trained = Tokenizer.from_file(str(tmp_path / "hf/tokenizer.json"))  # as train.py trains it
     assert model.tokenizer.get_vocab() == trained.get_vocab()
 

@@ -69,7 +69,7 @@ def module(weights: dict, teacher, **kwargs) -> DistillModule:
     args = dict(temperature=2.0, relation_heads=None, student_layers=None)
     args |= dict(embeddings_from_teacher=False) | kwargs
     return DistillModule(
-        asdict(student), OPTIM, "teacher", **weights, **args, objective="mlm", teacher_ckpt=teacher
+        asdict(student), OPTIM, "teacher", **weights, **args, nsp=False, teacher_ckpt=teacher
     ).eval()
 
 
@@ -175,7 +175,7 @@ def test_a_student_that_is_its_teacher_has_zero_losses_but_mlm():
     args = dict(temperature=2.0, relation_heads=None, student_layers=[0, 1])
     args |= dict(embeddings_from_teacher=False)
     m = DistillModule(
-        asdict(student.config), OPTIM, "teacher", **ALL, **args, objective="mlm", teacher_ckpt=t
+        asdict(student.config), OPTIM, "teacher", **ALL, **args, nsp=False, teacher_ckpt=t
     )
     m.eval()
     m.model.load_state_dict(student.state_dict, strict=False)
@@ -354,7 +354,7 @@ def test_a_student_from_the_teachers_layers_exports_and_fine_tunes(tmp_path, tea
     train(compose(overrides=overrides))
     ckpt = out / "checkpoints" / "last.ckpt"
     student, teacher = read_checkpoint(ckpt), read_checkpoint(teacher_run)
-    assert student.config.num_hidden_layers == 1 and student.kind == "pretraining"
+    assert student.config.num_hidden_layers == 1 and student.origin == "pretraining"
     assert student.tokenizer.get_vocab() == teacher.tokenizer.get_vocab()
     assert all(k.startswith(("bert.", "cls.")) for k in student.state_dict)
     assert "cls.predictions.bias" in student.state_dict  # soft_mlm trained the MLM head

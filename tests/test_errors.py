@@ -338,6 +338,6 @@ def test_rtd_mistakes_are_one_line(tmp_path, capsys):
     )
     err = pretrain_error(capsys, tmp_path, "objective=rtd", "data=c4_nsp")
     assert err == (
-        "error: objective=rtd trains on masked text; this data option makes mlm_nsp examples "
-        "(data=c4_nsp: data.objective=mlm gives its pairs without NSP)"
+        "error: objective=rtd trains on masked text; this data option makes NSP examples "
+        "(data=c4_nsp: data.nsp=false gives its pairs without NSP)"
     )

@@ -129,8 +129,8 @@ def test_each_ranking_loss_trains_and_its_loss_falls(tmp_path, loss):
     assert sum(losses[-5:]) / 5 < 0.8 * sum(losses[:5]) / 5
 
 
-def test_distillation_mixes_a_teachers_order_into_the_training_targets(tmp_path):
-    """distill.teacher: each training row's target is (1 - w) x its label + w x the teacher's
+def test_soft_labels_mix_an_encoders_order_into_the_training_targets(tmp_path):
+    """soft_labels.encoder: each training row's target is (1 - w) x its label + w x the encoder's
     zero-shot cosine, min-max scaled over the rows; the run steps with it; a task without
     (query, ad) targets says so in one line."""
     tok = write_tokenizer(tmp_path / "tokenizer.json")
@@ -138,16 +138,17 @@ def test_distillation_mixes_a_teachers_order_into_the_training_targets(tmp_path)
     cfg = compose("finetune", overrides(tmp_path, "ad_relevance", "task.train_file=x"))
     task = make_task(OmegaConf.to_container(cfg.task, resolve=True))
     train = {"text": ["a", "b", "c"], "pair": ["x", "y", "z"], "target": [1.0, 0.0, 0.5]}
-    got = task.distilled(train, lambda pairs: torch.tensor([0.2, 0.6, 0.4]), 0.25)
+    got = task.with_soft_labels(train, lambda pairs: torch.tensor([0.2, 0.6, 0.4]), 0.25)
     assert got["target"] == pytest.approx([0.75 * 1.0, 0.25 * 1.0, 0.75 * 0.5 + 0.25 * 0.5])
     assert train["target"] == [1.0, 0.0, 0.5]  # a new table
     files = task_files(tmp_path, "ad_relevance")
-    extra = [f"distill.teacher={tmp_path / 'hf'}", "distill.weight=0.5", "trainer.max_steps=3"]
+    extra = [f"soft_labels.encoder={tmp_path / 'hf'}", "soft_labels.weight=0.5"]
+    extra.append("trainer.max_steps=3")
     results = finetune(compose("finetune", overrides(tmp_path, "ad_relevance", *files, *extra)))
     assert results["steps"] == 3
     sentences = task_files(tmp_path, "seq_classification")
     cfg = compose("finetune", overrides(tmp_path, "seq_classification", *sentences, *extra))
-    with pytest.raises(UserError, match="distill.teacher: a seq_classification task has no"):
+    with pytest.raises(UserError, match="soft_labels.encoder: a seq_classification task has no"):
         finetune(cfg)
 
 

@@ -426,14 +426,14 @@ def test_fit_returns_what_the_train_file_fixes_and_changes_nothing(tmp_path):
     train = write_csv(tmp_path / "train.csv", sentiment_rows(20))
     task = make_task(cfg_for("seq_classification", train))
     before = asdict(task.cfg)
-    assert task.fit(task.read(train), list(range(20))) == {"labels": ["0", "1"]}
+    assert task.learnt_settings(task.read(train), list(range(20))) == {"labels": ["0", "1"]}
     assert asdict(task.cfg) == before and task.cfg.labels is None
     completed, _ = load_splits(task, 0)
     assert asdict(task.cfg) == before
     assert asdict(completed.cfg) == {**before, "labels": ["0", "1"]}
-    assert completed.fit(completed.read(train), [0]) == {}  # a label set given is kept
+    assert completed.learnt_settings(completed.read(train), [0]) == {}  # a label set given is kept
     reg = make_task(cfg_for("regression", write_jsonl(tmp_path / "r.jsonl", regression_rows(8))))
-    learnt = reg.fit(reg.read(tmp_path / "r.jsonl"), list(range(8)))
+    learnt = reg.learnt_settings(reg.read(tmp_path / "r.jsonl"), list(range(8)))
     assert sorted(learnt) == ["target_mean", "target_std"] and reg.cfg.target_mean is None
 
 

@@ -100,7 +100,7 @@ def test_flops_per_batch_stays_on_the_device_and_equals_the_formula():
     from bert_lightning.training.pretrain_module import BertPretrainModule
 
     config = dict(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2)
-    module = BertPretrainModule(config, OPTIM, objective="mlm")
+    module = BertPretrainModule(config, OPTIM, nsp=False)
     labels = torch.full((3, 10), -100)
     labels[0, [2, 5]] = 7
     labels[2, [1, 3, 4, 9]] = 8  # row 1 has none

@@ -116,7 +116,7 @@ def test_fp16_scaler_unscales_before_clipping_with_a_non_fused_adamw(tmp_path):
     from probe import GradProbe
 
     config = dict(vocab_size=60, hidden_size=16, num_hidden_layers=1, num_attention_heads=2)
-    module = BertPretrainModule({**config, "intermediate_size": 32}, OPTIM, objective="mlm")
+    module = BertPretrainModule({**config, "intermediate_size": 32}, OPTIM, nsp=False)
     ids = torch.randint(5, 60, (8, 12), generator=torch.Generator().manual_seed(0))  # (B, T)
     labels = torch.full_like(ids, -100)
     labels[:, 3] = ids[:, 3]

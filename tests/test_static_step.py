@@ -32,15 +32,15 @@ def make_module(objective: str, vocab_size: int, **config):
     torch.manual_seed(0)
     c = dict(TINY_MODEL, vocab_size=vocab_size, **config)
     if objective in ("mlm", "mlm_nsp"):
-        return BertPretrainModule(c, OPTIM, objective=objective)
+        return BertPretrainModule(c, OPTIM, nsp=objective == "mlm_nsp")
     if objective == "rtd":
-        return RTDPretrainModule(c, OPTIM, 0.5, 50.0, objective="mlm")
+        return RTDPretrainModule(c, OPTIM, 0.5, 50.0, nsp=False)
     wide = BertConfig(**dict(c, hidden_size=64, intermediate_size=128))
     teacher = Checkpoint(wide, BertForPreTraining(wide).state_dict(), None, source="teacher")
     weights = DISTILL | {"mlm": 1.0}
     return DistillModule(
         c, OPTIM, "teacher", **weights, **DISTILL_ARGS, embeddings_from_teacher=False,
-        objective="mlm", teacher_ckpt=teacher,
+        nsp=False, teacher_ckpt=teacher,
     )  # fmt: skip
 
 

@@ -36,7 +36,7 @@ def test_model_compile_keeps_checkpoint_keys(tmp_path):
     import lightning as L
 
     config = dict(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=2)
-    module = BertPretrainModule(config, OPTIM, objective="mlm", compile=True)
+    module = BertPretrainModule(config, OPTIM, nsp=False, compile=True)
     module.trainer = L.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False)
     keys = list(module.state_dict())
     module.configure_model()

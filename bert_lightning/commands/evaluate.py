@@ -86,9 +86,7 @@ def evaluate_mlm(
             f"{' '.join(dm.val_files)}: too little text for one {dm.packing} example of "
             f"{max_len} tokens (--packing document frames every document, however short)"
         )
-    module = BertPretrainModule(
-        asdict(pre.config), {}, pre.tokenizer.to_str(), objective=dm.objective
-    )
+    module = BertPretrainModule(asdict(pre.config), {}, pre.tokenizer.to_str(), nsp=dm.nsp)
     load_into(module.model, mlm_state(path, pre, "evaluate"))
     metrics = evaluation_trainer(progress).validate(module, dm.val_dataloader(), verbose=False)[0]
     out = {"examples": len(dm.val_set)}
@@ -144,8 +142,8 @@ def register(sub) -> None:
 
 def _main(args) -> None:
     pre = None if is_exported(args.model) else read_checkpoint(args.model)  # ONNX: fine-tuned
-    kind = pre.kind if pre else FINETUNING
-    if kind == FINETUNING:
+    origin = pre.origin if pre else FINETUNING
+    if origin == FINETUNING:
         if len(args.file) > 1:
             raise UserError(f"{args.model}: a fine-tuned checkpoint is evaluated on one file")
         ft = load_finetuned(args.model, "evaluate", pre)
@@ -165,7 +163,7 @@ def _main(args) -> None:
         )  # fmt: skip
     numbers = {k: v for k, v in metrics.items() if not isinstance(v, dict)}
     width = max(map(len, numbers))
-    print(f"{args.model} ({kind}) on {' '.join(args.file)}")
+    print(f"{args.model} ({origin}) on {' '.join(args.file)}")
     for k, v in numbers.items():
         print(f"  {k:<{width}}  {v:.6g}" if isinstance(v, float) else f"  {k:<{width}}  {v}")
     for who, m in metrics.get("baselines", {}).items():
@@ -173,6 +171,6 @@ def _main(args) -> None:
     if "ranking" in metrics:
         print(ranking_table(metrics["ranking"]))
     if args.json:
-        out = {"model": args.model, "files": args.file, "kind": kind, "metrics": metrics}
+        out = {"model": args.model, "files": args.file, "kind": origin, "metrics": metrics}
         write_json(out, args.json)
         print(f"wrote {args.json}")

@@ -13,8 +13,8 @@ def export_hf(ckpt_path: str, out_dir: str, overwrite: bool = False) -> str:
     scale, folded into it) and the length it was fine-tuned on (`model_max_length`); a Hugging
     Face folder keeps its head's labels, problem type, target scale and length."""
     ckpt = read_checkpoint(ckpt_path)
-    task = ckpt.hparams["task"] if ckpt.kind == FINETUNING else {}
-    kept, length = hf_folder_head(ckpt_path) if ckpt.kind == HUGGING_FACE else ({}, None)
+    task = ckpt.hparams["task"] if ckpt.origin == FINETUNING else {}
+    kept, length = hf_folder_head(ckpt_path) if ckpt.origin == HUGGING_FACE else ({}, None)
     regression = task.get("kind") == "regression"
     return str(
         export_hf_folder(

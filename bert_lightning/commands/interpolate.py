@@ -48,7 +48,7 @@ def run_config(ckpt_path: str | Path):
 def validation_table(ckpt_path, task, cfg, validation: str | None) -> dict:
     """`--validation FILE` in the task's format, else the validation split the run drew."""
     if validation:
-        return task.prepare(task.read(validation))
+        return task.with_labels(task.read(validation))
     if cfg is None:
         raise MissingFileError(
             f"{ckpt_path}: no config_resolved.yaml in its run folder to draw the run's "

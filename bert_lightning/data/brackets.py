@@ -92,7 +92,7 @@ class BracketsDataModule(L.LightningDataModule):
     `out_dir`: where the run's tokenizer is saved (None: not saved); `given_tokenizer`: unused,
     the toy's tokenizer is fixed."""
 
-    objective = "mlm"
+    nsp = False
 
     def __init__(
         self,

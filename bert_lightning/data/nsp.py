@@ -23,8 +23,6 @@ from bert_lightning.errors import UserError
 from bert_lightning.fingerprints import fingerprint
 
 Document = Sequence[Sequence[int]]  # token ids of each sentence
-# what a pretraining run's batches train: MLM alone, or MLM + NSP on sentence pairs (this file)
-OBJECTIVES = ("mlm", "mlm_nsp")
 
 
 @lru_cache(maxsize=1)
@@ -200,9 +198,9 @@ def nsp_examples(
 class NSPDataModule(PretrainDataModule):
     """MLM + NSP: examples are sentence pairs with `next_sentence_label`, instead of blocks.
     `dupe_factor`: passes over the corpus with different pairings (BERT used 10).
-    `objective`: `mlm_nsp` (BERT), or `mlm` (pairs trained without the NSP loss)."""
+    `nsp`: the pairs train the NSP loss too (BERT), else MLM alone."""
 
-    def __init__(self, *, short_seq_prob: float, dupe_factor: int, objective: str, **kwargs):
+    def __init__(self, *, short_seq_prob: float, dupe_factor: int, nsp: bool, **kwargs):
         super().__init__(**kwargs)
         if not 0.0 <= short_seq_prob <= 1.0:
             raise UserError(f"data.short_seq_prob={short_seq_prob}; expected 0..1")
@@ -217,9 +215,7 @@ class NSPDataModule(PretrainDataModule):
             )
         if self.cache_format != "arrow":
             raise UserError("NSP pairs use the Arrow cache: data.cache_format must be arrow")
-        if objective not in OBJECTIVES:
-            raise UserError(f"data.objective={objective!r}; expected one of {OBJECTIVES}")
-        self.objective = objective
+        self.nsp = nsp
         self.examples = partial(
             nsp_examples,
             num_proc=self.num_proc,

@@ -71,7 +71,7 @@ class BertDataModule(L.LightningDataModule):
     `tokenizer_documents()`, the stream a tokenizer is trained on, and `source()`, where that
     stream comes from (for an error)."""
 
-    objective = "mlm"  # what the examples train (NSPDataModule: mlm_nsp)
+    nsp = False  # the examples train NSP too (NSPDataModule's pairs, `data.nsp`)
 
     def __init__(
         self,
@@ -183,7 +183,7 @@ class BertDataModule(L.LightningDataModule):
             **self.source_record(),
             **{f"data.{k}": v for k, v in self.read_settings().items()},
             "data.tokenizer": fingerprint(tok.to_str()) if tok else None,
-            "data.objective": self.objective,
+            "data.nsp": self.nsp,
             "data.max_seq_length": self.max_seq_length,
             "data.packing": self.packing,
             "data.masking": asdict(self.masking),

@@ -189,16 +189,16 @@ def cell_folder(out: Path, model: Model, task: str, seed: int) -> Path:
 
 def cell_key(model: Model, cfg: DictConfig) -> dict[str, str]:
     """What a cell's results depend on, part by part (a changed part re-runs it, and is named):
-    the start's `weights` (and a distillation teacher's) by content; its `settings`, the
+    the start's `weights` (and the soft labels' encoder's) by content; its `settings`, the
     composed config as written (`${...}` unresolved: not this machine's core count) but where it
     writes; the `data` files its task reads, by path, size and time."""
     settings = OmegaConf.to_container(cfg)
     settings.pop("paths")
-    teacher = cfg.distill.teacher
+    encoder = cfg.soft_labels.encoder
     files = [cfg.task[k] for k in sorted(cfg.task) if k.endswith("_file") and cfg.task[k]]
     return {
         "weights": fingerprint(
-            model.digest, file_digest(teacher) if teacher and teacher != cfg.pretrained else None
+            model.digest, file_digest(encoder) if encoder and encoder != cfg.pretrained else None
         ),
         "settings": fingerprint(settings),
         "data": fingerprint(file_stamps(f for f in files if os.path.isfile(f))),

@@ -102,7 +102,7 @@ class AdRelevance(Task):
         """By default one query's rows stay together."""
         return self.cfg.group_column or self.cfg.query_column
 
-    def prepare(self, table):
+    def with_labels(self, table):
         c, path, raw = self.cfg, table["path"], table["raw"]
         kind = c.label_type
         if kind == "clicks":
@@ -181,11 +181,11 @@ class AdRelevance(Task):
             out["baselines"] = {k: score_metrics(self, test, s) for k, s in baselines.items()}
         return out
 
-    def distilled(self, train: dict, teacher: ZeroShot, weight: float) -> dict:
-        """Each target becomes (1 - weight) x itself + weight x the teacher's score of the row,
-        min-max scaled over the rows to [0, 1] (only its order is the teacher's to give)."""
-        with Waiting(f"distill.teacher's scores of {len(train['text']):,} train rows"):
-            s = teacher(list(zip(train["text"], train["pair"], strict=True)))  # (N,)
+    def with_soft_labels(self, train: dict, encoder: ZeroShot, weight: float) -> dict:
+        """Each target becomes (1 - weight) x itself + weight x the encoder's score of the row,
+        min-max scaled over the rows to [0, 1] (only its order is the encoder's to give)."""
+        with Waiting(f"soft_labels.encoder's scores of {len(train['text']):,} train rows"):
+            s = encoder(list(zip(train["text"], train["pair"], strict=True)))  # (N,)
         lo, hi = s.min(), s.max()
         scaled = ((s - lo) / (hi - lo) if hi > lo else torch.zeros_like(s)).tolist()
         mixed = [

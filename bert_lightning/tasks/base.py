@@ -96,13 +96,13 @@ class Task:
         from random weights."""
         return {}
 
-    def distilled(self, train: dict, teacher: ZeroShot, weight: float) -> dict:
-        """The train table with a teacher's scores of its rows mixed into its targets
-        (`distill.teacher`; `teacher`: its zero-shot cosine of (text, pair) rows); a task
+    def with_soft_labels(self, train: dict, encoder: ZeroShot, weight: float) -> dict:
+        """The train table with an encoder's scores of its rows mixed into its targets
+        (`soft_labels.encoder`; `encoder`: its zero-shot cosine of (text, pair) rows); a task
         without (query, ad) targets has none to mix them into."""
         raise UserError(
-            f"distill.teacher: a {self.cfg.kind} task has no (query, ad) targets to mix a "
-            "teacher's scores into (task=ad_relevance has)"
+            f"soft_labels.encoder: a {self.cfg.kind} task has no (query, ad) targets to mix an "
+            "encoder's scores into (task=ad_relevance has)"
         )
 
     def report_table(self, results: dict) -> str:
@@ -144,7 +144,7 @@ class Task:
         g = getattr(self.cfg, "group_column", None)
         return ("group", f"groups (task.group_column={g})") if g else None
 
-    def fit(self, train: dict, rows: list[int]) -> dict:
+    def learnt_settings(self, train: dict, rows: list[int]) -> dict:
         """What the train file fixes that the config leaves open (label set, target scale), as
         the config keys to set; {} when the config gives them. `train`: the file's table,
         checked whole (its errors name the file's rows); `rows`: the indices of those trained
@@ -152,7 +152,7 @@ class Task:
         sees."""
         return {}
 
-    def prepare(self, table: dict) -> dict:
+    def with_labels(self, table: dict) -> dict:
         """Raw label cells -> `label` ids or `target` floats (errors name file, row, column)."""
         raise NotImplementedError
 
@@ -283,21 +283,21 @@ def inputs(table: dict) -> list:
 def load_splits(task: Task, seed: int) -> tuple[Task, dict[str, dict]]:
     """The task completed by its train file and the train/validation/test tables. A missing
     validation or test file is cut from the train file by `split` fractions, whole groups at a
-    time; what `task.fit` learns (label set, target scale) completes the config, from the rows
-    trained on, before any checking; `subsample` then keeps exactly N rows of a part (whole
-    groups but the last). The monitor is checked against the validation rows."""
+    time; what `task.learnt_settings` learns (label set, target scale) completes the config,
+    from the rows trained on, before any checking; `subsample` then keeps exactly N rows of a
+    part (whole groups but the last). The monitor is checked against the validation rows."""
     train = task.read(task.cfg.train_file)
     files = {k: getattr(task.cfg, f"{k}_file") for k in ("validation", "test")}
     missing = {k: float(task.cfg.split[k]) for k, f in files.items() if not f}
     parts = D.grouped_split(train["group"], missing, seed) if missing else None
     trained_on = parts["train"] if parts else list(range(len(train["group"])))
-    task = type(task)(replace(task.cfg, **task.fit(train, trained_on)))
+    task = type(task)(replace(task.cfg, **task.learnt_settings(train, trained_on)))
     c = task.cfg
-    train = task.prepare(train)
+    train = task.with_labels(train)
     tables = {k: subset(train, idx) for k, idx in parts.items()} if parts else {"train": train}
     for k, f in files.items():
         if f:
-            tables[k] = task.prepare(task.read(f))
+            tables[k] = task.with_labels(task.read(f))
             check_apart(task, tables[k], train)
     for k, n in c.subsample.items():
         if n is not None:

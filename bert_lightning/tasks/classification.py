@@ -34,7 +34,7 @@ class SeqClassification(Task):
     config_class = SeqClassificationConfig
     problem_type = "single_label_classification"
 
-    def fit(self, train, rows):
+    def learnt_settings(self, train, rows):
         """The label set of the whole train file: it names the classes (a class seen only in
         held-out rows is one the model is scored on, never a failed run); no statistic."""
         if self.cfg.labels:
@@ -44,7 +44,7 @@ class SeqClassification(Task):
             "labels": sorted(set(D.label_strings(train["raw"]["label_column"], train["path"], col)))
         }
 
-    def prepare(self, table):
+    def with_labels(self, table):
         col = self.cfg.label_column
         table["label"] = D.label_values(
             table["raw"]["label_column"], self.cfg.labels, table["path"], col
@@ -109,12 +109,12 @@ class TokenClassification(Task):
             "group": list(range(len(words))),
         }
 
-    def fit(self, train, rows):
+    def learnt_settings(self, train, rows):
         if self.cfg.labels:
             return {}
         return {"labels": ["O", *sorted({t for s in train["tags"] for t in s} - {"O"})]}
 
-    def prepare(self, table):
+    def with_labels(self, table):
         index = {l: i for i, l in enumerate(self.cfg.labels)}
         table["label"] = []
         for tags, lines in zip(table["tags"], table["lines"], strict=True):

@@ -36,7 +36,7 @@ class Regression(Task):
     config_class = RegressionConfig
     problem_type = "regression"
 
-    def fit(self, train, rows):
+    def learnt_settings(self, train, rows):
         """The mean and std of the targets trained on (the whole file checked), each where the
         config leaves it null: a given one is kept, as the run records it."""
         c = self.cfg
@@ -55,7 +55,7 @@ class Regression(Task):
             else None
         )
 
-    def prepare(self, table):
+    def with_labels(self, table):
         table["target"] = D.float_values(
             table["raw"]["label_column"], table["path"], self.cfg.label_column
         )

@@ -61,7 +61,7 @@ class DistillModule(EncoderModule):
     teacher's layers the student started from) and `embeddings_from_teacher` (recorded;
     `build` starts the student from them) are
     `conf/objective/distill.yaml`'s. The other arguments as `BertPretrainModule`'s; NSP labels
-    (`data=c4_nsp`) are not used."""
+    (`nsp`, `data=c4_nsp`) are not used."""
 
     def __init__(
         self,
@@ -80,7 +80,7 @@ class DistillModule(EncoderModule):
         embeddings_from_teacher: bool,
         tokenizer_json: str | None = None,
         *,
-        objective: str,
+        nsp: bool,
         compile: bool = False,
         data: dict | None = None,
         teacher_ckpt: Checkpoint,

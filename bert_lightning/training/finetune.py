@@ -74,9 +74,10 @@ def build(cfg: DictConfig, start: ResumePoint | None = None):
     its data the same unless `resume_with_new_data`)."""
     check_types(cfg.optim, "optim")  # before the data are read
     task, tables = load_splits(make_task(OmegaConf.to_container(cfg.task, resolve=True)), cfg.seed)
-    if cfg.distill.teacher:
-        teacher = partial(zero_shot_cosines, cfg.distill.teacher, max_seq_length=cfg.max_seq_length)
-        tables["train"] = task.distilled(tables["train"], teacher, cfg.distill.weight)
+    soft = cfg.soft_labels
+    if soft.encoder:
+        encoder = partial(zero_shot_cosines, soft.encoder, max_seq_length=cfg.max_seq_length)
+        tables["train"] = task.with_soft_labels(tables["train"], encoder, soft.weight)
     config, tokenizer, pre = encoder_and_tokenizer(cfg, tables["train"])
     if cfg.dropout is not None:  # a checkpoint pretrained without dropout fine-tunes with some
         p = cfg.dropout
@@ -103,9 +104,9 @@ def build(cfg: DictConfig, start: ResumePoint | None = None):
         max_seq_length=cfg.max_seq_length,
         seed=cfg.seed,
     )
-    teacher = cfg.distill.teacher  # its scores are in the targets, weighted
-    record = dm.data_record() | {"distill.teacher": teacher and [teacher, file_digest(teacher)]}
-    record |= {"distill.weight": cfg.distill.weight} if teacher else {}
+    encoder = soft.encoder  # its scores are in the targets, weighted
+    record = dm.data_record() | {"soft_labels.encoder": encoder and [encoder, file_digest(encoder)]}
+    record |= {"soft_labels.weight": soft.weight} if encoder else {}
     check_same_data(start, cfg.ckpt_path, record, cfg.resume_with_new_data)
     module = FinetuneModule(
         asdict(config),

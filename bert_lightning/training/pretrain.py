@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 VALIDATION_KEYS = (
     "_target_",
     *("text_unit", "max_doc_chars", "long_docs", "on_bad_record"),
-    *("max_seq_length", "packing", "short_seq_prob", "dupe_factor", "objective"),
+    *("max_seq_length", "packing", "short_seq_prob", "dupe_factor", "nsp"),
     *("batch_size", "seed", "masking", "max_eval_samples"),
 )
 
@@ -55,7 +55,7 @@ def build(cfg: DictConfig, resume: ResumePoint | None = None):
         optim=continued_optim(optim, resume, cfg.trainer.max_steps),
         tokenizer_json=start.tokenizer.to_str(),
         compile=cfg.model_compile,
-        objective=dm.objective,
+        nsp=dm.nsp,
         data=validation_settings(cfg.data),
         **({"teacher_ckpt": start.teacher} if start.teacher is not None else {}),
     )

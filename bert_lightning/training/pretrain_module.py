@@ -7,8 +7,6 @@ import torch
 from torchmetrics.classification import BinaryAccuracy
 from torchmetrics.text import Perplexity
 
-from bert_lightning.data.nsp import OBJECTIVES
-from bert_lightning.errors import UserError
 from bert_lightning.model import BertConfig, BertForPreTraining, pretraining_flops
 from bert_lightning.model.flops import step_counts
 from bert_lightning.training.module_base import EncoderModule, Share, ValidationLoss
@@ -17,7 +15,7 @@ from bert_lightning.training.module_base import EncoderModule, Share, Validation
 class BertPretrainModule(EncoderModule):
     """`config`: BertConfig fields; `optim`: the `conf/optim` config (see `optim.py`).
     `tokenizer_json` travels inside every checkpoint, so a checkpoint is self-contained.
-    `objective`: `mlm`, or `mlm_nsp` (loss = MLM + NSP; the data module decides). Under `mlm`
+    `nsp`: loss = MLM + NSP (the data module decides, `data.nsp`), else MLM alone, under which
     the pooler and NSP head get no gradient and are frozen, so that DDP finds no unused
     parameters.
     `compile`: torch.compile the model in place (a GPU lever; parameter names unchanged)."""
@@ -28,18 +26,16 @@ class BertPretrainModule(EncoderModule):
         optim: dict,
         tokenizer_json: str | None = None,
         *,
-        objective: str,
+        nsp: bool,
         compile: bool = False,
         data: dict | None = None,
     ):
         """`data`: the data settings the run validates with (length, framing, batch size, seed,
         masking), recorded in the checkpoint so that `evaluate` reproduces its validation."""
         super().__init__()
-        if objective not in OBJECTIVES:
-            raise UserError(f"objective={objective!r}; expected one of {OBJECTIVES}")
         self.save_hyperparameters(ignore=["tokenizer_json"])
         self.model = BertForPreTraining(BertConfig(**config))
-        self.nsp = objective == "mlm_nsp"
+        self.nsp = nsp
         if not self.nsp:
             for head in (self.model.bert.pooler, self.model.cls.seq_relationship):
                 head.requires_grad_(False)

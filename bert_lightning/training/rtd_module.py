@@ -18,8 +18,8 @@ SHARES = ("replaced", "gen_mlm_acc", "disc_acc")  # logged per stage
 class RTDPretrainModule(EncoderModule):
     """`config`: the discriminator's BertConfig fields (the encoder a checkpoint hands to
     fine-tuning and `export-hf`); `generator_hidden_size`: the generator's width as a share of
-    it; `disc_weight`: λ of loss = generator MLM + λ · discriminator BCE. `objective`: what the
-    data module's examples train; RTD takes MLM examples only. The other arguments as
+    it; `disc_weight`: λ of loss = generator MLM + λ · discriminator BCE. `nsp`: the data module's
+    examples train NSP too (`data.nsp`); RTD takes MLM examples only. The other arguments as
     `BertPretrainModule`'s."""
 
     def __init__(
@@ -30,15 +30,15 @@ class RTDPretrainModule(EncoderModule):
         disc_weight: float,
         tokenizer_json: str | None = None,
         *,
-        objective: str,
+        nsp: bool,
         compile: bool = False,
         data: dict | None = None,
     ):
         super().__init__()
-        if objective != "mlm":
+        if nsp:
             raise UserError(
-                f"objective=rtd trains on masked text; this data option makes {objective} "
-                "examples (data=c4_nsp: data.objective=mlm gives its pairs without NSP)"
+                "objective=rtd trains on masked text; this data option makes NSP examples "
+                "(data=c4_nsp: data.nsp=false gives its pairs without NSP)"
             )
         self.save_hyperparameters(ignore=["tokenizer_json"])
         self.model = ElectraForPreTraining(BertConfig(**config), generator_hidden_size, disc_weight)
