@@ -3,14 +3,17 @@ with the time spent, reaches its end when the time does, and a resumed run keeps
 A fake clock that moves one second per training batch makes the times exact."""
 
 import csv
+import time
 from types import SimpleNamespace
 
 import lightning as L
 import pytest
 import torch
 from lightning.pytorch.callbacks import timer as lightning_timer
+from run_matrix import DISTILL
 
 from bert_lightning.config import compose
+from bert_lightning.training.budget import ValidationBudget
 from bert_lightning.training.optim import budget_linear_decay
 from bert_lightning.training.pretrain import train
 from helpers import tiny_overrides, write_corpus
@@ -132,3 +135,53 @@ def test_a_budget_shared_by_time_validates_n_times(tmp_path):
     with open(tmp_path / "metrics.csv") as f:
         validations = [r for r in csv.DictReader(f) if r.get("val/loss")]
     assert len(validations) >= 3  # after each 1.3 s, and the budget's last step
+
+
+VALIDATIONS: list[float] = []  # the seconds of each validation of a run
+
+
+class ValidationTimes(L.Callback):
+    """The wall time of each validation, the one before the fit included."""
+
+    def on_validation_start(self, trainer, pl_module):
+        VALIDATIONS.append(-time.monotonic())
+
+    def on_validation_end(self, trainer, pl_module):
+        VALIDATIONS[-1] += time.monotonic()
+
+
+@pytest.mark.slow
+def test_a_budgeted_distillation_validates_within_a_tenth_of_its_budget(tmp_path):
+    """A 30-second distillation from all-MiniLM-L6-v2 on 80 held-out examples: a validation
+    costs ~0.6 s (the teacher's forward with the student's), so validating each tenth of the
+    budget on all of them spent over a fifth of it; the first one, before the fit, sets how
+    many batches the fit's validations score, and all of them take <= 10% of the budget."""
+    VALIDATIONS.clear()
+    write_corpus(tmp_path / "corpus.jsonl", 200)
+    budget = 30
+    overrides = tiny_overrides(
+        tmp_path,
+        *DISTILL,
+        "schedule=time_budget",
+        f"trainer.max_time=00:00:00:{budget}",
+        "trainer.max_steps=-1",  # debug=tiny's, after the schedule's: the schedule's again
+        "trainer.val_check_interval='${share_of_time:${trainer.max_time},"
+        "${callbacks.validation_budget.validations},1000}'",
+        "data.val_docs=20",
+        "data.max_eval_samples=80",
+        "+callbacks.times._target_=test_budget.ValidationTimes",
+    )
+    train(compose(overrides=overrides))
+    assert len(VALIDATIONS) >= 3
+    assert sum(VALIDATIONS) <= 0.1 * budget, VALIDATIONS
+
+
+def test_a_resumed_run_keeps_the_validation_bound_of_the_run_it_continues():
+    """The bound is in the checkpoint (the callback's state): a resumed run, which validates
+    nothing before its fit, scores the same batches as the run it continues."""
+    first, resumed = ValidationBudget(0.1, 5), ValidationBudget(0.1, 5)
+    first.batches = 3
+    resumed.load_state_dict(first.state_dict())
+    trainer = SimpleNamespace(limit_val_batches=1.0)
+    resumed.on_fit_start(trainer, None)
+    assert trainer.limit_val_batches == 3

