@@ -16,9 +16,11 @@ EXIT_CODE = 2  # as argparse's usage errors
 
 class UserError(ValueError):
     """A mistake the user can fix from the message alone (a ValueError, as bad values are).
-    `exit_code`: what the process exits with when it is reported."""
+    `exit_code`: what the process exits with when it is reported, `label` what its line
+    starts with."""
 
     exit_code = EXIT_CODE
+    label = "error"
 
 
 class MissingFileError(UserError, FileNotFoundError):
@@ -44,8 +46,8 @@ def first_line(exc: BaseException) -> str:
 
 @contextmanager
 def reported(debug: bool = False) -> Iterator[None]:
-    """A UserError raised inside becomes `error: <message>` on stderr and its exit code (2);
-    `debug` (or any other exception) keeps the traceback."""
+    """A UserError raised inside becomes `<label>: <message>` on stderr (`error: ...`) and its
+    exit code (2); `debug` (or any other exception) keeps the traceback."""
     try:
         yield
     except Exception as e:
@@ -53,6 +55,6 @@ def reported(debug: bool = False) -> Iterator[None]:
         if err is None:
             raise
         # one write: the ranks of a run share stderr, and a line written in pieces interleaves
-        sys.stderr.write(f"error: {err}\n")
+        sys.stderr.write(f"{err.label}: {err}\n")
         sys.stderr.flush()
         raise SystemExit(err.exit_code) from None

@@ -1,11 +1,109 @@
-"""The signals that stop a run once its step is saved (training/interrupt.py: SaveOnInterrupt),
-and the loader workers' part in it."""
+"""The signals that stop a run: Ctrl-C (SIGINT), a scheduler's SIGTERM, SLURM's SIGUSR1. Every
+phase of a run stops on them within seconds: `Stops` raises `Interrupted` at once wherever the
+run is (a data pass, a validation or test outside the fit, what follows the fit), except while
+a fit trains, where SaveOnInterrupt (training/interrupt.py) saves the step first."""
 
 from __future__ import annotations
 
+import os
 import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from bert_lightning.errors import UserError
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
+
+
+class Interrupted(UserError):
+    """A run stopped by a signal. It exits with 128 + the signal's number, as a shell reports a
+    process the signal ended (a batch script tells a run to requeue from a failed one), and its
+    line says the stop was asked for: it is no error."""
+
+    label = "stopped on request"
+
+    def __init__(self, message: str, signum: int):
+        super().__init__(message)
+        self.exit_code = 128 + signum
+
+
+class Stops:
+    """The stop signals of a run (`stops_on_signals`), the first one's number `received`. A
+    signal raises Interrupted at once in the main thread, `<SIGNAL> <where>` (where the run
+    stands), unless the run `defer`s it: a fit acts on `received` at its next check (the
+    optimizer step in progress done, the next validation batch), once it saved its step. Only
+    one is raised: a signal while the run unwinds would cut its clean-up short."""
+
+    def __init__(self, where: str):
+        self.where = where
+        self.received = 0
+        self.deferred = False
+        self.raised = False
+        self.pid = os.getpid()
+        self.replaced: dict = {}
+
+    def __call__(self, signum, frame) -> None:
+        if os.getpid() != self.pid:  # a process forked from the run's (a datasets pool
+            signal.signal(signum, signal.SIG_DFL)  # worker) ends by it, as without this handler
+            os.kill(os.getpid(), signum)
+            return
+        self.received = self.received or signum
+        if not (self.deferred or self.raised):
+            raise self.stop(self.where)
+
+    def stop(self, what: str) -> Interrupted:
+        """The run's Interrupted, `<SIGNAL> <what>`; later signals are only recorded."""
+        self.raised = True
+        return Interrupted(f"{signal.Signals(self.received).name} {what}", self.received)
+
+    def defer(self) -> None:
+        """Signals recorded only, until `resume`; this the handler again until
+        `replaced_back`: a fit's Trainer puts its own SIGTERM handler in, which would end the
+        fit unsaved."""
+        self.deferred = True
+        self.replaced = {sig: signal.signal(sig, self) for sig in STOP_SIGNALS}
+
+    def replaced_back(self) -> None:
+        """The handlers `defer` replaced, back (the Trainer's, which it replaces by its own
+        predecessor, this, as it ends)."""
+        for sig, handler in self.replaced.items():
+            signal.signal(sig, handler)
+        self.replaced = {}
+
+    def resume(self, where: str) -> None:
+        """Signals raise at once again, saying `where`; one that came while deferred, now."""
+        self.deferred, self.where = False, where
+        if self.received and not self.raised:
+            raise self.stop(where)
+
+
+_active: Stops | None = None
+
+
+@contextmanager
+def stops_on_signals(where: str) -> Iterator[Stops | None]:
+    """A run's `Stops` (`where`: its state until told another) as the handler of the stop
+    signals inside, the previous handlers back after; None off the main thread, where Python
+    runs no handler."""
+    global _active
+    if threading.current_thread() is not threading.main_thread():
+        yield None
+        return
+    stops, outer = Stops(where), _active
+    previous = {sig: signal.signal(sig, stops) for sig in STOP_SIGNALS}
+    _active = stops
+    try:
+        yield stops
+    finally:
+        _active = outer
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def active_stops() -> Stops | None:
+    """The `Stops` of the run in progress, None outside one."""
+    return _active
 
 
 def ignore_stop_signals(worker_id: int) -> None:

@@ -102,7 +102,7 @@ def preempt(out: Path, group: bool, workers: int) -> Path:
     last = out / "checkpoints" / "last.ckpt"
     line = f"SIGUSR1 at step 3: {last} written; the same command with ckpt_path={last} continues"
     assert r.returncode == 128 + signal.SIGUSR1, r.stderr[-3000:]
-    assert r.stderr.strip().splitlines()[-1] == f"error: {line} the run"
+    assert r.stderr.strip().splitlines()[-1] == f"stopped on request: {line} the run"
     assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == 3
     return last
 

@@ -1,99 +1,116 @@
-"""A run stopped by a signal: Ctrl-C, a scheduler's SIGTERM or SLURM's SIGUSR1 save the step
-in progress and end the run with one line, and the loaders' workers end with it."""
+"""A run stopped by a signal during its fit: Ctrl-C, a scheduler's SIGTERM or SLURM's SIGUSR1
+save the step in progress and end the run with one line, and the loaders' workers end with it.
+(Outside the fit the run's `Stops`, signals.py, end it at once.)"""
 
 from __future__ import annotations
 
-import signal
-import threading
 from pathlib import Path
 
 import lightning as L
 import torch
 
-from bert_lightning.errors import UserError
-from bert_lightning.signals import STOP_SIGNALS
+from bert_lightning.signals import Interrupted, Stops, active_stops
 
-
-class Interrupted(UserError):
-    """A run stopped by a signal (Ctrl-C, a scheduler's SIGTERM or SLURM's SIGUSR1), its last
-    step saved. It exits with 128 + the signal's number, as a shell reports a process the
-    signal ended: a batch script tells a run to requeue from a failed one."""
-
-    def __init__(self, message: str, signum: int):
-        super().__init__(message)
-        self.exit_code = 128 + signum
+__all__ = ["Interrupted", "SaveOnInterrupt", "shut_down_workers"]  # Interrupted: as before
 
 
 class SaveOnInterrupt(L.Callback):
     """SIGINT (Ctrl-C), SIGTERM (most schedulers' preemption notice) or SIGUSR1 (SLURM's
-    `--signal=USR1@<seconds>`) ends the run once the optimizer step in progress is done:
-    `last.ckpt` is written at that step (atomically) and the run stops with one line naming the
-    step and the checkpoint to resume from; the resumed run continues as if never stopped. A
-    signal during a validation of the fit (the last of a time budget's too) stops the run when
-    that validation ends (it is bounded: `data.max_eval_samples`).
+    `--signal=USR1@<seconds>`) during a fit (the run's `Stops` deferred to it) ends the run
+    once the optimizer step in progress is done: `last.ckpt` is written at that step
+    (atomically) and the run stops with one line naming the step and the checkpoint to resume
+    from; the resumed run continues as if never stopped. A validation of the fit in progress
+    is abandoned at its next batch, its metrics unlogged: the state saved is the one it began
+    from, the step it validated (a validation can take minutes, more than a scheduler waits).
 
-    Several processes agree on the step: after each optimizer step they take the largest
-    signal number any rank received (one scalar all-reduce, beside the one Lightning makes
-    at each step), so a signal that reaches one rank, or the ranks at different steps, stops
+    Several processes agree on the step: after each optimizer step and before each
+    validation batch they take the largest signal number any rank received (one scalar
+    all-reduce), so a signal that reaches one rank, or the ranks at different steps, stops
     them all at the same step, and all take part in the collective save."""
 
     def __init__(self):
-        self.received = 0  # the signal's number, 0 while none came
-        self.previous: dict = {}
+        self.stops: Stops | None = None  # the run's, from the fit's start to its end
         self.seen_step = -1
+        self.validation_began: dict | None = None  # the fit's validation loop's progress
 
     def on_train_start(self, trainer, pl_module):
         self.seen_step = trainer.global_step
-        if threading.current_thread() is not threading.main_thread():
-            return
-        for sig in STOP_SIGNALS:  # Lightning's own (SLURM's requeue) are put back at the end
-            self.previous[sig] = signal.signal(sig, self._receive)
-
-    def _receive(self, signum, frame) -> None:
-        self.received = signum
-
-    def _restore(self) -> None:
-        for sig, handler in self.previous.items():
-            signal.signal(sig, handler)
-        self.previous = {}
+        self.stops = active_stops()
+        if self.stops is not None:
+            self.stops.defer()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         stepped, self.seen_step = trainer.global_step != self.seen_step, trainer.global_step
         if stepped:  # not while accumulating: the step is not done yet
             self._stop_if_signalled(trainer)
 
+    def on_validation_start(self, trainer, pl_module):
+        if self.stops is not None:
+            self.validation_began = validation_progress(trainer).state_dict()
+
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
+        if self.validation_began is not None:
+            self._stop_if_signalled(trainer, self.validation_began)
+
     def on_validation_end(self, trainer, pl_module):
-        """A signal during a validation of the fit (the last one of a budget included) stops the
-        run as it ends, at the step it validated."""
-        if trainer.state.fn == "fit" and not trainer.sanity_checking:
+        """A signal during the last batch: the validation is whole, and saved with its step."""
+        if self.validation_began is not None:
+            self.validation_began = None
             self._stop_if_signalled(trainer)
 
-    def _stop_if_signalled(self, trainer) -> None:
-        signum = self.received
+    def _stop_if_signalled(self, trainer, validation_began: dict | None = None) -> None:
+        """Saves the step and raises Interrupted if a rank received a signal. A validation in
+        progress (`validation_began`: its loop's progress as it began) is abandoned, the
+        progress put back: Lightning would finish a validation saved half-way on the batches
+        left, and log them as the whole; the resumed run goes on training from its step."""
+        if self.stops is None:
+            return
+        signum = self.stops.received
         if trainer.world_size > 1:
             mine = torch.tensor(signum, device=trainer.strategy.root_device)
             signum = int(trainer.strategy.reduce(mine, reduce_op="max"))
         if not signum:
             return
-        self._restore()
-        name = signal.Signals(signum).name
+        self.stops.received = signum  # a rank that received none stops on another's
+        if validation_began is not None:
+            validation_progress(trainer).load_state_dict(validation_began)
         ckpt = trainer.checkpoint_callback
         if ckpt is None or ckpt.dirpath is None:
-            raise Interrupted(f"{name} at step {trainer.global_step}: nothing saved", signum)
+            raise self.stops.stop(f"at step {trainer.global_step}: nothing saved")
         path = Path(ckpt.dirpath) / f"{ckpt.CHECKPOINT_NAME_LAST}{ckpt.FILE_EXTENSION}"
         trainer.save_checkpoint(path, weights_only=False)  # the full state a resume needs
-        raise Interrupted(
-            f"{name} at step {trainer.global_step}: {path} written; "
-            f"the same command with ckpt_path={path} continues the run",
-            signum,
+        raise self.stops.stop(
+            f"at step {trainer.global_step}: {path} written; "
+            f"the same command with ckpt_path={path} continues the run"
         )
 
     def on_train_end(self, trainer, pl_module):
-        self._restore()
+        """A signal after the last step's check, saved here; the Trainer's handlers back for
+        its teardown, the signals still deferred while ModelCheckpoint writes the last step."""
+        self._stop_if_signalled(trainer)
+        if self.stops is not None:
+            self.stops.replaced_back()
+
+    def on_fit_end(self, trainer, pl_module):
+        """What follows the fit (testing, baselines, export) stops at once again."""
+        stops, self.stops = self.stops, None
+        if stops is not None:
+            stops.resume(
+                f"after training ended at step {trainer.global_step}, its checkpoints written: "
+                "what follows the fit did not run"
+            )
 
     def on_exception(self, trainer, pl_module, exception):
-        self._restore()
+        """The signals stay deferred: one while the run unwinds would hide its error."""
+        if self.stops is not None:
+            self.stops.replaced_back()
+        self.stops, self.validation_began = None, None
         shut_down_workers(trainer)
+
+
+def validation_progress(trainer):
+    """The fit's validation loop's batch counts, which a checkpoint records."""
+    return trainer.fit_loop.epoch_loop.val_loop.batch_progress
 
 
 def shut_down_workers(trainer) -> None:

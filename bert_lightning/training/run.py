@@ -17,6 +17,7 @@ from omegaconf import DictConfig
 from bert_lightning.checkpoint import ResumePoint, resume_point
 from bert_lightning.errors import UserError
 from bert_lightning.run_folder import failure_marked, keep_metrics_through, own_checkpoints_expected
+from bert_lightning.signals import stops_on_signals
 from bert_lightning.training.instantiate import required
 from bert_lightning.training.resume import already_done
 
@@ -50,7 +51,10 @@ def run(cfg: DictConfig, kind: RunKind) -> Any:
             f"{key}: a key of {entry}'s configs (an experiment of {entry}? its file's first "
             f"lines give its command: python {entry} experiment=...)"
         )
-    with failure_marked(out_dir, bool(cfg.ckpt_path), rank_zero_only.rank) as state:
+    with (
+        failure_marked(out_dir, bool(cfg.ckpt_path), rank_zero_only.rank) as state,
+        stops_on_signals("before training began: nothing saved"),  # the fit defers them
+    ):
         required(cfg)
         start = resume_point(cfg.ckpt_path, kind.checkpoint, kind.use) if cfg.ckpt_path else None
         if already_done(cfg, start):

@@ -1,0 +1,207 @@
+"""A stop signal ends a run within seconds in every phase, not when the phase ends: a validation
+of the fit is abandoned (the training state at its step saved, resumable bitwise), a data pass
+(tokenizing the corpus) and what follows a fit (fine-tuning's test) are cut short. The exit
+code is 128 + the signal's number and the last line says the run stopped on request."""
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+
+from bert_lightning.config import bundled
+from bert_lightning.data.corpus import iter_documents
+from bert_lightning.signals import Interrupted
+from helpers import (
+    RESUMABLE,
+    ROOT,
+    bounded_output,
+    pretrain_tiny,
+    session_ends,
+    signal_group,
+    subprocess_env,
+    tiny_overrides,
+    write_corpus,
+)
+
+PROMPT = 10  # seconds from the signal to the run's exit
+STOPPED = "stopped on request: "
+
+
+class SignalMidValidation(L.Callback):
+    """Sends `sig` as batch `batch` of the first validation of the fit after step 0 starts, to
+    this process or (`group`) to every process of the run, and writes when into `signalled` in
+    the run folder."""
+
+    def __init__(self, batch: int, sig: str = "SIGTERM", group: bool = False):
+        self.batch, self.sig, self.group, self.sent = batch, sig, group, False
+
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, *args):
+        if trainer.state.fn != "fit" or trainer.global_step == 0 or self.sent:
+            return
+        if batch_idx == self.batch:
+            self.sent = True
+            (Path(trainer.default_root_dir) / "signalled").write_text(str(time.time()))
+            sig = getattr(signal, self.sig)
+            os.killpg(os.getpgid(0), sig) if self.group else os.kill(os.getpid(), sig)
+
+
+def val_steps(out: Path) -> list[int]:
+    with open(out / "metrics.csv", newline="") as f:
+        return [int(r["step"]) for r in csv.DictReader(f) if r.get("val/loss")]
+
+
+@pytest.mark.slow
+def test_a_sigterm_mid_validation_ends_the_run_within_seconds(tmp_path):
+    """A validation of ~20,000 batches of one example (about a minute): SIGTERM at its 100th
+    batch, to every process of the run, ends it within seconds, at step 2 saved, exit 143,
+    its last line saying it stopped on request; the abandoned validation logs nothing."""
+    out = tmp_path / "run"
+    write_corpus(out / "corpus.jsonl", 1000)
+    slow_validation = ["data.batch_size=1", "data.val_docs=900", "data.max_eval_samples=20000"]
+    stop = [f"+callbacks.stop._target_={__name__}.SignalMidValidation", "+callbacks.stop.batch=100"]
+    args = tiny_overrides(out, *slow_validation, *stop, "+callbacks.stop.group=true")
+    args += ["trainer.max_steps=4", "trainer.val_check_interval=2", "validate_before_fit=false"]
+    cmd = [sys.executable, str(ROOT / "train.py"), *args, f"hydra.run.dir={out}"]
+    p = subprocess.Popen(
+        cmd,
+        env=subprocess_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    _, stderr = bounded_output(p, 300)
+    exited = time.time()
+    assert session_ends(p.pid), f"a process of the run outlived its output: {stderr[-2000:]}"
+    took = exited - float((out / "signalled").read_text())
+    assert p.returncode == 128 + signal.SIGTERM, stderr[-3000:]
+    assert took < PROMPT, f"{took:.1f} s from SIGTERM to exit"
+    last = out / "checkpoints" / "last.ckpt"
+    line = stderr.strip().splitlines()[-1]
+    assert line == (
+        f"{STOPPED}SIGTERM at step 2: {last} written; the same command with ckpt_path={last} "
+        "continues the run"
+    )
+    assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == 2
+    assert 2 not in val_steps(out)  # its partial metrics are not logged as a validation's
+
+
+@pytest.mark.slow
+def test_a_run_stopped_mid_validation_resumes_bitwise(tmp_path):
+    """SIGTERM at the third batch of the validation at step 4 (of 8): last.ckpt at step 4; the
+    run resumed from it ends with the weights of the run never stopped, bit for bit, and
+    validates at step 8 as it did."""
+    pretrain_tiny(tmp_path / "whole", *RESUMABLE, "data.batch_size=2")
+    handlers = [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)]
+    stop = [f"+callbacks.stop._target_={__name__}.SignalMidValidation", "+callbacks.stop.batch=2"]
+    with pytest.raises(Interrupted) as e:
+        pretrain_tiny(tmp_path / "stopped", *RESUMABLE, "data.batch_size=2", *stop)
+    assert e.value.exit_code == 128 + signal.SIGTERM
+    assert [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)] == (
+        handlers
+    )
+    last = tmp_path / "stopped" / "checkpoints" / "last.ckpt"
+    assert str(e.value).startswith(f"SIGTERM at step 4: {last} written")
+    assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == 4
+    assert 4 not in val_steps(tmp_path / "stopped")
+    pretrain_tiny(tmp_path / "resumed", *RESUMABLE, "data.batch_size=2", f"ckpt_path={last}")
+    whole = torch.load(tmp_path / "whole/checkpoints/last.ckpt", weights_only=True)
+    resumed = torch.load(tmp_path / "resumed/checkpoints/last.ckpt", weights_only=True)
+    assert resumed["global_step"] == whole["global_step"] == 8
+    for name, tensor in whole["state_dict"].items():
+        assert torch.equal(tensor, resumed["state_dict"][name]), name
+    assert val_steps(tmp_path / "resumed")[-1] == 8
+
+
+def big_corpus(path: Path, n_docs: int) -> None:
+    """The bundled sample's documents over and over: a data pass of tens of seconds."""
+    docs = list(iter_documents([bundled("c4_sample.jsonl")]))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        for i in range(n_docs):
+            f.write(json.dumps({"text": docs[i % len(docs)], "url": f"u{i}"}) + "\n")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("group", [False, True], ids=["main process", "every process"])
+def test_a_sigterm_during_the_data_pass_ends_the_run_within_seconds(tmp_path, group):
+    """Tokenizing 30,000 documents in 2 processes takes tens of seconds: SIGTERM 3 s into it,
+    to the main process (as Docker and Kubernetes send it) or to all of them, ends the run
+    within seconds with every process it started, exit 143, one line: nothing saved."""
+    out = tmp_path / "run"
+    big_corpus(out / "corpus.jsonl", 30_000)
+    args = tiny_overrides(out, "data.num_proc=2", "validate_before_fit=false")
+    cmd = [sys.executable, str(ROOT / "train.py"), *args, f"hydra.run.dir={out}"]
+    p = subprocess.Popen(
+        cmd,
+        env=subprocess_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    output: list[str] = []
+    reader = threading.Thread(target=lambda: output.extend(p.stdout), daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 120
+        while not any("TPU available" in line for line in output):  # the trainer: setup next
+            assert p.poll() is None and time.monotonic() < deadline, "".join(output)[-3000:]
+            time.sleep(0.1)
+        time.sleep(3)
+        signalled = time.monotonic()
+        os.killpg(p.pid, signal.SIGTERM) if group else os.kill(p.pid, signal.SIGTERM)
+        p.wait(timeout=60)
+        took = time.monotonic() - signalled
+    finally:
+        ended = session_ends(p.pid)
+        signal_group(p.pid, signal.SIGKILL)  # what is left of a failed test's run
+        p.wait()
+    reader.join(10)
+    text = "".join(output)
+    assert ended, f"a process of the run outlived it: {text[-2000:]}"
+    assert "validation examples" not in text, "the data pass ended before the signal"
+    assert p.returncode == 128 + signal.SIGTERM, text[-3000:]
+    assert took < PROMPT, f"{took:.1f} s from SIGTERM to exit"
+    assert text.strip().splitlines()[-1] == f"{STOPPED}SIGTERM before training began: nothing saved"
+
+
+class SignalAtTest(L.Callback):
+    """Sends this process SIGTERM as the second batch of a test starts."""
+
+    def on_test_batch_start(self, trainer, pl_module, batch, batch_idx, *args):
+        if batch_idx == 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+def test_a_sigterm_while_a_fine_tuning_run_tests_ends_it_at_once(tmp_path):
+    """What follows a fit (fine-tuning's test of its best checkpoint, its baselines, the
+    results) stops at the signal: Interrupted at once, saying training was saved, no
+    results.json; the signal handlers are the process's own again."""
+    from bert_lightning.config import compose
+    from bert_lightning.training.finetune import finetune
+    from finetune_fixtures import overrides, task_files, write_tokenizer
+
+    write_tokenizer(tmp_path / "tokenizer.json")
+    probe = [f"+callbacks.stop._target_={__name__}.SignalAtTest", "eval_batch_size=4"]
+    task = "seq_classification"
+    cfg = compose("finetune", overrides(tmp_path, task, *task_files(tmp_path, task), *probe))
+    handlers = [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)]
+    with pytest.raises(Interrupted) as e:
+        finetune(cfg)
+    assert e.value.exit_code == 128 + signal.SIGTERM
+    assert str(e.value).startswith("SIGTERM after training ended at step ")
+    assert str(e.value).endswith(", its checkpoints written: what follows the fit did not run")
+    assert not (tmp_path / "run" / "results.json").exists()
+    assert [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)] == (
+        handlers
+    )
