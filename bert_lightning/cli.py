@@ -10,8 +10,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from contextlib import nullcontext
 
 from bert_lightning.errors import reported
+from bert_lightning.signals import stops_on_signals
 
 # modules of bert_lightning.commands
 COMMANDS = [
@@ -30,6 +32,7 @@ COMMANDS = [
 ]
 COMMANDS += ["download_c4", "brackets_data"]
 HYDRA_COMMANDS = ("pretrain", "finetune")  # the rest of the command line is Hydra's
+DRAINS = ("serve",)  # a server acts on the stop signals itself: it drains (serving.py)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -49,5 +52,7 @@ def main(argv: list[str] | None = None) -> None:
                 "--debug", action="store_true", default=argparse.SUPPRESS, help=debug_help
             )
     args = parser.parse_args(argv)
-    with reported(args.debug):
+    # a stop signal ends a command at once, 128 + its number, saying it was asked for
+    stops = nullcontext() if args.command in DRAINS else stops_on_signals(f"in {args.command}")
+    with reported(args.debug), stops:
         args.func(args)

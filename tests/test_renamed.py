@@ -97,7 +97,9 @@ def test_a_checkpoint_of_the_old_keys_evaluates_resumes_and_finetunes(tmp_path):
     assert finetune(compose("finetune", ["debug=tiny", "task=seq_classification", *files, *run]))
 
 
-OLD_WORDS = re.compile(r"data\.objective|distill\.(teacher|weight)|mlm_nsp|run_kind|check_kind")
+OLD_WORDS = re.compile(
+    r"data\.objective|distill\.(teacher|weight)|mlm_nsp|run_kind|check_kind|RunKind"
+)
 
 
 def test_the_old_words_are_gone_where_they_named_the_other_concept():

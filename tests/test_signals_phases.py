@@ -205,3 +205,27 @@ def test_a_sigterm_while_a_fine_tuning_run_tests_ends_it_at_once(tmp_path):
     assert [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)] == (
         handlers
     )
+
+
+def test_a_stop_signal_ends_a_command_saying_it_was_asked_for(monkeypatch, capsys):
+    """An argparse command (evaluate, export, embed, ...) stopped by SIGTERM exits 143 with
+    one line saying so; `serve` keeps the stop signals to itself (it drains)."""
+    from bert_lightning import cli
+    from bert_lightning.commands import report, serve
+    from bert_lightning.signals import Stops
+
+    def signalled(args):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler raises before this ends
+
+    monkeypatch.setattr(report, "_main", signalled)
+    with pytest.raises(SystemExit) as e:
+        cli.main(["report", "brackets"])
+    assert e.value.code == 143
+    assert capsys.readouterr().err == "stopped on request: SIGTERM in report\n"
+    handlers = []
+    monkeypatch.setattr(
+        serve, "_main", lambda args: handlers.append(signal.getsignal(signal.SIGTERM))
+    )
+    cli.main(["serve", "model"])
+    assert not isinstance(handlers[0], Stops)

@@ -22,8 +22,9 @@ class ValidationBudget(L.Callback):
     the schedule plans in the fit would take more than what is left of `share` of the budget
     at that cost, validates each on its first N batches, as many as fit (`trainer.
     limit_val_batches`, read when the fit's validation loop sets up: every validation of the
-    fit scores the same N batches; step 0's loss is of all of them). The bound is saved with the run: a resumed run keeps it.
-    Without a validation before the fit there is nothing to measure, and nothing is bounded."""
+    fit scores the same N batches; step 0's loss is of all of them). The bound is saved with
+    the run: a resumed run keeps it. Without a validation before the fit there is nothing to
+    measure, and nothing is bounded."""
 
     def __init__(self, share: float, validations: int):
         self.share = share

@@ -27,7 +27,7 @@ from bert_lightning.tasks.kinds import make_task
 from bert_lightning.training.finetune_module import FinetuneModule
 from bert_lightning.training.instantiate import check_types, command_line, instantiate
 from bert_lightning.training.resume import check_same_data, check_same_model, continued_optim
-from bert_lightning.training.run import RunKind, run
+from bert_lightning.training.run import Entry, run
 from bert_lightning.training.trainer import build_trainer
 
 log = logging.getLogger(__name__)
@@ -181,7 +181,7 @@ def after_fit(cfg: DictConfig, dm: TaskDataModule, module: FinetuneModule, train
     return results
 
 
-FINETUNING_RUN = RunKind(FINETUNING, RESUME_USE, build, after_fit, ("data", "train.py"))
+FINETUNING_RUN = Entry(FINETUNING, RESUME_USE, build, after_fit, ("data", "train.py"))
 
 
 def finetune(cfg: DictConfig) -> dict | None:

@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from bert_lightning.checkpoint import PRETRAINING, ResumePoint
 from bert_lightning.training.instantiate import check_types, instantiate
 from bert_lightning.training.resume import TEACHER_DIGEST, continued_optim
-from bert_lightning.training.run import RunKind, run
+from bert_lightning.training.run import Entry, run
 from bert_lightning.training.start import run_start
 from bert_lightning.training.trainer import build_trainer
 from bert_lightning.weights import load_start
@@ -74,7 +74,7 @@ def after_fit(cfg: DictConfig, dm, module, trainer) -> float | None:
     return float(val_loss) if val_loss is not None else None
 
 
-PRETRAINING_RUN = RunKind(
+PRETRAINING_RUN = Entry(
     PRETRAINING,
     "ckpt_path (resuming a pretraining run)",
     build,

@@ -1,5 +1,5 @@
-"""`run(cfg, kind)`: the one skeleton of a pretraining and of a fine-tuning run, so that both
-refuse, resume, seed, keep their metrics and fail in the same order. A `RunKind` gives what
+"""`run(cfg, entry)`: the one skeleton of a pretraining and of a fine-tuning run, so that both
+refuse, resume, seed, keep their metrics and fail in the same order. An `Entry` gives what
 differs: which checkpoint `ckpt_path=` continues, how the three Lightning objects are built,
 and what follows the fit."""
 
@@ -25,9 +25,9 @@ Built = tuple[L.LightningDataModule, L.LightningModule, L.Trainer]
 
 
 @dataclass(frozen=True)
-class RunKind:
-    """`checkpoint`: the kind `ckpt_path=` must be (`checkpoint.PRETRAINING`, ...), `use`: what
-    reads it, for the message of another kind; `build(cfg, start)`: data module, module and
+class Entry:
+    """`checkpoint`: what `ckpt_path=` must be (`checkpoint.PRETRAINING`, ...), `use`: what
+    reads it, for the message of another one; `build(cfg, start)`: data module, module and
     trainer, before any step (`start`: the checkpoint a resumed run continues, else None);
     `after_fit(cfg, dm, module, trainer)`: what the run returns; `foreign`: a top-level key
     that only the other entry point's configs have, and that entry point (an experiment of
@@ -40,27 +40,27 @@ class RunKind:
     foreign: tuple[str, str]
 
 
-def run(cfg: DictConfig, kind: RunKind) -> Any:
-    """One run of `kind` from a composed Hydra config: what `kind.after_fit` returns, None when
+def run(cfg: DictConfig, entry: Entry) -> Any:
+    """One run of `entry` from a composed Hydra config: what `entry.after_fit` returns, None when
     a resumed run had nothing left to do. `validate_before_fit=true` logs the validation loss
     at step 0 (a fresh run's only: the starting point of its loss curve)."""
     out_dir = Path(cfg.paths.output_dir)
-    key, entry = kind.foreign
+    key, other = entry.foreign
     if key in cfg:
         raise UserError(
-            f"{key}: a key of {entry}'s configs (an experiment of {entry}? its file's first "
-            f"lines give its command: python {entry} experiment=...)"
+            f"{key}: a key of {other}'s configs (an experiment of {other}? its file's first "
+            f"lines give its command: python {other} experiment=...)"
         )
     with (
         failure_marked(out_dir, bool(cfg.ckpt_path), rank_zero_only.rank) as state,
         stops_on_signals("before training began: nothing saved"),  # the fit defers them
     ):
         required(cfg)
-        start = resume_point(cfg.ckpt_path, kind.checkpoint, kind.use) if cfg.ckpt_path else None
+        start = resume_point(cfg.ckpt_path, entry.checkpoint, entry.use) if cfg.ckpt_path else None
         if already_done(cfg, start):
             return None
         L.seed_everything(cfg.seed, workers=True)
-        dm, module, trainer = kind.build(cfg, start)
+        dm, module, trainer = entry.build(cfg, start)
         state.begun = True
         if rank_zero_only.rank == 0:  # before fit launches any other rank
             keep_metrics_through(out_dir, start.step if start else None)
@@ -69,4 +69,4 @@ def run(cfg: DictConfig, kind: RunKind) -> Any:
             trainer.validate(module, datamodule=dm, verbose=not cfg.trainer.enable_progress_bar)
         with own_checkpoints_expected(cfg.ckpt_path):
             trainer.fit(module, datamodule=dm, ckpt_path=cfg.ckpt_path)
-        return kind.after_fit(cfg, dm, module, trainer)
+        return entry.after_fit(cfg, dm, module, trainer)
