@@ -59,6 +59,14 @@ def val_steps(out: Path) -> list[int]:
         return [int(r["step"]) for r in csv.DictReader(f) if r.get("val/loss")]
 
 
+def started(cmd: list[str], stderr) -> subprocess.Popen:
+    """`cmd` in a session of its own (so that its processes can be counted), output piped."""
+    return subprocess.Popen(
+        cmd, env=subprocess_env(), stdout=subprocess.PIPE, stderr=stderr, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+
+
 @pytest.mark.slow
 def test_a_sigterm_mid_validation_ends_the_run_within_seconds(tmp_path):
     """A validation of ~20,000 batches of one example (about a minute): SIGTERM at its 100th
@@ -71,14 +79,7 @@ def test_a_sigterm_mid_validation_ends_the_run_within_seconds(tmp_path):
     args = tiny_overrides(out, *slow_validation, *stop, "+callbacks.stop.group=true")
     args += ["trainer.max_steps=4", "trainer.val_check_interval=2", "validate_before_fit=false"]
     cmd = [sys.executable, str(ROOT / "train.py"), *args, f"hydra.run.dir={out}"]
-    p = subprocess.Popen(
-        cmd,
-        env=subprocess_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    p = started(cmd, stderr=subprocess.PIPE)
     _, stderr = bounded_output(p, 300)
     exited = time.time()
     assert session_ends(p.pid), f"a process of the run outlived its output: {stderr[-2000:]}"
@@ -141,14 +142,7 @@ def test_a_sigterm_during_the_data_pass_ends_the_run_within_seconds(tmp_path, gr
     big_corpus(out / "corpus.jsonl", 30_000)
     args = tiny_overrides(out, "data.num_proc=2", "validate_before_fit=false")
     cmd = [sys.executable, str(ROOT / "train.py"), *args, f"hydra.run.dir={out}"]
-    p = subprocess.Popen(
-        cmd,
-        env=subprocess_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
+    p = started(cmd, stderr=subprocess.STDOUT)
     output: list[str] = []
     reader = threading.Thread(target=lambda: output.extend(p.stdout), daemon=True)
     reader.start()
