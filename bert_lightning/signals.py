@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from bert_lightning.errors import UserError
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
+GRACE = 5.0  # seconds a raised stop may take to unwind before the process ends regardless
 
 
 class Interrupted(UserError):
@@ -42,6 +43,7 @@ class Stops:
         self.raised = False
         self.pid = os.getpid()
         self.replaced: dict = {}
+        self.unwound = threading.Event()  # set when the run's scope is left (stops_on_signals)
 
     def __call__(self, signum, frame) -> None:
         if os.getpid() != self.pid:  # a process forked from the run's (a datasets pool
@@ -53,9 +55,31 @@ class Stops:
             raise self.stop(self.where)
 
     def stop(self, what: str) -> Interrupted:
-        """The run's Interrupted, `<SIGNAL> <what>`; later signals are only recorded."""
+        """The run's Interrupted, `<SIGNAL> <what>`; later signals are only recorded. An
+        exception raised where a signal lands can leave a library's clean-up waiting on a
+        process the signal ended (a data pass's pool): after `GRACE` seconds a watchdog ends
+        the process's children and the process itself, with the same line and exit code."""
         self.raised = True
-        return Interrupted(f"{signal.Signals(self.received).name} {what}", self.received)
+        stopped = Interrupted(f"{signal.Signals(self.received).name} {what}", self.received)
+        threading.Thread(target=self._end_if_stuck, args=(stopped,), daemon=True).start()
+        return stopped
+
+    def _end_if_stuck(self, stopped: Interrupted) -> None:
+        if self.unwound.wait(GRACE):
+            return
+        import multiprocessing
+
+        children = multiprocessing.active_children()
+        try:  # datasets' pools: the `multiprocess` fork of multiprocessing
+            import multiprocess
+
+            children += multiprocess.active_children()
+        except ImportError:
+            pass
+        for child in children:
+            child.kill()
+        os.write(2, f"{stopped.label}: {stopped} (ended {GRACE:.0f} s after it)\n".encode())
+        os._exit(stopped.exit_code)
 
     def defer(self) -> None:
         """Signals recorded only, until `resume`; this the handler again until
@@ -96,6 +120,7 @@ def stops_on_signals(where: str) -> Iterator[Stops | None]:
     try:
         yield stops
     finally:
+        stops.unwound.set()
         _active = outer
         for sig, handler in previous.items():
             signal.signal(sig, handler)

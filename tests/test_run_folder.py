@@ -155,7 +155,7 @@ def test_train_log_has_the_lines_the_console_shows_once(tmp_path, monkeypatch, c
     monkeypatch.setattr(sys, "argv", ["train.py", *tiny_overrides(out, *bar)])
     runpy.run_path(str(ROOT / "train.py"), run_name="__main__")
 
-    tag = "[bert_lightning.training.callbacks][INFO] - "  # a log record of ours
+    tag = "[bert_lightning.progress][INFO] - "  # a log record of ours (progress.to_log_files)
     console = capsys.readouterr().out.splitlines()
     assert not [line for line in console if tag in line]  # not twice on the console
     printed = [line for line in console if line.startswith(("step ", "validation at step "))]

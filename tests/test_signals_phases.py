@@ -166,7 +166,8 @@ def test_a_sigterm_during_the_data_pass_ends_the_run_within_seconds(tmp_path, gr
     assert "validation examples" not in text, "the data pass ended before the signal"
     assert p.returncode == 128 + signal.SIGTERM, text[-3000:]
     assert took < PROMPT, f"{took:.1f} s from SIGTERM to exit"
-    assert text.strip().splitlines()[-1] == f"{STOPPED}SIGTERM before training began: nothing saved"
+    last = text.strip().splitlines()[-1]  # also when the watchdog ended a clean-up stuck on
+    assert last.startswith(f"{STOPPED}SIGTERM before training began: nothing saved")  # a pool
 
 
 class SignalAtTest(L.Callback):
