@@ -9,7 +9,8 @@ import os
 import signal
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
+from pathlib import Path
 
 from bert_lightning.errors import UserError
 
@@ -67,17 +68,9 @@ class Stops:
     def _end_if_stuck(self, stopped: Interrupted) -> None:
         if self.unwound.wait(GRACE):
             return
-        import multiprocessing
-
-        children = multiprocessing.active_children()
-        try:  # datasets' pools: the `multiprocess` fork of multiprocessing
-            import multiprocess
-
-            children += multiprocess.active_children()
-        except ImportError:
-            pass
-        for child in children:
-            child.kill()
+        for child in descendants(os.getpid()):
+            with suppress(ProcessLookupError):  # ended meanwhile
+                os.kill(child, signal.SIGKILL)
         os.write(2, f"{stopped.label}: {stopped} (ended {GRACE:.0f} s after it)\n".encode())
         os._exit(stopped.exit_code)
 
@@ -100,6 +93,21 @@ class Stops:
         self.deferred, self.where = False, where
         if self.received and not self.raised:
             raise self.stop(where)
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes `pid` started and theirs, from Linux's /proc (none where there is none):
+    a data pass's pool and its manager are started by libraries the run does not track."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):  # ended, or not a process's
+            continue
+        if parent == pid:
+            child = int(stat.parent.name)
+            found += [child, *descendants(child)]
+    return found
 
 
 _active: Stops | None = None

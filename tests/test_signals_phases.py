@@ -224,3 +224,38 @@ def test_a_stop_signal_ends_a_command_saying_it_was_asked_for(monkeypatch, capsy
     )
     cli.main(["serve", "model"])
     assert not isinstance(handlers[0], Stops)
+
+
+def test_a_stop_whose_clean_up_hangs_ends_after_the_grace_anyway(tmp_path):
+    """A raised stop whose unwinding waits forever (a library's clean-up on a pool process
+    the signal ended) ends after `GRACE` seconds: its child processes killed, exit 143, the
+    stop's line."""
+    from bert_lightning.signals import GRACE
+
+    script = tmp_path / "stuck.py"
+    script.write_text(
+        "import os, signal, subprocess, sys, time\n"
+        "from bert_lightning.signals import Interrupted, stops_on_signals\n"
+        "with stops_on_signals('in a stuck clean-up'):\n"
+        "    child = subprocess.Popen(['sleep', '60'])\n"
+        "    print(child.pid, flush=True)\n"
+        "    try:\n"
+        "        os.kill(os.getpid(), signal.SIGTERM)\n"
+        "        time.sleep(60)\n"
+        "    except Interrupted:\n"
+        "        time.sleep(60)  # the clean-up that never ends\n"
+    )
+    start = time.monotonic()
+    p = started([sys.executable, str(script)], stderr=subprocess.PIPE)
+    out, err = p.communicate(timeout=60)
+    assert time.monotonic() - start < GRACE + 10
+    assert p.returncode == 128 + signal.SIGTERM
+    assert err.endswith(
+        f"stopped on request: SIGTERM in a stuck clean-up (ended {GRACE:.0f} s after it)\n"
+    )
+    child = int(out.split()[0])
+    time.sleep(0.5)
+    assert (
+        not Path(f"/proc/{child}").exists()
+        or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]
+    )
