@@ -36,6 +36,19 @@ def _remove(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
+def _temporary(path: Path, folder: bool) -> Path:
+    """A new sibling of `path` that no one can foresee and that we alone made (O_EXCL: a
+    link planted in the folder, a downloaded run's, is never written through). A `.` name:
+    readers skip it as a write not finished (`checkpoint.newest_intact`)."""
+    name = {"prefix": f".{path.name}.", "dir": path.parent}
+    if folder:
+        return Path(tempfile.mkdtemp(suffix=".tmp", **name))
+    fd, tmp = tempfile.mkstemp(suffix=f".tmp{path.suffix}", **name)
+    os.fchmod(fd, 0o666 & ~current_umask())  # mkstemp makes it 0600: as open() would make it
+    os.close(fd)
+    return Path(tmp)
+
+
 def current_umask() -> int:
     """The process umask (os.umask can only be read by setting it)."""
     mask = os.umask(0o022)
@@ -55,12 +68,9 @@ def atomic_path(
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = _temporary(path, folder)
     except OSError as e:
         raise unwritable(path, e) from e
-    if folder:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
-    else:
-        tmp = path.with_name(f".{path.name}.tmp{os.getpid()}{path.suffix}")
     try:
         yield tmp
         if folder:  # mkdtemp makes the folder 0700 (and some writers 0600 files): the umask

@@ -1,15 +1,17 @@
 """Checkpoint files and folders, read and written: a `.ckpt` of ours (pretraining or
 fine-tuning) or a Hugging Face BERT folder, both brought into our key space (`bert.*`, `cls.*`,
 `classifier.*`) as one `Checkpoint`, and a model written as a `.ckpt`. The one place that
-unpickles a checkpoint (`torch.load(weights_only=True)`); training reads a resumed run's
-tokenizer here, commands read models here. What is wrong with a checkpoint (not one, of the wrong
-origin, a tokenizer with ids the model has no embedding for) is found here, once, as a
-`UserError` naming the file. What a run does to the weights read here (layers, interpolation,
-new words, the load of its start) is weights.py's."""
+unpickles a checkpoint (`torch.load(weights_only=True)`: tensors and plain values, never
+objects), and whose records (hyper-parameters, data record) pass one schema before anything
+reads them (`check_record`): a checkpoint someone else made is data, and no name in it is
+imported or built. Training reads a resumed run's tokenizer here, commands read models here.
+What is wrong with a checkpoint (not one, of the wrong origin, a tokenizer with ids the model
+has no embedding for) is found here, once, as a `UserError` naming the file. What a run does to
+the weights read here (layers, interpolation, new words, the load of its start) is
+weights.py's."""
 
 from __future__ import annotations
 
-import json
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,19 +22,21 @@ from tokenizers import Tokenizer, normalizers
 from bert_lightning.atomic import atomic_path
 from bert_lightning.data.tokenizer import load_tokenizer
 from bert_lightning.errors import MissingFileError, UserError
+from bert_lightning.fields import json_file
 from bert_lightning.interop import (
     DECODER,
     WORD_EMBEDDINGS,
+    bert_config,
     config_from_hf,
     hf_to_ours,
     join_qkv,
     load_into,
 )
 from bert_lightning.model import BertConfig, BertModel
-from bert_lightning.renamed import current_record
 
 PRETRAINING, FINETUNING, HUGGING_FACE = "pretraining", "fine-tuning", "Hugging Face"
 RTD_KEY = "generator_hidden_size"  # in the hyper-parameters of an RTD pretraining checkpoint
+DATA_RECORD = "data_record"  # the checkpoint key of what the run trained on (module_base.py)
 
 
 def objective_of(hparams) -> str:
@@ -64,6 +68,72 @@ class Checkpoint:
         if not self.hparams:
             return HUGGING_FACE
         return FINETUNING if self.hparams.get("task") else PRETRAINING
+
+
+NUMBER, NONE = (int, float), type(None)
+# the hyper-parameters a module of ours records (training/*_module.py; a test builds each
+# module and compares), with the types of their values: any other key is refused
+RECORD_TYPES = {
+    **dict.fromkeys(("config", "optim", "task", "start"), (dict,)),
+    "data": (dict, NONE),
+    **dict.fromkeys(("nsp", "freeze_encoder", "embeddings_from_teacher"), (bool,)),
+    "compile": (bool, str),
+    "max_seq_length": (int, NONE),
+    **dict.fromkeys(("generator_hidden_size", "disc_weight", "temperature"), NUMBER),
+    **dict.fromkeys(("attention", "value_relation", "hidden", "embedding"), NUMBER),
+    **dict.fromkeys(("soft_mlm", "mlm"), NUMBER),
+    "teacher": (str,),
+    "teacher_digest": (str, NONE),
+    "relation_heads": (int, NONE),
+    "student_layers": (list, NONE),
+}
+# the config sections recorded as composed, which keep Hydra's keys at their top: their values
+# are compared with the run's own config, never instantiated (`resume.continued_optim`,
+# `evaluate`)
+HYDRA_KEYS = {"optim": {"_target_": str, "_partial_": bool}, "data": {"_target_": str}}
+PLAIN = (str, int, float, bool, NONE, list, tuple, dict)  # what a record's values may be
+
+
+def check_plain(value, where: str, path, hydra: dict | None = None) -> None:
+    """`value` (at `where` in the file at `path`) is plain data at any depth: no key that
+    begins with `_` (Hydra's `_target_`, `_args_`, `_partial_`: a record is never a recipe for
+    objects), but those of `hydra` of their type, no key but a string, no value but PLAIN."""
+    if not isinstance(value, PLAIN):
+        raise UserError(f"{path}: {where} holds a {type(value).__name__}; expected plain data")
+    if isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            check_plain(v, f"{where}[{i}]", path)
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            key = f"{where}.{k}"
+            if not isinstance(k, str):
+                raise UserError(f"{path}: {where} has the key {k!r}; expected names")
+            if k.startswith("_") and not isinstance(v, (hydra or {}).get(k, ())):
+                raise UserError(
+                    f"{path}: {key}: a key bert_lightning does not write (a checkpoint's "
+                    "record is data: nothing in it names code to run)"
+                )
+            check_plain(v, key, path)
+
+
+def check_record(raw: dict, path) -> None:
+    """What a `.ckpt` records beside its weights, before anything reads it: the
+    hyper-parameters (`RECORD_TYPES`' keys, plain values) and the data record (plain values)."""
+    hparams = raw.get("hyper_parameters") or {}
+    if not isinstance(hparams, dict):
+        raise UserError(f"{path}: hyper_parameters is a {type(hparams).__name__}; expected a dict")
+    for key, value in hparams.items():
+        if key not in RECORD_TYPES:
+            raise UserError(
+                f"{path}: hyper_parameters.{key}: a key bert_lightning does not write; known: "
+                f"{', '.join(sorted(RECORD_TYPES))}"
+            )
+        types = RECORD_TYPES[key]
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            expected = " or ".join("null" if t is NONE else t.__name__ for t in types)
+            raise UserError(f"{path}: hyper_parameters.{key}: expected {expected}, got {value!r}")
+        check_plain(value, f"hyper_parameters.{key}", path, HYDRA_KEYS.get(key))
+    check_plain(raw.get(DATA_RECORD), DATA_RECORD, path)
 
 
 class UnreadableCheckpoint(UserError):
@@ -120,9 +190,6 @@ def check_origin(path, ckpt: Checkpoint, origin: str | None, use: str) -> None:
         raise UserError(f"{path}: a {ckpt.origin} checkpoint; {use} needs a {origin} one")
 
 
-DATA_RECORD = "data_record"  # the checkpoint key of what the run trained on (module_base.py)
-
-
 @dataclass
 class ResumePoint:
     """Where a `.ckpt` left its run: what `ckpt_path=` continues from."""
@@ -131,6 +198,7 @@ class ResumePoint:
     hparams: dict  # the module's hyper_parameters (`optim` holds the schedule's total_steps)
     tokenizer: str  # the tokenizer the run was trained with (a resumed run must keep it)
     data: dict | None  # its data record (training/resume.py); None: written before the record
+    path: str = ""  # the file, for messages
 
 
 def resume_point(path: str | Path, origin: str | None = None, use: str = "") -> ResumePoint:
@@ -149,8 +217,7 @@ def resume_point(path: str | Path, origin: str | None = None, use: str = "") -> 
             f"ckpt_path={other} continues from there"
         ) from e
     data = torch_load(path).get(DATA_RECORD)  # memory-mapped: the weights are not read again
-    data = current_record(data) if data is not None else None
-    return ResumePoint(ckpt.step, ckpt.hparams, ckpt.tokenizer.to_str(), data)
+    return ResumePoint(ckpt.step, ckpt.hparams, ckpt.tokenizer.to_str(), data, str(path))
 
 
 def _raw_ckpt(path: str | Path, need=("state_dict", "config", "tokenizer")) -> dict:
@@ -160,6 +227,7 @@ def _raw_ckpt(path: str | Path, need=("state_dict", "config", "tokenizer")) -> d
     ckpt = torch_load(path)
     if not isinstance(ckpt, dict):
         raise UserError(f"{path}: holds a {type(ckpt).__name__}, not a bert_lightning .ckpt")
+    check_record(ckpt, path)
     hparams = ckpt.get("hyper_parameters") or {}
     for key in need:
         if not (hparams if key == "config" else ckpt).get(key):
@@ -179,6 +247,13 @@ def read_hf_weights(folder: Path) -> dict[str, torch.Tensor]:
 
 
 BERT_TOKENIZERS = (None, "BertTokenizer", "BertTokenizerFast")  # tokenizer_class values
+# the tokenizer_config.json keys read, with their types
+TOKENIZER_CONFIG = {
+    "tokenizer_class": str | None,
+    "tokenize_chinese_chars": bool,
+    "strip_accents": bool | None,
+    "do_lower_case": bool,
+}
 
 
 def as_transformers_reads(folder: Path, tokenizer: Tokenizer) -> Tokenizer:
@@ -189,7 +264,7 @@ def as_transformers_reads(folder: Path, tokenizer: Tokenizer) -> Tokenizer:
     path = folder / "tokenizer_config.json"
     if not path.is_file():
         return tokenizer
-    settings = json.loads(path.read_text())
+    settings = json_file(path, TOKENIZER_CONFIG)
     if settings.get("tokenizer_class") not in BERT_TOKENIZERS:
         return tokenizer
     tokenizer.normalizer = normalizers.BertNormalizer(
@@ -246,9 +321,7 @@ def read_checkpoint(path: str | Path, origin: str | None = None, use: str = "") 
     else:
         raw = _raw_ckpt(path)
         hparams = dict(raw["hyper_parameters"])
-        if hparams.get("data"):  # a pretraining run's (`validation_settings`)
-            hparams["data"] = current_record(hparams["data"], "data.")
-        config = BertConfig(**hparams["config"])
+        config = bert_config(hparams["config"], f"{path}: hyper_parameters.config")
         # an RTD checkpoint's encoder is its discriminator (`bert.*`): its generator and
         # replaced-token head have no place in a BERT model; a student distilled without an
         # MLM loss has an MLM head no loss trained

@@ -8,16 +8,14 @@ import importlib.util
 import logging
 import os
 import re
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf
 
 from bert_lightning.errors import MissingFileError, UserError, first_line, reported
-from bert_lightning.renamed import RENAMED, renamed, warn_renamed
 from bert_lightning.run_folder import hydra_subdir, run_dir
 from bert_lightning.shipped import ASSETS, CONFIG_DIR
 
@@ -123,33 +121,6 @@ OmegaConf.register_new_resolver("run_dir", run_dir, replace=True)  # conf/_hydra
 OmegaConf.register_new_resolver("hydra_subdir", hydra_subdir, replace=True)
 
 
-def renamed_overrides(overrides: list[str]) -> list[str]:
-    """The command line with each renamed key (`renamed.RENAMED`) added whatever the config
-    holds (`++key=value`): Hydra composes it, then `renamed_keys` moves it to its new key."""
-    key = lambda o: o.lstrip("+").partition("=")[0]
-    return [f"++{o.lstrip('+')}" if key(o) in RENAMED else o for o in overrides]
-
-
-def renamed_keys(cfg: DictConfig) -> DictConfig:
-    """`cfg` (composed: the command line's keys and a user's config's) with each renamed key
-    it holds set under its new key instead, with a one-line warning."""
-    for old in RENAMED:
-        section, _, leaf = old.rpartition(".")
-        node = OmegaConf.select(cfg, section)
-        if not isinstance(node, DictConfig) or leaf not in node:
-            continue
-        warn_renamed(old)
-        new, value = renamed(old, OmegaConf.to_container(node)[leaf])  # `${...}` kept
-        with open_dict(cfg):
-            del node[leaf]
-            if not node:  # all its keys renamed
-                del cfg[section]
-        if OmegaConf.select(cfg, new, default=KeyError) is KeyError:
-            raise UserError(f"{old}: its new key {new} is not one of this config")
-        OmegaConf.update(cfg, new, value)
-    return cfg
-
-
 def compose(config_name: str = "train", overrides: list[str] | None = None) -> DictConfig:
     """The config that `python train.py OVERRIDES` would run, for tests and notebooks.
     `paths.output_dir` must be overridden: outside a Hydra run there is no run folder."""
@@ -157,7 +128,7 @@ def compose(config_name: str = "train", overrides: list[str] | None = None) -> D
     from hydra import initialize_config_dir
 
     with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
-        return renamed_keys(hydra_compose(config_name, renamed_overrides(overrides or [])))
+        return hydra_compose(config_name, overrides or [])
 
 
 def configured(section: str, overrides: list[str] | None = None, **values: Any) -> Any:
@@ -296,7 +267,7 @@ def hydra_main(config_name: str) -> Callable[[Callable[[DictConfig], Any]], Call
             def reported_task(cfg: DictConfig) -> Any:
                 log_through_hydra()
                 with hydra_reported():
-                    return task(renamed_keys(cfg))
+                    return task(cfg)
 
             # Hydra names the job after the module of the function it runs, unwrapped: `job`,
             # else the task's (a task in a script: the script's file)
@@ -305,7 +276,6 @@ def hydra_main(config_name: str) -> Callable[[Callable[[DictConfig], Any]], Call
             else:
                 reported_task.__wrapped__ = task
             main = hydra.main(str(CONFIG_DIR), config_name, version_base="1.3")(reported_task)
-            sys.argv[1:] = renamed_overrides(sys.argv[1:])  # what hydra.main reads
             try:
                 with composition_reported():
                     main()

@@ -7,7 +7,9 @@ allowed. Standard library only, at the bottom of the layers: the checks of a Hyd
 
 from __future__ import annotations
 
+import json
 from dataclasses import MISSING, fields
+from pathlib import Path
 from types import UnionType
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
@@ -83,3 +85,25 @@ def check_values(values: dict, hints: dict, where: str) -> None:
         problem = type_error(hints[key], value) if key in hints else None
         if problem:
             raise UserError(f"{where}.{key}: {problem}")
+
+
+def read_json(path: str | Path, expected: type = dict):
+    """The JSON value of a file, of type `expected` (an object: a dict; an array: a list), or
+    one line naming the file."""
+    try:
+        raw = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise UserError(f"{path}: not a JSON file ({e})") from None
+    if not isinstance(raw, expected):
+        raise UserError(f"{path}: holds a JSON {type(raw).__name__}; expected {expected.__name__}")
+    return raw
+
+
+def json_file(path: str | Path, hints: dict) -> dict:
+    """A JSON object read from a file someone else may have made (a model folder's
+    config.json, tokenizer_config.json, onnx.json): the values of the keys in `hints` checked
+    against their annotations, so a value of another type is one line naming the file and the
+    key, not a traceback where it is used; other keys pass as read."""
+    raw = read_json(path)
+    check_values({k: v for k, v in raw.items() if k in hints}, hints, str(path))
+    return raw

@@ -7,7 +7,6 @@ too (`load_finetuned`), from its task's own `build_model`: using a model needs n
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from functools import partial
@@ -27,12 +26,13 @@ from bert_lightning.checkpoint import (
 )
 from bert_lightning.data.tables import collate, eval_loader
 from bert_lightning.errors import MissingFileError, UserError
+from bert_lightning.fields import check_values, json_file, read_json
 from bert_lightning.interop import hf_folder_head, load_into
 from bert_lightning.model import BertForPreTraining, BertModel
 from bert_lightning.model.heads import HEAD_POOLINGS, ZERO_SHOT_POOLING, BertBiEncoder, pool
 from bert_lightning.ort import OrtModel, is_exported, load_exported
 from bert_lightning.shipped import CONFIG_DIR
-from bert_lightning.tasks.base import Task, inputs, truncating
+from bert_lightning.tasks.base import Task, encode_rows, inputs, truncating
 from bert_lightning.tasks.kinds import make_task, stored_task
 
 FINETUNE = OmegaConf.load(CONFIG_DIR / "finetune.yaml")  # what a fine-tuning run evaluates with
@@ -187,18 +187,25 @@ def declared_by(folder: Path) -> Declared | None:
     if not path.is_file():
         return None
     paths = {}  # module kind -> its folder
-    for module in json.loads(path.read_text()):
-        kind = module["type"].rsplit(".", 1)[-1]
+    for module in read_json(path, list):
+        if not isinstance(module, dict):
+            raise UserError(f"{path}: holds a {type(module).__name__}; expected module objects")
+        check_values(module, {"type": str, "path": str}, str(path))
+        kind = str(module.get("type")).rsplit(".", 1)[-1]
         if kind not in ST_MODULES:
             only = "/".join(ST_MODULES)
-            raise UserError(f"{path}: a {module['type']} module; embed runs {only} modules only")
-        paths[kind] = module["path"]
+            raise UserError(
+                f"{path}: a {module.get('type')} module; embed runs {only} modules only"
+            )
+        paths[kind] = module.get("path", "")
     if "Pooling" not in paths:
         raise UserError(f"{path}: no Pooling module; embed gives one vector per text")
     source = folder / paths["Pooling"] / "config.json"
+    if not source.resolve().is_relative_to(folder.resolve()):
+        raise UserError(f"{path}: the Pooling module's path {paths['Pooling']!r} leaves {folder}")
     if not source.is_file():
         raise MissingFileError(f"{source}: no such file (the Pooling module of {path})")
-    config = json.loads(source.read_text())
+    config = json_file(source, dict.fromkeys(ST_POOLING_KEYS, bool))
     modes = [mode for key, mode in ST_POOLING_KEYS.items() if config.get(key)]
     pooling = config.get("pooling_mode") or modes or "mean"  # as sentence-transformers reads it
     if isinstance(pooling, list) and len(pooling) == 1:
@@ -207,7 +214,7 @@ def declared_by(folder: Path) -> Declared | None:
         raise UserError(f"{source}: pooling {pooling}; embed pools by one of {list(HEAD_POOLINGS)}")
     # its length: sentence_bert_config.json's, else (a newer save) its tokenizer's
     st_config = folder / "sentence_bert_config.json"
-    st = json.loads(st_config.read_text()) if st_config.is_file() else {}
+    st = json_file(st_config, {"max_seq_length": int | None}) if st_config.is_file() else {}
     length = st.get("max_seq_length") or hf_folder_head(folder)[1]
     return Declared(source, pooling, "Normalize" in paths, length)
 
@@ -273,7 +280,7 @@ def score_rows(
         return task.scores(logits).tolist()
 
     desc = "score" if progress else None
-    return per_row(score, model, tok, tok.encode_batch(rows), batch_size, desc)
+    return per_row(score, model, tok, encode_rows(tok, rows), batch_size, desc)
 
 
 def table_scores(
@@ -401,25 +408,32 @@ def fill_masks(
     model: BertForPreTraining,
     tok: Tokenizer,
     encodings: list[Encoding],
-    top_k: int = 5,
+    top_k: int | list[int] = 5,
     batch_size=EMBED_BATCH,
 ) -> list[list[list[dict]]]:
     """For each text (encoded; texts that `unmaskable` passes), for each `[MASK]` in order,
-    the `top_k` {token, prob} best first."""
-    mask_id, k = tok.token_to_id("[MASK]"), min(top_k, tok.get_vocab_size())
+    the `top_k` {token, prob} best first (`top_k`: one per text, a server's batch of requests,
+    so that each text's answers are only as many as it asked). Over the tokenizer's ids only:
+    a vocabulary padded to a multiple of 64 (`weights.padded_vocab`) has rows no text has."""
+    mask_id, n = tok.token_to_id("[MASK]"), tok.get_vocab_size()
+    ks = [min(k, n) for k in (top_k if isinstance(top_k, list) else [top_k] * len(encodings))]
 
-    def fill(b: dict) -> list[list[list[dict]]]:
+    def fill(b: dict) -> list[tuple[torch.Tensor, torch.Tensor]]:
         ids = b["input_ids"]  # (B, T)
         h = model.bert(ids, b["token_type_ids"], b["attention_mask"]).last_hidden_state  # (B, T, H)
-        probs = model.cls.predictions(h[ids == mask_id]).float().softmax(-1)  # (M, V)
-        p, idx = probs.topk(k, dim=-1)  # (M, k), the masks of all rows in order
-        best = [
-            [{"token": tok.id_to_token(t), "prob": q} for t, q in zip(ts, qs, strict=True)]
-            for ts, qs in zip(idx.tolist(), p.tolist(), strict=True)
-        ]
-        return split(best, (ids == mask_id).sum(1).tolist())
+        logits = model.cls.predictions(h[ids == mask_id])[:, :n]  # (M, n), the padding rows cut
+        p, idx = logits.float().softmax(-1).topk(max(ks), dim=-1)  # (M, k), rows' masks in order
+        counts = (ids == mask_id).sum(1).tolist()
+        return list(zip(p.cpu().split(counts), idx.cpu().split(counts), strict=True))
 
-    return per_row(fill, model, tok, encodings, batch_size)
+    tops = per_row(fill, model, tok, encodings, batch_size)  # per text: (M_i, k) twice
+    return [
+        [
+            [{"token": tok.id_to_token(t), "prob": q} for t, q in zip(ts, qs, strict=True)]
+            for ts, qs in zip(idx[:, :k].tolist(), p[:, :k].tolist(), strict=True)
+        ]
+        for (p, idx), k in zip(tops, ks, strict=True)
+    ]
 
 
 @torch.inference_mode()
@@ -432,7 +446,7 @@ def cosines(
     def cosine(b: dict) -> torch.Tensor:
         return model.cosine(b["input_ids"], b["token_type_ids"], b["attention_mask"]).cpu()  # (B,)
 
-    out = per_row(cosine, model, tok, tok.encode_batch(pairs), batch_size)
+    out = per_row(cosine, model, tok, encode_rows(tok, pairs), batch_size)
     return torch.stack(out) if out else torch.zeros(0)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from dataclasses import asdict, fields
 from pathlib import Path
 
@@ -18,7 +19,9 @@ from tokenizers import Tokenizer
 
 from bert_lightning.atomic import atomic_path
 from bert_lightning.errors import UserError
+from bert_lightning.fields import from_dict, json_file
 from bert_lightning.model import BertConfig
+from bert_lightning.model.flops import encoder_parameter_formula
 
 log = logging.getLogger(__name__)
 
@@ -84,13 +87,36 @@ def ours_to_hf(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 def config_from_hf(path: str | Path) -> BertConfig:
     """`config.json` of a HF BERT -> BertConfig (fields we do not model are ignored)."""
-    raw = json.loads(Path(path).read_text())
+    raw = json_file(path, {"model_type": str, "position_embedding_type": str})
     if raw.get("model_type", "bert") != "bert":
         raise UserError(f"{path}: model_type={raw['model_type']!r}; expected 'bert'")
     if raw.get("position_embedding_type", "absolute") != "absolute":
         raise UserError(f"{path}: only absolute position embeddings are supported")
     names = {f.name for f in fields(BertConfig)}
-    return BertConfig(**{k: v for k, v in raw.items() if k in names})
+    return bert_config({k: v for k, v in raw.items() if k in names}, str(path))
+
+
+def machine_memory() -> int:
+    """Bytes of physical memory."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def bert_config(raw: dict, where: str) -> BertConfig:
+    """The BertConfig a file declares (`where`: the file and key, for the message): its
+    fields typed, its sizes positive, and its weights within this machine's memory, so that a
+    file declaring `num_hidden_layers: 100000` is refused in one line before allocation."""
+    config = from_dict(BertConfig, raw, where)
+    sizes = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads")
+    sizes += ("intermediate_size", "max_position_embeddings", "type_vocab_size")
+    if bad := [f"{k}={getattr(config, k)}" for k in sizes if getattr(config, k) < 1]:
+        raise UserError(f"{where}: {', '.join(bad)}; expected sizes of at least 1")
+    need, have = 4 * encoder_parameter_formula(config), machine_memory()  # fp32 weights
+    if need > have:
+        raise UserError(
+            f"{where}: a model of {need // 4:,} parameters ({need / 2**30:,.1f} GiB in fp32) "
+            f"exceeds this machine's memory ({have / 2**30:,.1f} GiB)"
+        )
+    return config
 
 
 def load_into(model: torch.nn.Module, state: dict[str, torch.Tensor], prefix: str = "") -> None:
@@ -192,9 +218,10 @@ def hf_folder_head(folder: str | Path) -> tuple[dict, int | None]:
     truncates its texts to (`model_max_length` of tokenizer_config.json; None if it says none):
     what its export again keeps."""
     folder = Path(folder)
-    raw = json.loads((folder / "config.json").read_text())
+    raw = json_file(folder / "config.json", {"problem_type": str | None})
     tokenizer_config = folder / "tokenizer_config.json"
-    tok = json.loads(tokenizer_config.read_text()) if tokenizer_config.is_file() else {}
+    lengths = {"model_max_length": int | None}
+    tok = json_file(tokenizer_config, lengths) if tokenizer_config.is_file() else {}
     return {k: raw[k] for k in HEAD_FIELDS if k in raw}, tok.get("model_max_length")
 
 

@@ -13,13 +13,14 @@ declares, of unit length where it has a Normalize module, as `embed` makes it fr
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+from typing import Literal
 
 import torch
 from torch import nn
 
 from bert_lightning.errors import UserError
+from bert_lightning.fields import check_choices, check_keys, json_file
 from bert_lightning.model import BertModel
 from bert_lightning.model.heads import BertBiEncoder, pair_cosine, pool
 
@@ -42,9 +43,36 @@ def is_exported(path) -> bool:
     return (Path(path) / SPEC).is_file()
 
 
+# what `onnx.json` says (onnx_export.py writes it), with the types of its values
+SPEC_TYPES = {
+    "use": Literal["finetuned", "embed"],
+    "head": Literal["bi_encoder", "logits"] | None,
+    "task": dict,
+    "pooling": str,
+    "normalize": bool,
+    "output": str,
+    "max_seq_length": int,
+    "quantized": str | None,
+    "fp32_top": int | None,
+    "source": str,
+    "width": int,
+    "classifier": list,
+    "inputs": list,
+}
+
+
 def spec_of(folder) -> dict:
-    """What an exported folder's graph computes (`onnx.json`)."""
-    return json.loads((Path(folder) / SPEC).read_text())
+    """What an exported folder's graph computes (`onnx.json`), its values typed."""
+    path = Path(folder) / SPEC
+    spec = json_file(path, SPEC_TYPES)
+    check_keys(spec, SPEC_TYPES, str(path))
+    check_choices(spec, SPEC_TYPES, str(path))
+    if "use" not in spec:
+        raise UserError(f"{path}: no 'use' (finetuned or embed)")
+    head = spec.get("classifier", [0.0, 0.0])
+    if len(head) != 2 or not all(isinstance(v, int | float) for v in head):
+        raise UserError(f"{path}.classifier: expected [weight, bias], got {head!r}")
+    return spec
 
 
 class Embedder(nn.Module):

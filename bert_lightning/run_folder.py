@@ -25,7 +25,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from bert_lightning.atomic import atomic_path, write_text
-from bert_lightning.errors import UserError, first_line, user_error
+from bert_lightning.errors import UserError, first_line, reported, user_error
 
 log = logging.getLogger(__name__)
 
@@ -64,12 +64,46 @@ def resumed_run(ckpt_path: str | None, entry: str | None = None) -> str | None:
 def run_dir(ckpt_path: str | None, entry: str, overrides: list[str], default: str) -> str:
     """Hydra's run folder (`hydra.run.dir`): `paths.output_dir=` given on the command line
     (the whole run goes there: log and `.hydra/` too), else the run a checkpoint resumes,
-    else the dated default."""
+    else the dated default. A resume into the checkpoint's own folder is refused there when
+    the folder holds a symlink (`refuse_links`)."""
+    resumed = resumed_run(ckpt_path, entry)
+    folder = resumed or default
     for o in overrides:
         key, _, value = o.lstrip("+").partition("=")
         if key == "paths.output_dir" and value:
-            return value.strip("'\"")
-    return resumed_run(ckpt_path, entry) or default
+            folder = value.strip("'\"")
+            break
+    if resumed and Path(folder).resolve() == Path(resumed).resolve():
+        # Hydra writes its log there before the task runs, whose mistakes are one line (exit
+        # 2): this one is reported as such here
+        with reported():
+            refuse_links(Path(resumed))
+    return folder
+
+
+def refuse_links(folder: Path) -> None:
+    """A run folder is data (downloaded, shared), and a resume writes into it: the CSV logger's
+    `hparams.yaml`, Hydra's log (appended), checkpoints, metrics. A symlink anywhere in it
+    would take those writes to a file elsewhere (`hparams.yaml -> ~/.bashrc`): refused before
+    anything is written."""
+    link = next(links_in(folder), None)
+    if link is not None:
+        raise UserError(
+            f"{link}: a symlink (to {os.path.realpath(link)}) in the run folder this resume writes "
+            "into; remove it, or continue the run in another folder with paths.output_dir=NEW"
+        )
+
+
+def links_in(folder: Path) -> Iterator[Path]:
+    """The symlinks at or under `folder`, in a fixed order, none followed."""
+    if folder.is_symlink():
+        yield folder
+        return
+    for root, dirs, files in os.walk(folder):
+        dirs.sort()
+        for name in sorted(dirs + files):
+            if Path(root, name).is_symlink():
+                yield Path(root, name)
 
 
 def hydra_subdir(ckpt_path: str | None, entry: str, run: str) -> str | None:

@@ -23,15 +23,24 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from pathlib import Path
+from typing import Annotated, Literal, Self
 
 import litserve as ls
 import torch
-from fastapi import Request
+from fastapi import Depends, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    model_validator,
+)
 from starlette.exceptions import HTTPException
+from tokenizers import Encoding
 
 from bert_lightning.checkpoint import FINETUNING, read_checkpoint
 from bert_lightning.errors import UserError
@@ -52,6 +61,19 @@ from bert_lightning.tasks.kinds import stored_task
 
 MAX_ITEMS = 256  # texts or pairs per request: a bigger job is a file for `bert-lightning score`
 MAX_CHARS = 10_000  # per text: far past what 512 word pieces read; bounds tokenizing time
+MAX_TOP_K = 100  # answers per [MASK] of /fill-mask
+# /fill-mask answers one {token, prob} per [MASK] and top_k: unbounded, 256 texts of [MASK]s at
+# top_k 100 made a 145 MB answer in 9.8 s and a worker of 2.3 GB
+MAX_TEXT_MASKS = 16  # per text: a forward pass (32 rows, `inference.EMBED_BATCH`) then holds
+# at most 512 masks' logits (62 MB at BERT's 30,522 tokens), whatever requests share it
+MAX_ANSWERS = 4096  # masks x top_k per request: about 190 KB of JSON
+LIMITS = {  # what /info tells clients
+    "items": MAX_ITEMS,
+    "chars": MAX_CHARS,
+    "top_k": MAX_TOP_K,
+    "text_masks": MAX_TEXT_MASKS,
+    "answers": MAX_ANSWERS,
+}
 # glibc's malloc, for the workers (spawned, so they read it as they start): freed blocks of a
 # batch's tensors (every batch a new shape) go back to the system, not into per-thread arenas
 # and a heap that its dynamic mmap threshold grows into; a user's own setting wins
@@ -67,6 +89,20 @@ def _not_blank(text: str) -> str:
 
 Text = Annotated[str, StringConstraints(max_length=MAX_CHARS)]
 NonBlank = Annotated[Text, AfterValidator(_not_blank)]
+
+
+def mask_count(text: str) -> int:
+    """The `[MASK]`s the tokenizer will find: it matches its special tokens in the raw text."""
+    return text.count("[MASK]")
+
+
+def _few_masks(text: str) -> str:
+    if (n := mask_count(text)) > MAX_TEXT_MASKS:
+        raise ValueError(f"{n} [MASK]s; a text may hold at most {MAX_TEXT_MASKS}")
+    return text
+
+
+Masked = Annotated[Text, AfterValidator(_few_masks)]
 
 
 class Body(BaseModel):
@@ -97,8 +133,18 @@ class EmbedRequest(Body):
 
 
 class FillMaskRequest(Body):
-    texts: Annotated[list[Text], Field(min_length=1, max_length=MAX_ITEMS)]
-    top_k: Annotated[int, Field(ge=1, le=100)] = 5
+    texts: Annotated[list[Masked], Field(min_length=1, max_length=MAX_ITEMS)]
+    top_k: Annotated[int, Field(ge=1, le=MAX_TOP_K)] = 5
+
+    @model_validator(mode="after")
+    def _few_answers(self) -> Self:
+        n = sum(map(mask_count, self.texts))
+        if n * self.top_k > MAX_ANSWERS:
+            raise ValueError(
+                f"{n} [MASK]s x top_k {self.top_k} = {n * self.top_k} answers; a request may "
+                f"ask for at most {MAX_ANSWERS} (fewer texts or a smaller top_k)"
+            )
+        return self
 
 
 @dataclass
@@ -219,7 +265,7 @@ class Embed(Endpoint):
 
 class FillMask(Endpoint):
     """`/fill-mask`: for each text, for each `[MASK]` in order, the `top_k` {token, prob}, as
-    `bert-lightning fill-mask` gives them."""
+    `bert-lightning fill-mask` gives them; each text only as many as its own request asked."""
 
     route = "/fill-mask"
 
@@ -230,21 +276,26 @@ class FillMask(Endpoint):
     def decode_request(self, request: FillMaskRequest) -> FillMaskRequest:
         return request
 
+    def encode(self, texts: list[str]) -> tuple[list[Encoding], str | None]:
+        """`texts` encoded one at a time up to the first the model cannot read, and why
+        (`unmaskable`): 10,000 characters can be 10,000 word pieces, about 170 bytes each, so a
+        batch holds one such text at a time, not every one (256 of them made 300 MB)."""
+        out = []
+        for text in texts:
+            out.append(self.tok.encode(text))
+            if why := unmaskable(self.model, self.tok, [text], out[-1:]):
+                return [], why
+        return out, None
+
     def answer(self, requests: list[FillMaskRequest]) -> list[Reply]:
-        encoded = [self.tok.encode_batch(r.texts) for r in requests]
-        errors = [
-            unmaskable(self.model, self.tok, r.texts, es)
-            for r, es in zip(requests, encoded, strict=True)
-        ]
+        encoded, errors = zip(*(self.encode(r.texts) for r in requests), strict=True)
         good = [i for i, e in enumerate(errors) if e is None]
-        k = max((requests[i].top_k for i in good), default=1)
-        tops = fill_masks(self.model, self.tok, [e for i in good for e in encoded[i]], k)
+        ks = [requests[i].top_k for i in good for _ in encoded[i]]  # each text its request's
+        tops = fill_masks(self.model, self.tok, [e for i in good for e in encoded[i]], ks)
         per_request = dict(zip(good, split(tops, (len(encoded[i]) for i in good)), strict=True))
         return [
-            Reply({"error": e}, 400)
-            if e
-            else Reply({"masks": [[m[: r.top_k] for m in text] for text in per_request[i]]})
-            for i, (r, e) in enumerate(zip(requests, errors, strict=True))
+            Reply({"error": e}, 400) if e else Reply({"masks": per_request[i]})
+            for i, e in enumerate(errors)
         ]
 
 
@@ -316,35 +367,42 @@ class Drain:
         return not (self.state.value == STOPPED and record.msg == "Monitoring worker crashed")
 
 
+def model_name(model: str) -> str:
+    """What the server says of its model to clients: the file's or folder's name, not where it
+    lies on the server's disk."""
+    return Path(model).resolve().name
+
+
 def endpoints(model: str) -> dict[str, type[Endpoint] | str]:
     """For each route, what serves it for this checkpoint (or exported ONNX folder), or why
-    none can (a 404's message). Read here once, so that a bad path is a one-line error before
-    any worker starts."""
+    none can (a 404's message, naming the model by `model_name`). Read here once, so that a bad
+    path is a one-line error before any worker starts."""
+    name = model_name(model)
     if is_exported(model):
         spec = spec_of(model)
         fine_tuned = spec["use"] == "finetuned"
         task = stored_task(spec["task"], model) if fine_tuned else None
         routes: dict[str, type[Endpoint] | str] = {
-            "/score": f"{model}: an exported embedding model; /score needs an exported "
+            "/score": f"{name}: an exported embedding model; /score needs an exported "
             "fine-tuned one",
-            "/embed": f"{model}: an exported fine-tuned model; /embed needs an exported "
+            "/embed": f"{name}: an exported fine-tuned model; /embed needs an exported "
             "embedding model"
             if fine_tuned
             else Embed,
-            "/fill-mask": f"{model}: an exported ONNX model; /fill-mask needs a checkpoint with "
+            "/fill-mask": f"{name}: an exported ONNX model; /fill-mask needs a checkpoint with "
             "an MLM head",
         }
     else:
         pre = read_checkpoint(model)
         task = stored_task(pre.hparams["task"], model) if pre.origin == FINETUNING else None
         routes = {
-            "/score": f"{model}: a {pre.origin} checkpoint; /score needs a fine-tuned one "
+            "/score": f"{name}: a {pre.origin} checkpoint; /score needs a fine-tuned one "
             "(finetune.py)",
             "/embed": Embed,
             "/fill-mask": FillMask,
         }
         try:
-            check_mlm_head(model, pre, "/fill-mask")
+            check_mlm_head(name, pre, "/fill-mask")
         except UserError as e:
             routes["/fill-mask"] = str(e)
     if task is not None:
@@ -352,7 +410,7 @@ def endpoints(model: str) -> dict[str, type[Endpoint] | str]:
             task.scores(torch.zeros(1, task.num_labels))
             routes["/score"] = ScorePairs if task.text_columns[1] else ScoreTexts
         except UserError as e:  # token classification, more than two classes
-            routes["/score"] = f"{model}: {e}; /score has nothing to give"
+            routes["/score"] = f"{name}: {e}; /score has nothing to give"
     return routes
 
 
@@ -376,8 +434,9 @@ def refusal(message: str) -> Callable:
 
 
 async def http_error(_, e: HTTPException) -> JSONResponse:
-    """LitServe's and Starlette's own errors (404, 405, 413, 500) in the same one-line form."""
-    return JSONResponse({"error": str(e.detail)}, e.status_code)
+    """LitServe's and Starlette's own errors (401, 404, 405, 413, 500) in the same one-line form,
+    with their headers (`WWW-Authenticate`, `Allow`)."""
+    return JSONResponse({"error": str(e.detail)}, e.status_code, e.headers)
 
 
 async def invalid_request(request: Request, e: RequestValidationError) -> JSONResponse:
@@ -426,11 +485,17 @@ def serve(
         accelerator=device,
         devices=1,
         max_payload_size=MAX_BODY,
-        model_metadata={"model": str(model), "endpoints": [a.api_path for a in apis]},
+        model_metadata={
+            "model": model_name(model),
+            "endpoints": [a.api_path for a in apis],
+            "limits": LIMITS,
+        },
     )
-    for route, why in routes.items():
+    for route, why in routes.items():  # behind the API key too, where one is set
         if isinstance(why, str):
-            server.app.add_api_route(route, refusal(why), methods=["POST"])
+            server.app.add_api_route(
+                route, refusal(why), methods=["POST"], dependencies=[Depends(server.setup_auth())]
+            )
     server.app.add_exception_handler(HTTPException, http_error)
     server.app.add_exception_handler(RequestValidationError, invalid_request)
     server.app.middleware("http")(drain.gate)

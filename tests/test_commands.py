@@ -50,8 +50,8 @@ def test_score_writes_the_input_with_a_score_column(tmp_path, tok):
                 str(ckpt),
                 str(src),
                 str(tmp_path / "x.csv"),
-                "--ad-column",
-                "title",
+                "--column",
+                "ad=title",
             ]
         )
 

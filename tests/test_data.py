@@ -183,3 +183,29 @@ def test_data_is_built_once_per_run(tmp_path, monkeypatch):
     overrides = tiny_overrides(tmp_path, "validate_before_fit=true", "trainer.max_steps=2")
     train(compose(overrides=overrides))
     assert calls == ["build", "tokenize", "tokenize"]
+
+
+@pytest.mark.parametrize("long_doc", [False, True])
+def test_holding_out_documents_says_the_share_of_text_it_takes(caplog, long_doc):
+    """A document may be a book: what the held-out documents take from training is said (by
+    a count of characters by hand), as a warning past a tenth of the text."""
+    import datasets
+
+    def docs_of(texts):
+        n = len(texts)
+        return datasets.Dataset.from_dict({"text": texts, "file": [0] * n, "doc": list(range(n))})
+
+    texts = ["word " * 20] * 20
+    _, val = pipeline.hold_out(docs_of(texts), 2, seed=0)  # which ones the seed holds out
+    if long_doc:
+        texts[val["doc"][0]] = "word " * 5000
+    caplog.clear()
+    with caplog.at_level("INFO", logger="bert_lightning.data.pipeline"):
+        _, val = pipeline.hold_out(docs_of(texts), 2, seed=0)
+    share = sum(map(len, val["text"])) / sum(map(len, texts))
+    (record,) = [r for r in caplog.records if "holds out" in r.getMessage()]
+    assert record.getMessage().startswith(
+        f"data.val_docs=2 holds out 2 of 20 documents, {100 * share:.1f}% of the text, from "
+        "training"
+    )
+    assert (record.levelname == "WARNING") == long_doc == (share > 0.1)

@@ -123,3 +123,21 @@ def test_a_fine_tune_under_ddp_trains_its_epochs_validating_each(tmp_path):
         rows = list(csv.DictReader(f))
     assert [float(r["epoch"]) for r in rows if r.get("val/loss")] == [0, 1]  # trainer.max_epochs=2
     assert {float(r["epoch"]) for r in rows if r.get("train/loss")} == {0, 1}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("start", ["console script", "python -m"])
+def test_a_ddp_run_starts_through_the_console_script_and_the_package(tmp_path, start):
+    """`bert-lightning pretrain` and `python -m bert_lightning pretrain` start their second
+    rank too (Lightning re-runs what `__main__` ran): two ranks train the run's steps."""
+    write_corpus(tmp_path / "corpus.jsonl")
+    if start == "console script":
+        cmd = [str(Path(sys.executable).parent / "bert-lightning")]
+    else:
+        cmd = [sys.executable, "-m", "bert_lightning"]
+    args = tiny_overrides(tmp_path, "trainer=ddp_sim", "trainer.max_steps=2")
+    cmd += ["pretrain", *args, f"hydra.run.dir={tmp_path}"]
+    proc = run_in_session(cmd, subprocess_env(), 600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    last = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
+    assert last["global_step"] == 2

@@ -257,6 +257,53 @@ def test_what_no_loss_reaches_is_frozen():
     assert not any(p.requires_grad for p in m.teacher.parameters())
 
 
+def val_rows(n=11):
+    """`n` rows of 3 to 10 tokens, 0 to 3 of them picked (id 4 where masked), lengths and picks
+    uneven so that batches differ in each loss's count."""
+    g = torch.Generator().manual_seed(7)
+    out = []
+    for i in range(n):
+        T = 3 + i * 5 % 8
+        ids = torch.randint(5, V, (T,), generator=g)
+        picked = torch.zeros(T, dtype=torch.bool)
+        picked[torch.randperm(T, generator=g)[: i % 4]] = True
+        out.append((ids.masked_fill(picked, 4), torch.where(picked, ids, -100)))
+    return out
+
+
+def padded(rows):
+    """A batch of `rows`, padded to its longest as the collator does."""
+    T = max(len(ids) for ids, _ in rows)
+    pad = lambda x, v: F.pad(x, (0, T - len(x)), value=v)  # noqa: E731
+    ids = torch.stack([pad(x, 0) for x, _ in rows])  # (B, T)
+    return {
+        "input_ids": ids,
+        "labels": torch.stack([pad(y, -100) for _, y in rows]),  # (B, T)
+        "attention_mask": torch.stack([pad(torch.ones_like(x), 0) for x, _ in rows]),  # (B, T)
+        "token_type_ids": torch.zeros_like(ids),
+    }
+
+
+def test_the_validation_losses_are_the_whole_sets_however_rows_are_batched():
+    """Each term, and `val/loss`, averaged over every unit of the set it is a mean of (real
+    tokens, rows, picked positions), not over batches: batches of 5, 3 and 11 rows give the
+    losses of the 11 rows as one batch."""
+    import lightning as L
+    from torch.utils.data import DataLoader
+
+    m = module(ALL, teacher_ckpt(hf_model(TEACHER)))
+    rows = val_rows()
+    with torch.no_grad():
+        want = {f"val/{k}": v.item() for k, v in m(padded(rows)).items()}
+    quiet = dict(enable_progress_bar=False, enable_model_summary=False, logger=False)
+    trainer = L.Trainer(accelerator="cpu", enable_checkpointing=False, **quiet)
+    for size in (5, 3, len(rows)):
+        data = DataLoader(rows, batch_size=size, collate_fn=padded)
+        logged = trainer.validate(m, data, verbose=False)[0]  # and the step, epoch
+        got = {k: float(v) for k, v in logged.items() if k.startswith("val/")}
+        assert got == pytest.approx(want, abs=1e-5), size
+
+
 def test_mistakes_are_one_line(tmp_path):
     hf_encoder_only = teacher_ckpt(hf_model(TEACHER))
     hf_encoder_only.state_dict = {

@@ -2,6 +2,7 @@
 JSON and chart, and a half-done suite continued without re-running its finished cells."""
 
 import json
+import math
 import statistics
 
 import pytest
@@ -9,7 +10,16 @@ import yaml
 from tokenizers import Tokenizer
 
 from bert_lightning.cli import main
-from bert_lightning.experiments.downstream import BUDGETS, ranking_row, ranking_table
+from bert_lightning.experiments.downstream import (
+    BUDGETS,
+    Model,
+    TaskBudget,
+    ranking_row,
+    ranking_table,
+    score,
+    summarise,
+    table,
+)
 from finetune_fixtures import (
     tiny_budget,
     write_dataset,
@@ -217,6 +227,35 @@ def test_the_ranking_table_gives_one_seeds_interval_and_several_seeds_spread():
     assert one == f"| s | a | 1 | {interval} | {interval} | 0.4000 | 0.7000 |"
     two = ranking_row("s", "a", [run(0.02, 0.001), run(0.04, -0.01)], "zero_shot")
     assert two.split(" | ")[3] == "+0.0300 ± 0.0141 (1/2 above 0)"
+
+
+def test_a_nan_cell_stays_nan_in_the_table_and_the_average():
+    """A NaN test metric (a correlation of constant scores) is no measured 0: its task's mean
+    and the model's average are NaN ("nan" in the table); a model without one keeps its
+    figures."""
+    budget = dict(folder="f", rows=8, validation_rows=4, test_rows=None, epochs=1, lr=1e-3)
+    budget |= dict(max_seq_length=32, batch_size=8)
+    tasks = {
+        "sst2": TaskBudget("sst2", metric="acc", label="SST-2", **budget),
+        "stsb": TaskBudget("stsb", metric="spearman", label="STS-B", **budget),
+    }
+    models = [Model("ours", (), "ours.ckpt", "d1"), Model("random", (), "random", "d2")]
+    cells = {"ours": (0.8, 0.6, 0.5, math.nan), "random": (0.7, 0.5, 0.3, 0.1)}
+    scores = {}
+    for name, (sst1, sst2, sts1, sts2) in cells.items():
+        runs = {("sst2", 1): sst1, ("sst2", 2): sst2, ("stsb", 1): sts1, ("stsb", 2): sts2}
+        for (t, s), v in runs.items():
+            scores[name, t, s] = score({"test": {f"test/{tasks[t].metric}": v}}, tasks[t].metric)
+    summary = summarise(models, tasks, [1, 2], scores)
+    ours, random = summary["ours"], summary["random"]
+    assert math.isnan(ours["cells"]["stsb"]["2"])
+    assert ours["mean_std"]["sst2"] == pytest.approx((0.7, statistics.stdev([0.8, 0.6])))
+    assert all(map(math.isnan, (*ours["mean_std"]["stsb"], *ours["average"])))
+    assert random["average"] == pytest.approx((0.4, statistics.stdev([0.5, 0.3])))
+    assert table(summary, tasks, [1, 2]).splitlines()[2:] == [
+        "| ours | 0.700 ± 0.141 | nan | nan |",
+        "| random | 0.600 ± 0.141 | 0.200 ± 0.141 | 0.400 ± 0.141 |",
+    ]
 
 
 def test_the_ablation_tables_in_the_docs_are_what_the_kept_cells_give(capsys):

@@ -17,7 +17,7 @@ from bert_lightning.training import callbacks
 from bert_lightning.training.finetune import finetune
 from bert_lightning.training.pretrain import train
 from finetune_fixtures import ad_rows, sentiment_rows, write_csv, write_hf_folder, write_tokenizer
-from helpers import shipped, tiny_overrides, write_corpus
+from helpers import cli_error, shipped, tiny_overrides, write_corpus
 
 COLA_NAMES = ["source", "label", "original", "sentence"]  # GLUE CoLA: a TSV without header
 
@@ -113,7 +113,8 @@ def test_evaluate_reads_the_order_within_queries_as_the_run_did(tmp_path, capsys
 @pytest.mark.slow
 def test_evaluate_reads_a_file_named_and_graded_otherwise(tmp_path, capsys, caplog):
     """Another query-product file: its own column names (`--column`), labels on another scale
-    (`--grades`); a UTF-8 file read as the Latin-1 the model's task carries gets one line."""
+    (`--grades`); a UTF-8 file is refused as the Latin-1 the model's task carries, in one
+    line, rather than scored garbled."""
     write_tokenizer(tmp_path / "tokenizer.json")
     write_csv(tmp_path / "train.csv", ad_rows(12))
     cfg = compose(
@@ -136,23 +137,31 @@ def test_evaluate_reads_a_file_named_and_graded_otherwise(tmp_path, capsys, capl
     ]
     pd.DataFrame(rows).to_csv(tmp_path / "other.csv", index=False, encoding="utf-8")
     names = ["--column", "query=search_term", "--column", "ad=product_title"]
+    utf8 = ["--encoding", "utf-8"]
     with pytest.raises(SystemExit):  # grades 2-6 are outside the model's 1-3
-        main(["evaluate", ckpt, str(tmp_path / "other.csv"), *names, "--column", "label=relevance"])
+        main(
+            [
+                "evaluate",
+                ckpt,
+                str(tmp_path / "other.csv"),
+                *names,
+                "--column",
+                "label=relevance",
+                *utf8,
+            ]
+        )
     assert "label 6.0 is not a grade in [1.0, 3.0]" in capsys.readouterr().err
-    caplog.clear()
     out = tmp_path / "eval.json"
     grades = ["--column", "label=relevance", "--grades", "2,6", "--json", str(out)]
-    main(["evaluate", ckpt, str(tmp_path / "other.csv"), *names, *grades])
+    line = cli_error(capsys, "evaluate", ckpt, tmp_path / "other.csv", *names, *grades)
+    assert line == (
+        f"error: {tmp_path / 'other.csv'}: line 2 reads as UTF-8 ('café'), but the encoding "
+        "given is latin-1 ('cafÃ©'); a UTF-8 file is read with --encoding utf-8 "
+        "(task.encoding=utf-8)"
+    )
+    assert not out.exists()
+    main(["evaluate", ckpt, str(tmp_path / "other.csv"), *names, *grades, *utf8])
     assert json.loads(out.read_text())["metrics"]["rows"] == len(rows)
-    warned = [r.getMessage() for r in caplog.records if "reads as UTF-8" in r.getMessage()]
-    assert warned == [
-        f"{tmp_path / 'other.csv'}: line 2 reads as UTF-8 ('café'), but is read as latin-1 "
-        "('cafÃ©'), the encoding the task was given; give the encoding utf-8 (--encoding utf-8, "
-        "task.encoding=utf-8) if the file is UTF-8"
-    ]
-    caplog.clear()
-    main(["evaluate", ckpt, str(tmp_path / "other.csv"), *names, *grades, "--encoding", "utf-8"])
-    assert not [r for r in caplog.records if "reads as UTF-8" in r.getMessage()]
     with pytest.raises(SystemExit):
         main(["evaluate", ckpt, str(tmp_path / "other.csv"), "--column", "text=search_term"])
     assert (

@@ -1,6 +1,7 @@
 """Metrics against hand-computed values, label alignment, splits and bad input: no training."""
 
 import math
+import random
 from dataclasses import asdict
 from pathlib import Path
 
@@ -461,3 +462,33 @@ def test_the_orchestrator_asks_the_task_for_its_test_report(tmp_path):
         assert make_task(task_cfg(k)).test_report(test, None, None) == {}
     training = Path(bert_lightning.__file__).parent / "training"
     assert not [p for p in training.glob("*.py") if "ad_relevance" in p.read_text()]
+
+
+@pytest.mark.parametrize("max_len", [8, 31, 32])
+def test_pairs_encode_as_the_tokenizer_truncates_them_whole(tmp_path, max_len):
+    """`encode_rows` cuts each text of a pair before encoding: the ids and types equal those
+    of the whole pair truncated (longest first, an odd piece to the longer text), at every
+    pair of lengths, words of several pieces, accents and punctuation included."""
+    from bert_lightning.tasks.base import encode_rows, truncating
+
+    tok = truncating(write_tokenizer(tmp_path / "tok.json"), max_len)
+    words = ["great", "movie", "the", "bob", "aw", "ful", "zzzq", "Été", "naïve,", "!!"]
+    rng = random.Random(max_len)
+    rows = [
+        tuple(" ".join(rng.choices(words, k=rng.randint(1, 40))) for _ in range(2))
+        for _ in range(1500)
+    ]
+    ours, whole = encode_rows(tok, rows), tok.encode_batch(rows)
+    assert [(e.ids, e.type_ids) for e in ours] == [(e.ids, e.type_ids) for e in whole]
+
+
+def test_a_long_pair_costs_what_its_truncation_keeps(tmp_path):
+    """Truncating a whole pair, `tokenizers` builds every combination of the two texts' cut
+    pieces (4,823 overflowing encodings for two 1,000-word texts at 32): cut first, a pair
+    holds a few, whatever the texts' lengths."""
+    from bert_lightning.tasks.base import encode_rows, truncating
+
+    tok = truncating(write_tokenizer(tmp_path / "tok.json"), 32)
+    for words in (1_000, 20_000):
+        (enc,) = encode_rows(tok, [("a " * words, "b " * words)])
+        assert len(enc.ids) == 32 and len(enc.overflowing) <= 8

@@ -31,7 +31,6 @@ LAYERS = {  # module path -> layer, lowest first; the longest matching prefix wi
     "signals": 0,
     "fields": 0,
     "fingerprints": 0,
-    "renamed": 0,  # config keys renamed, read under their old names for one release
     "model": 1,
     "shipped": 1,  # the package's files: the config tree (read without Hydra), the assets
     "run_folder": 1,  # where a run writes and how it is found again, for training and Hydra
@@ -165,7 +164,7 @@ def test_no_module_imports_from_a_layer_above_it():
 
 def test_the_bottom_layer_needs_only_the_standard_library():
     bottom = {module_name(p): outside(p.read_text()) for p in MODULES if not layer(module_name(p))}
-    names = ["atomic", "errors", "fields", "fingerprints", "renamed", "signals"]
+    names = ["atomic", "errors", "fields", "fingerprints", "signals"]
     assert sorted(bottom) == names and not any(bottom.values()), bottom
     assert outside("import json\nfrom hydra.utils import get_object") == ["hydra"]
 

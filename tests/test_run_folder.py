@@ -9,6 +9,7 @@ import runpy
 import shutil
 import sys
 import warnings
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -17,10 +18,13 @@ from hydra.utils import instantiate
 
 from bert_lightning.config import compose
 from bert_lightning.progress import eta_text
-from bert_lightning.run_folder import resumed_run
+from bert_lightning.run_folder import resumed_run, run_dir
 from bert_lightning.training.callbacks import StepProgressBar
+from bert_lightning.training.finetune import finetune
 from bert_lightning.training.pretrain import train
-from helpers import ROOT, shipped, tiny_overrides, write_corpus
+from finetune_fixtures import overrides as finetune_overrides
+from finetune_fixtures import regression_rows, write_jsonl, write_tokenizer
+from helpers import ROOT, cli_error, shipped, tiny_overrides, write_corpus
 
 LR, WARMUP = 1e-3, 4
 
@@ -259,3 +263,75 @@ def test_paths_output_dir_holds_the_whole_run(tmp_path):
     assert (further / ".hydra" / "overrides.yaml").is_file() and list(further.glob("*.log"))
     assert (further / "checkpoints" / "last.ckpt").is_file()
     assert not logs.exists()
+
+
+LINKED = (  # the refusal's line after `error: <link>: `
+    "a symlink (to {}) in the run folder this resume writes into; remove it, or continue the "
+    "run in another folder with paths.output_dir=NEW"
+)
+
+
+def tiny_run(tmp_path, entry):
+    """A 2-step run of `entry` (pretrain | finetune) in tmp_path/run, in process: the command
+    line that resumes it in its own folder."""
+    out = tmp_path / "run"
+    if entry == "pretrain":
+        write_corpus(out / "corpus.jsonl", 20)
+        argv = tiny_overrides(out)
+        train(compose(overrides=[*argv, "trainer.max_steps=2"]))
+    else:
+        write_tokenizer(tmp_path / "tokenizer.json")
+        train_file = write_jsonl(tmp_path / "train.jsonl", regression_rows(48))
+        argv = finetune_overrides(
+            tmp_path, "regression", f"task.train_file={train_file}", "trainer.max_epochs=-1"
+        )
+        finetune(compose("finetune", [*argv, "trainer.max_steps=2"]))
+    last = out / "checkpoints" / "last.ckpt"
+    # in its own folder: the one Hydra runs in, as `ckpt_path=` alone makes it
+    argv = [o for o in argv if not o.startswith("paths.output_dir=")]
+    return out, [entry, *argv, f"ckpt_path={last}", "trainer.max_steps=3"]
+
+
+@pytest.mark.parametrize("entry", ["pretrain", "finetune"])
+def test_a_resume_into_a_folder_holding_symlinks_is_refused_untouched(tmp_path, capsys, entry):
+    """A downloaded run folder is data: its `hparams.yaml` (the CSV logger rewrites it) and its
+    log (Hydra appends to it) planted as links to files elsewhere are neither written through
+    nor followed; the resume is one line, before anything is written."""
+    out, resume = tiny_run(tmp_path, entry)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    planted = sorted(["hparams.yaml", f"{entry}.log"])  # the first is named
+    for name in planted:
+        (elsewhere / name).write_text("mine\n")
+        (out / name).unlink(missing_ok=True)
+        (out / name).symlink_to(Path("..", "elsewhere", name))
+    before = snapshot(tmp_path)
+    err = cli_error(capsys, *resume)
+    assert err == f"error: {out / planted[0]}: {LINKED.format(elsewhere / planted[0])}"
+    assert snapshot(tmp_path) == before
+    assert {p.read_text() for p in elsewhere.iterdir()} == {"mine\n"}
+    assert not (out / "FAILED").exists()
+
+
+@pytest.mark.parametrize("link", [".", "checkpoints", ".hydra/hydra.yaml", "train.log"])
+def test_a_symlink_anywhere_in_the_run_folder_refuses_its_resume(tmp_path, capsys, link):
+    """The folder itself, a folder in it, a file at any depth, each moved elsewhere and linked
+    to: the resume is refused (one line, exit 2) as Hydra picks its folder, before it writes
+    there; continued into another folder (`paths.output_dir=`), the run is not refused."""
+    run, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "last.ckpt").write_bytes(b"")
+    (run / ".hydra").mkdir()
+    (run / ".hydra" / "hydra.yaml").write_text("")
+    (run / "train.log").write_text("")
+    moved = run / link  # moved elsewhere, a link in its place
+    moved.rename(elsewhere)
+    moved.symlink_to(elsewhere)
+    last = str(run / "checkpoints" / "last.ckpt")
+    with pytest.raises(SystemExit) as e:
+        run_dir(last, "train", [], "default")
+    assert e.value.code == 2
+    assert capsys.readouterr().err == f"error: {moved}: {LINKED.format(elsewhere)}\n"
+    assert run_dir(last, "train", [f"paths.output_dir={tmp_path / 'new'}"], "d") == str(
+        tmp_path / "new"
+    )

@@ -1,7 +1,6 @@
 """One grammar for the columns and reading of a table, in every command that reads one:
 `--column KEY=NAME` and `--encoding` (`commands.options`). A file whose columns are named
-otherwise (`search_term`) is scored, evaluated and embedded as it is; the old spellings
-(`--query-column`, embed's `--column NAME`) still work, each with one warning naming the new."""
+otherwise (`search_term`) is scored, evaluated and embedded as it is."""
 
 import json
 
@@ -10,7 +9,14 @@ import pandas as pd
 import pytest
 
 from bert_lightning.cli import main
-from finetune_fixtures import ad_rows, relevance_ckpt, write_hf_folder, write_tokenizer
+from bert_lightning.data.tables import read_table
+from finetune_fixtures import (
+    ad_rows,
+    finetuned_ckpt,
+    relevance_ckpt,
+    write_hf_folder,
+    write_tokenizer,
+)
 from helpers import cli_error
 
 NUMBERS = ("loss", "auroc", "acc", "ndcg@10")
@@ -48,16 +54,6 @@ def test_score_reads_columns_named_otherwise(tmp_path, tok, caplog):
     assert got["score"].tolist() == pytest.approx(want.tolist(), abs=1e-6)
     assert got["product_title"].str.endswith(" café").all()
     assert not warnings(caplog)
-    old = ["--query-column", "search_term", "--ad-column", "product_title"]
-    main(["score", ckpt, other, str(tmp_path / "old.csv"), *old, "--encoding", "latin-1"])
-    old_scores = pd.read_csv(tmp_path / "old.csv")["score"]
-    assert old_scores.tolist() == pytest.approx(want.tolist(), abs=1e-6)
-    assert warnings(caplog) == [
-        "--query-column search_term is deprecated (removed in the next release); "
-        "use --column query=search_term",
-        "--ad-column product_title is deprecated (removed in the next release); "
-        "use --column ad=product_title",
-    ]
 
 
 def test_a_column_key_the_task_has_not_is_one_line(tmp_path, tok, capsys):
@@ -97,8 +93,59 @@ def test_embed_reads_a_column_named_otherwise(tmp_path, tok, caplog):
     main(["embed", hf, str(tmp_path / "b.csv"), str(got), "--column", "text=body", *latin])
     np.testing.assert_allclose(np.load(got), np.load(want), atol=1e-6)
     assert not warnings(caplog)
-    main(["embed", hf, str(tmp_path / "b.csv"), str(got), "--column", "body", *latin])
-    np.testing.assert_allclose(np.load(got), np.load(want), atol=1e-6)
-    assert warnings(caplog) == [
-        "--column body is deprecated (removed in the next release); use --column text=body"
-    ]
+
+
+ONE_COLUMN = {  # a one-column file's bytes -> its texts, or None: refused at line 3
+    "whitespace.csv": (b"sentence\nthe cat sat\n   \na dog ran\n", None),
+    "blank.tsv": (b"sentence\nthe cat sat\n\na dog ran\n", None),
+    "crlf.csv": (b"sentence\r\nthe cat sat\r\n \t \r\na dog ran\r\n", None),
+    "crlf_quoted.csv": (
+        b'sentence\r\nthe cat sat\r\n"a\r\nmat"\r\na dog ran\r\n',
+        ["the cat sat", "a\r\nmat", "a dog ran"],
+    ),
+    "bom.csv": (
+        b'\xef\xbb\xbf"sentence"\nthe cat sat\n""\na dog ran\n',
+        ["the cat sat", "", "a dog ran"],
+    ),
+    "separators.csv": (
+        'sentence\n"the\u2028cat"\nsat\u2029on\n"a dog ran"\n'.encode(),
+        ["the\u2028cat", "sat\u2029on", "a dog ran"],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(ONE_COLUMN))
+def test_a_one_column_file_gives_a_row_out_per_row_in(tmp_path, tok, capsys, name):
+    """A blank or whitespace-only line of a one-column CSV/TSV is a row whose text is empty:
+    refused in one line, as a `.txt` file's, never dropped (3 rows in, 2 scored). CRLF line
+    ends, a byte order mark, a quoted "" and U+2028/U+2029 inside a cell keep every row."""
+    data, texts = ONE_COLUMN[name]
+    path = tmp_path / name
+    path.write_bytes(data)
+    ckpt = finetuned_ckpt(tmp_path / "cls.ckpt", tok, "task.labels=[neg,pos]")
+    write_hf_folder(tmp_path / "hf", tok)
+    out, npy = tmp_path / f"scored{path.suffix}", tmp_path / "e.npy"
+    embed = ("embed", tmp_path / "hf", path, npy, "--column", "text=sentence")
+    if texts is None:
+        refusal = f"error: {path}: line 3: empty text (one row out per row in)"
+        assert cli_error(capsys, "score", ckpt, path, out) == refusal
+        assert cli_error(capsys, *embed) == refusal
+        return
+    main(["score", str(ckpt), str(path), str(out)])
+    assert f"wrote 3 scored rows to {out}" in capsys.readouterr().out
+    assert read_table(out)["sentence"].tolist() == texts
+    if "" in texts:  # an empty text has no vector: refused by its row
+        err = cli_error(capsys, *embed)
+        assert err == f"error: {path}: row 2, column 'sentence': empty text (one vector per text)"
+        return
+    main([str(a) for a in embed])
+    assert np.load(npy).shape == (3, 32)
+
+
+def test_a_text_file_is_cut_at_line_ends_only(tmp_path, tok):
+    """Unicode line and paragraph separators, a form feed or a vertical tab inside a line of a
+    .txt file are text, as in a table's cell: 3 lines in (CRLF, CR, LF), 3 vectors out."""
+    write_hf_folder(tmp_path / "hf", tok)
+    (tmp_path / "texts.txt").write_bytes("a\u2028cat\r\nthe\x0cmat\x0bsat\rby\u2029the\n".encode())
+    main(["embed", str(tmp_path / "hf"), str(tmp_path / "texts.txt"), str(tmp_path / "v.npy")])
+    assert np.load(tmp_path / "v.npy").shape[0] == 3

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -47,7 +48,8 @@ def read_texts(path: str, column_name: str = "text", **table) -> list[str]:
     an error: its vector would be [CLS]/[SEP] alone, a silent row that matches nothing."""
     if Path(path).suffix == ".txt":
         texts = Path(path).read_text(encoding=(TABLE | table)["encoding"])  # over the defaults
-        texts = texts.splitlines()
+        texts = re.split(r"\r\n|\r|\n", texts)  # lines as a table's: not at U+2028, \f, ...
+        texts = texts[:-1] if texts[-1] == "" else texts  # a last line's end
         where = "line {}"
     else:
         rows = read_table(path, table.pop("format", None), **table)
@@ -69,7 +71,7 @@ def register(sub) -> None:
     )
     p.add_argument("output", help="the .npy file: one row per text, in input order")
     add_table_arguments(p)
-    add_column_argument(p, "text; default: text", bare="text")
+    add_column_argument(p, "text; default: text")
     p.add_argument(
         "--pooling",
         choices=list(POOLINGS),

@@ -12,8 +12,6 @@ from __future__ import annotations
 from dataclasses import asdict
 from functools import partial
 
-from hydra.utils import get_object
-
 from bert_lightning.atomic import write_json
 from bert_lightning.checkpoint import FINETUNING, read_checkpoint
 from bert_lightning.commands.options import (
@@ -23,8 +21,11 @@ from bert_lightning.commands.options import (
     task_options,
 )
 from bert_lightning.config import compose
+from bert_lightning.data.brackets import BracketsDataModule
+from bert_lightning.data.nsp import NSPDataModule
 from bert_lightning.data.pipeline import PACKINGS
 from bert_lightning.data.pretraining import PretrainDataModule
+from bert_lightning.data.streaming import StreamingDataModule
 from bert_lightning.errors import UserError
 from bert_lightning.inference import (
     SCORE_BATCH,
@@ -37,10 +38,16 @@ from bert_lightning.interop import load_into
 from bert_lightning.ort import is_exported
 from bert_lightning.progress import Waiting, on_terminal
 from bert_lightning.tasks.ranking import ranking_table
-from bert_lightning.training.instantiate import instantiate
-from bert_lightning.training.pretrain import validation_settings
+from bert_lightning.training.instantiate import check_types, instantiate
+from bert_lightning.training.pretrain import VALIDATION_KEYS, validation_settings
 from bert_lightning.training.pretrain_module import BertPretrainModule
 from bert_lightning.training.trainer import evaluation_trainer
+
+name = lambda c: f"{c.__module__}.{c.__qualname__}"  # as a record names a data module
+# the data modules that frame files as a run's validation did; the others' runs (streamed
+# blocks, the toy corpus) are validated as `conf/data`'s default frames files
+FRAMED = [name(c) for c in (PretrainDataModule, NSPDataModule)]
+RECORDED = [*FRAMED, *map(name, (StreamingDataModule, BracketsDataModule))]
 
 
 def evaluate_mlm(
@@ -62,7 +69,12 @@ def evaluate_mlm(
     checkpoint without the record, e.g. a Hugging Face folder, takes `conf/data`'s defaults),
     so the same files give the run's numbers. `pre`: the checkpoint at `path`, read already."""
     pre = pre or read_checkpoint(path)
-    ran = pre.hparams.get("data") or {}
+    ran = dict(pre.hparams.get("data") or {})
+    if unknown := sorted(set(ran) - set(VALIDATION_KEYS)):
+        raise UserError(
+            f"{path}: hyper_parameters.data.{unknown[0]}: not a setting a run records; known: "
+            f"{', '.join(VALIDATION_KEYS)}"
+        )
     given = {
         "max_seq_length": max_seq_length,
         "packing": packing,
@@ -71,8 +83,15 @@ def evaluate_mlm(
     }
     data = compose(overrides=["paths.output_dir=.", "trainer.accelerator=cpu"]).data
     settings = validation_settings(data) | ran | {k: v for k, v in given.items() if v is not None}
-    if not issubclass(get_object(settings["_target_"]), PretrainDataModule):
-        settings["_target_"] = data._target_  # a streamed run's blocks, framed from files
+    # the data module the record names, compared with the package's own, never imported
+    if (target := settings.pop("_target_")) not in RECORDED:
+        raise UserError(
+            f"{path}: hyper_parameters.data._target_={target!r}: not a data module of "
+            f"bert_lightning ({', '.join(RECORDED)})"
+        )
+    if target in FRAMED:
+        data._target_ = target
+    check_types(settings | {"_target_": data._target_}, f"{path}: hyper_parameters.data")
     if mlm_probability is not None:
         settings["masking"] = {**settings["masking"], "mlm_probability": mlm_probability}
     max_len = min(settings["max_seq_length"], pre.config.max_position_embeddings)

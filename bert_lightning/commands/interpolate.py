@@ -14,7 +14,7 @@ import logging
 import os
 from pathlib import Path
 
-from omegaconf import OmegaConf
+import yaml
 
 from bert_lightning.checkpoint import (
     DATA_RECORD,
@@ -25,6 +25,7 @@ from bert_lightning.checkpoint import (
     write_finetuned,
 )
 from bert_lightning.errors import MissingFileError, UserError
+from bert_lightning.fields import check_values
 from bert_lightning.fingerprints import file_digest
 from bert_lightning.inference import load_finetuned, table_metrics
 from bert_lightning.progress import Waiting
@@ -38,11 +39,21 @@ ALPHAS = [i / 10 for i in range(11)]
 log = logging.getLogger(__name__)
 
 
-def run_config(ckpt_path: str | Path):
+def run_config(ckpt_path: str | Path) -> dict | None:
     """The config of the fine-tuning run that wrote `ckpt_path` (<run>/checkpoints/*.ckpt),
-    None if its folder has none."""
+    None if its folder has none: plain YAML data (every interpolation was filled when it was
+    written), read without OmegaConf's resolvers, typed where it is used."""
     path = Path(ckpt_path).resolve().parent.parent / RESOLVED
-    return OmegaConf.load(path) if path.is_file() else None
+    if not path.is_file():
+        return None
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, yaml.YAMLError) as e:
+        raise UserError(f"{path}: not a YAML file ({str(e).splitlines()[0]})") from None
+    if not isinstance(raw, dict) or not isinstance(raw.get("task"), dict):
+        raise UserError(f"{path}: no task section; not the record of a fine-tuning run")
+    check_values(raw, {"seed": int, "pretrained": str | None}, str(path))
+    return raw
 
 
 def validation_table(ckpt_path, task, cfg, validation: str | None) -> dict:
@@ -54,9 +65,9 @@ def validation_table(ckpt_path, task, cfg, validation: str | None) -> dict:
             f"{ckpt_path}: no config_resolved.yaml in its run folder to draw the run's "
             "validation split from; give --validation FILE or --alpha"
         )
-    run_task = stored_task(OmegaConf.to_container(cfg.task, resolve=True), str(ckpt_path))
+    run_task = stored_task(cfg["task"], str(ckpt_path))
     check_split_files(ckpt_path)
-    _, tables = load_splits(run_task, cfg.seed)
+    _, tables = load_splits(run_task, cfg["seed"])
     return tables["validation"]
 
 

@@ -6,13 +6,10 @@ default), unless the options say otherwise, its columns (`--column KEY=NAME`) an
 from __future__ import annotations
 
 import argparse
-import logging
 from dataclasses import asdict
-from functools import partial
 
 from bert_lightning.errors import UserError
 
-log = logging.getLogger(__name__)
 TABLE_HELP = "default: as the model's task read its files (else by extension / utf-8 / a header)"
 
 
@@ -37,49 +34,16 @@ def table_options(args) -> dict:
     return given
 
 
-def add_column_argument(
-    p, keys: str, renamed: dict[str, str] | None = None, bare: str | None = None
-) -> None:
+def add_column_argument(p, keys: str) -> None:
     """`--column KEY=NAME`, repeatable: the file's column NAME read as the KEY column (`keys`:
-    which there are, and the default). `renamed`: old options (`--query-column NAME`) and the
-    key each gives, `bare`: the key of an old `--column NAME`; both work for one release more,
-    with a warning."""
+    which there are, and the default)."""
     p.add_argument(
         "--column",
         action="append",
         default=[],
-        type=partial(_column, bare),
         metavar="KEY=NAME",
         help=f"read the KEY column from the file's column NAME, repeatable (KEY: {keys})",
     )
-    for old, key in (renamed or {}).items():
-        p.add_argument(
-            old,
-            dest="column",
-            action="append",
-            type=partial(_renamed, old, key),
-            metavar="NAME",
-            help=f"deprecated: --column {key}=NAME",
-        )
-
-
-def _column(bare: str | None, given: str) -> str:
-    """`--column` as given, or for an old bare `--column NAME` its `bare` key's."""
-    if bare and "=" not in given:
-        return _renamed("--column", bare, given)
-    return given
-
-
-def _renamed(old: str, key: str, name: str) -> str:
-    """`--column KEY=NAME` for an old spelling, which warns in one line naming the new one."""
-    log.warning(
-        "%s %s is deprecated (removed in the next release); use --column %s=%s",
-        old,
-        name,
-        key,
-        name,
-    )
-    return f"{key}={name}"
 
 
 def columns(given: list[str], known: list[str], whose: str) -> dict[str, str]:

@@ -5,6 +5,7 @@ parses the overrides: run folders, `-m` multiruns and `--cfg job` are train.py's
 from __future__ import annotations
 
 import sys
+from importlib.util import find_spec
 
 from omegaconf import DictConfig
 
@@ -19,7 +20,11 @@ def main(cfg: DictConfig) -> float | None:
 
 
 def run(overrides: list[str]) -> None:
+    """`bert-lightning pretrain` (the console script, `python -m bert_lightning`). Lightning
+    starts a multi-process run's other ranks as what `__main__` ran, with the same overrides:
+    this module, run by `-m`, which a console script or the `cli` module would not be."""
     sys.argv = ["bert-lightning pretrain", *overrides]  # what hydra.main reads
+    sys.modules["__main__"].__spec__ = find_spec(__name__)
     main()
 
 
@@ -29,3 +34,7 @@ def register(sub) -> None:
         help="pretrain an encoder; Hydra overrides as train.py (model=bert_mini ...)",
         add_help=False,
     )
+
+
+if __name__ == "__main__":  # the other ranks of a multi-process run started by `run`
+    main()

@@ -57,7 +57,6 @@ def register(sub) -> None:
         p,
         "query, ad for ad relevance; text, text_pair for sentence tasks; default: the columns "
         "the model was fine-tuned on",
-        renamed={"--query-column": "query", "--ad-column": "ad"},
     )
     p.set_defaults(func=_main)
 

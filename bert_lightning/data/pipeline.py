@@ -12,10 +12,12 @@ fingerprint of its inputs, so the same step on another rank reads the cache.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import datasets
 import numpy as np
+import pyarrow.compute as pc
 import tokenizers
 import torch
 from tokenizers import Tokenizer
@@ -26,6 +28,8 @@ from bert_lightning.data.tokenizer import batch_encode, special_ids
 from bert_lightning.errors import UserError
 from bert_lightning.fingerprints import file_stamps, fingerprint
 from bert_lightning.progress import Ticks
+
+log = logging.getLogger(__name__)
 
 # the data layer's code (every module of this folder) and the tokenizers release: part of every
 # data cache's key, so that a new version that reads, tokenizes, frames or masks otherwise
@@ -231,7 +235,27 @@ def hold_out(
         first = np.repeat(starts[documents] - np.cumsum(lengths) + lengths, lengths)
         return first + np.arange(lengths.sum())
 
-    return docs.select(rows(order[val_docs:])), docs.select(rows(order[:val_docs]))
+    held = rows(order[:val_docs])
+    say_held_out(docs, held, val_docs, n)
+    return docs.select(rows(order[val_docs:])), docs.select(held)
+
+
+HELD_OUT_WARNING = 0.1  # of the corpus's text: past it, a held-out set costs training much
+
+
+def say_held_out(docs: datasets.Dataset, held: np.ndarray, val_docs: int, n: int) -> None:
+    """One line: how much of the text the held-out documents take from training, a warning
+    past a tenth (a document may be a book: 50 books of 149 are a third of the text)."""
+    chars = pc.utf8_length(docs.data.column("text")).to_numpy(zero_copy_only=False)  # (rows,)
+    share = chars[held].sum() / max(1, chars.sum())
+    line = "data.val_docs=%d holds out %d of %d documents, %.1f%% of the text, from training"
+    if share > HELD_OUT_WARNING:
+        log.warning(
+            line + "; lower data.val_docs (a document may be a whole book) or give data.val_files",
+            *(val_docs, val_docs, n, 100 * share),
+        )
+    else:
+        log.info(line, val_docs, val_docs, n, 100 * share)
 
 
 def interleaved(docs: datasets.Dataset) -> np.ndarray:

@@ -130,11 +130,13 @@ def _read_delimited(path: Path, fmt: str, encoding: str, header: bool, names) ->
     """CSV/TSV with the csv module, every row checked: as many fields as `names` or the first row,
     else an error naming the line the row starts on (pandas pads a short row with empty cells,
     takes a long first row's extra field for an index so that every column shifts, and counts
-    rows, not lines). Blank lines are skipped."""
+    rows, not lines). Blank (or whitespace-only) lines are skipped, but refused in a one-column
+    file, where each would be a row: `score` and `embed` give one row out per row in."""
     csv.field_size_limit(2**31 - 1)  # a long document in one cell: the default cap is 128 KiB
     quoting = csv.QUOTE_MINIMAL if fmt == "csv" else csv.QUOTE_NONE
     width = len(names) if names else None
     rows: list[list[str]] = []
+    blank = None  # the line of the first blank line in a data row's place
     with _open_text(path, encoding) as f:
         reader = csv.reader(
             f, delimiter="," if fmt == "csv" else "\t", quoting=quoting, strict=True
@@ -149,6 +151,10 @@ def _read_delimited(path: Path, fmt: str, encoding: str, header: bool, names) ->
                             f"{path}: line {start}: expected {width} fields, saw {len(row)}"
                         )
                     rows.append(row)
+                elif blank is None and (rows or not header):  # not before a header
+                    blank = start
+                if width == 1 and blank is not None:  # as the .txt reader (commands/embed.py)
+                    raise DataError(f"{path}: line {blank}: empty text (one row out per row in)")
                 start = reader.line_num + 1
         except csv.Error as e:  # a quote never closed, or text after a closing quote
             raise DataError(f"{path}: line {start}: cannot be read as {fmt}: {e}") from None
@@ -188,14 +194,15 @@ def read_table(
     if len(df) == 0:
         raise DataError(f"{path}: empty file (no data rows)")
     if fmt != "parquet":
-        _warn_if_utf8(path, encoding)
+        _refuse_utf8(path, encoding)
     return df
 
 
-def _warn_if_utf8(path: Path, encoding: str, sample: int = 1 << 22) -> None:
-    """One line when a file read as a single-byte encoding (latin-1, cp1252: every byte is a
-    character there, so nothing fails) is UTF-8 with non-ASCII text: its accents would be read
-    as two characters each (`café` as `cafÃ©`), which no error would show."""
+def _refuse_utf8(path: Path, encoding: str, sample: int = 1 << 22) -> None:
+    """A file to be read as a single-byte encoding (latin-1, cp1252: every byte is a character
+    there, so nothing fails) that is UTF-8 with non-ASCII text is refused in one line: its
+    accents would be read as two characters each (`café` as `cafÃ©`), scored garbled and
+    written back so, which no error would show."""
     if codecs.lookup(encoding).name in ("utf-8", "utf-8-sig", "ascii", "utf-16", "utf-32"):
         return
     with _open_bytes(path) as f:
@@ -208,12 +215,11 @@ def _warn_if_utf8(path: Path, encoding: str, sample: int = 1 << 22) -> None:
     except UnicodeDecodeError:
         return  # not UTF-8: the encoding given is the better reading
     line, word = data[: word.start()].count(b"\n") + 1, word.group()
-    log.warning(
-        "%s: line %d reads as UTF-8 (%r), but is read as %s (%r), the encoding the task "
-        "was given; give the encoding utf-8 (--encoding utf-8, task.encoding=utf-8) if the "
-        "file is UTF-8",
-        path, line, word.decode("utf-8", "replace"), encoding, word.decode(encoding, "replace"),
-    )  # fmt: skip
+    raise DataError(
+        f"{path}: line {line} reads as UTF-8 ({word.decode('utf-8', 'replace')!r}), but the "
+        f"encoding given is {encoding} ({word.decode(encoding, 'replace')!r}); a UTF-8 file is "
+        "read with --encoding utf-8 (task.encoding=utf-8)"
+    )
 
 
 def read_jsonl(path: Path, encoding: str) -> list[dict]:

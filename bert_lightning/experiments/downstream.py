@@ -228,17 +228,22 @@ def run_cell(cfg: DictConfig, key: dict, folder: Path) -> dict:
 
 
 def score(results: dict, metric: str) -> float:
-    """The cell's test metric; NaN (a correlation of constant scores) ranks nothing: 0."""
-    value = results["test"][f"test/{metric}"]
-    return 0.0 if math.isnan(value) else value
+    """The cell's test metric; NaN (a correlation of constant scores) stays NaN: a 0 would
+    pass for a measured figure in the means."""
+    return results["test"][f"test/{metric}"]
 
 
 def mean_std(values: list[float]) -> tuple[float, float]:
+    """NaN and NaN where a value is NaN: a mean of the others would be of fewer cells than
+    its neighbours' (and `statistics.stdev` fails on a NaN)."""
+    if any(math.isnan(v) for v in values):
+        return math.nan, math.nan
     return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
 
 
 def summarise(models, tasks: dict[str, TaskBudget], seeds, scores) -> dict:
-    """Mean and std over seeds per task, and of the per-seed average over tasks."""
+    """Mean and std over seeds per task, and of the per-seed average over tasks; NaN where a
+    cell they take in is NaN (`mean_std`)."""
     out = {}
     for m in models:
         per_task = {t: [scores[m.name, t, s] for s in seeds] for t in tasks}
@@ -255,6 +260,8 @@ def summarise(models, tasks: dict[str, TaskBudget], seeds, scores) -> dict:
 
 def table(summary: dict, tasks: dict[str, TaskBudget], seeds) -> str:
     def cell(m, s):
+        if math.isnan(m):
+            return "nan"
         return f"{m:.3f} ± {s:.3f}" if len(seeds) > 1 else f"{m:.3f}"
 
     head = ["model", *(t.label for t in tasks.values()), "average"]

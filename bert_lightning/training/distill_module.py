@@ -20,7 +20,7 @@ from bert_lightning.model.distill import (
     relation_logits,
     soft_mlm,
 )
-from bert_lightning.training.module_base import EncoderModule
+from bert_lightning.training.module_base import EncoderModule, ValidationLoss
 
 LOSSES = ("attention", "value_relation", "hidden", "embedding", "soft_mlm", "mlm")
 
@@ -112,6 +112,10 @@ class DistillModule(EncoderModule):
             }
         )
         self.freeze_unused()
+        # each term a mean over the whole set's units (`units`), whatever the batching
+        on = {k: v for k, v in self.weights.items() if v}
+        self.val_loss = ValidationLoss(**on)
+        self.val_terms = nn.ModuleDict({k: ValidationLoss(**{k: 1.0}) for k in on})
 
     def freeze_unused(self) -> None:
         """What no loss reaches gets no gradient, and DDP would stop on it: the pooler and NSP
@@ -265,15 +269,28 @@ class DistillModule(EncoderModule):
         )
         return torch.as_tensor(flops, device=batch["input_ids"].device)  # an int without masks
 
+    def units(self, batch: dict) -> dict[str, torch.Tensor | int]:
+        """How many items each weighted loss of `batch` is a mean of (model/distill.py), for
+        `ValidationLoss`: the relation and hidden losses real tokens (their heads, layers and
+        width a fixed factor), the embedding loss rows, the MLM losses picked positions."""
+        ids, am = batch["input_ids"], batch.get("attention_mask")
+        tokens = ids.numel() if am is None else am.sum()  # () of (B, T)
+        picked = (batch["labels"] != -100).sum()  # () of (B, T)
+        every = dict(attention=tokens, value_relation=tokens, hidden=tokens)
+        every |= dict(embedding=ids.size(0), soft_mlm=picked, mlm=picked)
+        return {k: n for k, n in every.items() if self.weights[k]}
+
     def training_step(self, batch, batch_idx):
         losses = self(batch)
-        self._log("train", losses, batch)
+        B = batch["input_ids"].size(0)
+        for k, v in losses.items():
+            self.log(f"train/{k}", v, batch_size=B)
         return losses["loss"]
 
     def validation_step(self, batch, batch_idx):
-        self._log("val", self(batch), batch)
-
-    def _log(self, stage: str, losses: dict, batch: dict) -> None:
-        B, val = batch["input_ids"].size(0), stage == "val"
-        for k, v in losses.items():
-            self.log(f"{stage}/{k}", v, prog_bar=val and k == "loss", batch_size=B, sync_dist=val)
+        losses, B = self(batch), batch["input_ids"].size(0)
+        for k, n in self.units(batch).items():
+            self.val_loss.update(k, losses[k], n)
+            self.val_terms[k].update(k, losses[k], n)
+            self.log(f"val/{k}", self.val_terms[k], batch_size=B)
+        self.log("val/loss", self.val_loss, prog_bar=True, batch_size=B)

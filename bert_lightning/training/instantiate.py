@@ -6,6 +6,7 @@ layers: these need Hydra and OmegaConf."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import partial
 from typing import get_type_hints
 
 from hydra.core.hydra_config import HydraConfig
@@ -23,10 +24,20 @@ def instantiate(node, where: str, **kwargs):
     checking its values against the annotations of its `_target_`'s parameters: a value of the
     wrong type (`data.batch_size=abc`) is an error naming the key, not a traceback from deep
     inside the code that first uses it. A UserError raised by the target is raised as it is,
-    not wrapped in Hydra's InstantiationException. `kwargs` replace the section's values."""
+    not wrapped in Hydra's InstantiationException. `kwargs` replace the section's values and
+    reach the target as they are: Hydra builds the section (a partial), never a value handed
+    in, so a value read from a file (a checkpoint's record) is never a `_target_` to build."""
     check_types(node, where, given=kwargs.keys())
     try:
-        return hydra_instantiate(node, **kwargs)
+        built = hydra_instantiate(node, _partial_=True)
+        if node.get("_partial_"):
+            return partial(built, **kwargs)
+        try:
+            return built(**kwargs)
+        except UserError:
+            raise
+        except Exception as e:  # as Hydra's own call raises it: callers read its cause
+            raise InstantiationException(f"{where}: {node['_target_']}: {e}") from e
     except InstantiationException as e:
         if (mistake := user_error(e)) is not None:
             raise mistake from None

@@ -17,7 +17,7 @@ from bert_lightning.checkpoint import RTD_KEY, ResumePoint, objective_of
 from bert_lightning.data.sampling import hash_seed
 from bert_lightning.errors import UserError
 from bert_lightning.run_folder import drop_unused_folder
-from bert_lightning.training.instantiate import command_line
+from bert_lightning.training.instantiate import check_types, command_line
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +160,11 @@ def continued_optim(optim: dict, start: ResumePoint | None, max_steps: int) -> d
                 "optim.%s=%s replaces the %s of the run it continues",
                 *(key, shown(optim.get(key)), shown(saved[key])),
             )
-    continued = optim | {k: v for k, v in saved.items() if k in optim and k not in given}
+    # the saved values, typed as the config's optimizer takes them; Hydra's keys (`_target_`)
+    # are the config's: a record names no code
+    kept = {k: v for k, v in saved.items() if k in optim and k not in given and k[0] != "_"}
+    check_types(kept | {"_target_": optim["_target_"]}, f"{start.path}: hyper_parameters.optim")
+    continued = optim | kept
     total = continued.get("total_steps")  # None: a checkpoint older than the record
     if total is not None and max_steps is not None and max_steps > total:
         log.warning(

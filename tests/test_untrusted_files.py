@@ -1,0 +1,348 @@
+"""A file someone else made is data: a checkpoint, a run folder or a model folder whose records
+carry a recipe for code (a Hydra `_target_`, pickle bytes, a module name) runs nothing and is
+refused in one line naming the file and the key. Each test plants a payload that, run, would
+write a marker file, and checks that no marker appears."""
+
+import inspect
+import json
+import os
+import pickle
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from bert_lightning.checkpoint import RECORD_TYPES, read_checkpoint, torch_load
+from bert_lightning.config import compose
+from bert_lightning.errors import UserError
+from bert_lightning.training.distill_module import DistillModule
+from bert_lightning.training.finetune import finetune
+from bert_lightning.training.finetune_module import FinetuneModule
+from bert_lightning.training.pretrain import train
+from bert_lightning.training.pretrain_module import BertPretrainModule
+from bert_lightning.training.rtd_module import RTDPretrainModule
+from finetune_fixtures import (
+    overrides,
+    sentiment_rows,
+    write_csv,
+    write_hf_folder,
+    write_tokenizer,
+)
+from helpers import cli_error, pretrain_tiny, tiny_overrides
+
+
+class _Marker:
+    """Pickled, it writes its marker when unpickled (`torch.load(weights_only=False)`)."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (Path.write_text, (Path(self.path), "pickle ran"))
+
+
+def payloads(marker: Path) -> list[dict]:
+    """Hydra configs that write `marker` when instantiated: a method target, and
+    `torch.load(weights_only=False)` over pickle bytes (what Hydra's blocklist let through)."""
+    write = {
+        "_target_": "pathlib.Path.write_text",
+        "self": {"_target_": "pathlib.Path", "_args_": [str(marker)]},
+        "data": "hydra ran",
+    }
+    pickled = {
+        "_target_": "torch.load",
+        "f": {"_target_": "io.BytesIO", "_args_": [pickle.dumps(_Marker(marker))]},
+        "weights_only": False,
+    }
+    return [write, pickled]
+
+
+def plant(src: Path, dst: Path, edit) -> Path:
+    """A copy of the checkpoint `src` at `dst` with `edit(raw)` applied."""
+    raw = torch.load(src, weights_only=True)
+    edit(raw)
+    torch.save(raw, dst)
+    return dst
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory) -> Path:
+    """A real tiny pretraining run, stopped at step 2 (a resumable last.ckpt)."""
+    out = tmp_path_factory.mktemp("pretrained")
+    pretrain_tiny(out, "trainer.max_steps=2")
+    return out
+
+
+@pytest.fixture(scope="module")
+def finetuned(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("finetuned")
+    write_tokenizer(out / "tokenizer.json")
+    train = write_csv(out / "train.csv", sentiment_rows(24))
+    cfg = compose(
+        "finetune",
+        overrides(out, "seq_classification", f"task.train_file={train}", "trainer.max_steps=2"),
+    )
+    finetune(cfg)
+    return out
+
+
+def one_line(e: pytest.ExceptionInfo) -> str:
+    message = str(e.value)
+    assert "\n" not in message
+    return message
+
+
+@pytest.mark.parametrize("kind", ["method", "pickle"])
+def test_evaluate_runs_nothing_a_checkpoint_data_record_names(pretrained, tmp_path, capsys, kind):
+    marker = tmp_path / "marker"
+    payload = payloads(marker)[kind == "pickle"]
+    ckpt = plant(
+        pretrained / "checkpoints" / "last.ckpt",
+        tmp_path / "crafted.ckpt",
+        lambda raw: raw["hyper_parameters"]["data"]["masking"].update(x=payload),
+    )
+    line = cli_error(capsys, "evaluate", ckpt, pretrained / "corpus.jsonl")
+    assert not marker.exists()
+    assert line == (
+        f"error: {ckpt}: hyper_parameters.data.masking.x._target_: a key bert_lightning does "
+        "not write (a checkpoint's record is data: nothing in it names code to run)"
+    )
+
+
+def test_evaluate_imports_no_module_a_checkpoint_names(pretrained, tmp_path, capsys):
+    """A `_target_` of the record is compared with the package's own data modules, never
+    imported: a module planted on the path that writes a marker on import stays unimported."""
+    marker = tmp_path / "marker"
+    (tmp_path / "planted_module.py").write_text(
+        f"from pathlib import Path\nPath({str(marker)!r}).write_text('imported')\nclass X: ...\n"
+    )
+    sys.path.insert(0, str(tmp_path))
+    try:
+        ckpt = plant(
+            pretrained / "checkpoints" / "last.ckpt",
+            tmp_path / "crafted.ckpt",
+            lambda raw: raw["hyper_parameters"]["data"].update(_target_="planted_module.X"),
+        )
+        line = cli_error(capsys, "evaluate", ckpt, pretrained / "corpus.jsonl")
+        assert not marker.exists()
+        assert line.startswith(
+            f"error: {ckpt}: hyper_parameters.data._target_='planted_module.X': not a data "
+            "module of bert_lightning (bert_lightning.data.pretraining.PretrainDataModule, "
+        )
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("planted_module", None)
+
+
+def test_a_pretraining_resume_runs_nothing_its_optim_record_names(pretrained, tmp_path):
+    marker = tmp_path / "marker"
+
+    def edit(raw):
+        raw["hyper_parameters"]["optim"] |= {"_target_": "builtins.dict", "lr": payloads(marker)[0]}
+
+    ckpt = plant(pretrained / "checkpoints" / "last.ckpt", tmp_path / "crafted.ckpt", edit)
+    cfg = compose(overrides=tiny_overrides(pretrained, "trainer.max_steps=4", f"ckpt_path={ckpt}"))
+    with pytest.raises(UserError) as e:
+        train(cfg)
+    assert not marker.exists()
+    assert one_line(e) == (
+        f"{ckpt}: hyper_parameters.optim.lr._target_: a key bert_lightning does not write (a "
+        "checkpoint's record is data: nothing in it names code to run)"
+    )
+
+
+def test_a_resume_keeps_its_config_optimizer_whatever_the_record_names(pretrained, tmp_path):
+    """A record's `_target_` (of the right type) is not copied: the run's config builds."""
+
+    def edit(raw):
+        raw["hyper_parameters"]["optim"]["_target_"] = "bert_lightning_marker.write"
+
+    ckpt = plant(pretrained / "checkpoints" / "last.ckpt", tmp_path / "crafted.ckpt", edit)
+    out = tmp_path / "resumed"
+    (out).mkdir()
+    (out / "corpus.jsonl").write_bytes((pretrained / "corpus.jsonl").read_bytes())
+    cfg = compose(overrides=tiny_overrides(out, "trainer.max_steps=3", f"ckpt_path={ckpt}"))
+    train(cfg)
+    last = torch_load(out / "checkpoints" / "last.ckpt")
+    assert last["global_step"] == 3
+    assert last["hyper_parameters"]["optim"]["_target_"] == "bert_lightning.training.optim.adamw"
+
+
+def test_a_finetuning_resume_runs_nothing_its_optim_record_names(finetuned, tmp_path):
+    marker = tmp_path / "marker"
+
+    def edit(raw):
+        raw["hyper_parameters"]["optim"] |= {"_target_": "builtins.dict", "lr": payloads(marker)[1]}
+
+    ckpt = plant(finetuned / "run" / "checkpoints" / "last.ckpt", tmp_path / "crafted.ckpt", edit)
+    train = finetuned / "train.csv"
+    cfg = compose(
+        "finetune",
+        overrides(finetuned, "seq_classification", f"task.train_file={train}", f"ckpt_path={ckpt}"),
+    )
+    with pytest.raises(UserError) as e:
+        finetune(cfg)
+    assert not marker.exists()
+    assert one_line(e).startswith(f"{ckpt}: hyper_parameters.optim.lr._target_: a key")
+
+
+@pytest.mark.parametrize(
+    "edit, key",
+    [
+        (lambda h: h.update(callbacks={"_target_": "os.system"}), "hyper_parameters.callbacks"),
+        (lambda h: h["config"].update(hidden_size={"_target_": "os.getcwd"}), "config"),
+        (lambda h: h.update(nsp="yes"), "hyper_parameters.nsp"),
+        (lambda h: h["optim"].update(betas=[{"_args_": [1]}, 0.9]), "optim.betas[0]._args_"),
+    ],
+)
+def test_any_reader_refuses_a_record_with_keys_or_values_a_run_never_writes(
+    pretrained, tmp_path, edit, key
+):
+    ckpt = plant(
+        pretrained / "checkpoints" / "last.ckpt",
+        tmp_path / "crafted.ckpt",
+        lambda raw: edit(raw["hyper_parameters"]),
+    )
+    with pytest.raises(UserError) as e:
+        read_checkpoint(ckpt)
+    assert one_line(e).startswith(f"{ckpt}: ") and key in str(e.value)
+
+
+def test_a_data_record_of_objects_is_refused(pretrained, tmp_path):
+    ckpt = plant(
+        pretrained / "checkpoints" / "last.ckpt",
+        tmp_path / "crafted.ckpt",
+        lambda raw: raw["data_record"].update(x={"_target_": "os.system"}),
+    )
+    cfg = compose(overrides=tiny_overrides(pretrained, "trainer.max_steps=4", f"ckpt_path={ckpt}"))
+    with pytest.raises(UserError, match=r"data_record\.x\._target_: a key bert_lightning"):
+        train(cfg)
+
+
+@pytest.mark.parametrize("where", ["checkpoint", "folder"])
+def test_a_model_beyond_the_machine_is_refused_before_allocation(tmp_path, capsys, where):
+    tok = write_tokenizer(tmp_path / "tokenizer.json")
+    folder = tmp_path / "hf"
+    write_hf_folder(folder, tok)
+    config = json.loads((folder / "config.json").read_text()) | {"num_hidden_layers": 10**7}
+    if where == "folder":
+        (folder / "config.json").write_text(json.dumps(config))
+        model = folder
+    else:
+        model = tmp_path / "huge.ckpt"
+        config.pop("model_type")
+        torch.save(
+            {"hyper_parameters": {"config": config}, "state_dict": {"x": torch.zeros(1)},
+             "tokenizer": tok.to_str()},
+            model,
+        )  # fmt: skip
+    texts = tmp_path / "texts.txt"
+    texts.write_text("a good movie\n")
+    line = cli_error(capsys, "embed", model, texts, tmp_path / "out.npy")
+    assert "exceeds this machine's memory" in line and "num_hidden_layers" not in line
+    assert line.startswith(f"error: {model}")
+
+
+def test_a_hf_config_of_objects_is_refused(tmp_path, capsys):
+    tok = write_tokenizer(tmp_path / "tokenizer.json")
+    folder = tmp_path / "hf"
+    write_hf_folder(folder, tok)
+    marker = tmp_path / "marker"
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(config | {"hidden_size": payloads(marker)[0]}))
+    texts = tmp_path / "texts.txt"
+    texts.write_text("a good movie\n")
+    line = cli_error(capsys, "embed", folder, texts, tmp_path / "out.npy")
+    assert not marker.exists()
+    assert line.startswith(f"error: {folder / 'config.json'}.hidden_size: expected int")
+
+
+def test_pickle_bytes_in_a_record_stay_bytes(pretrained, tmp_path):
+    """torch's weights-only reader refuses objects; bytes are read as bytes, never unpickled."""
+    marker = tmp_path / "marker"
+    blob = pickle.dumps(_Marker(marker))
+    ckpt = plant(
+        pretrained / "checkpoints" / "last.ckpt",
+        tmp_path / "crafted.ckpt",
+        lambda raw: raw.update(blob=blob),
+    )
+    read_checkpoint(ckpt)  # an extra top-level entry of bytes: not a record, not read
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    "module", [BertPretrainModule, RTDPretrainModule, DistillModule, FinetuneModule]
+)
+def test_every_hyper_parameter_a_module_records_is_in_the_record_schema(module):
+    recorded = set(inspect.signature(module.__init__).parameters)
+    recorded -= {"self", "tokenizer_json", "teacher_ckpt"}
+    assert recorded <= set(RECORD_TYPES)
+
+
+@pytest.fixture
+def hf_folder(tmp_path):
+    tok = write_tokenizer(tmp_path / "tokenizer.json")
+    folder = tmp_path / "hf"
+    write_hf_folder(folder, tok)
+    (tmp_path / "texts.txt").write_text("a good movie\n")
+    return folder
+
+
+def embed_error(capsys, model, tmp_path) -> str:
+    return cli_error(capsys, "embed", model, tmp_path / "texts.txt", tmp_path / "out.npy")
+
+
+def test_a_tokenizer_config_of_objects_is_refused(hf_folder, tmp_path, capsys):
+    marker = tmp_path / "marker"
+    path = hf_folder / "tokenizer_config.json"
+    path.write_text(json.dumps({"do_lower_case": payloads(marker)[0]}))
+    line = embed_error(capsys, hf_folder, tmp_path)
+    assert not marker.exists()
+    assert line.startswith(f"error: {path}.do_lower_case: expected bool, got {{'_target_'")
+
+
+def test_a_sentence_transformers_module_outside_its_folder_is_refused(hf_folder, tmp_path, capsys):
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "config.json").write_text(json.dumps({"pooling_mode_mean_tokens": True}))
+    modules = [{"type": "sentence_transformers.models.Pooling", "path": "../elsewhere"}]
+    (hf_folder / "modules.json").write_text(json.dumps(modules))
+    line = embed_error(capsys, hf_folder, tmp_path)
+    assert line == (
+        f"error: {hf_folder / 'modules.json'}: the Pooling module's path '../elsewhere' leaves "
+        f"{hf_folder}"
+    )
+
+
+def test_an_onnx_spec_with_keys_export_never_writes_is_refused(hf_folder, tmp_path, capsys):
+    folder = tmp_path / "onnx"
+    folder.mkdir()
+    (folder / "tokenizer.json").write_bytes((hf_folder / "tokenizer.json").read_bytes())
+    spec = {"use": "embed", "pooling": "cls", "max_seq_length": 32, "_target_": "os.system"}
+    (folder / "onnx.json").write_text(json.dumps(spec))
+    assert "unknown key(s) ['_target_']" in embed_error(capsys, folder, tmp_path)
+    del spec["_target_"]
+    (folder / "onnx.json").write_text(json.dumps({**spec, "max_seq_length": {"_target_": "x"}}))
+    line = embed_error(capsys, folder, tmp_path)
+    assert line.startswith(f"error: {folder / 'onnx.json'}.max_seq_length: expected int")
+
+
+def test_interpolate_reads_a_run_config_without_resolving_it(finetuned, tmp_path, capsys):
+    """A `${oc.env:...}` planted in a downloaded run's config_resolved.yaml is text: no
+    environment variable (a secret) is read into what the command does or prints."""
+    run = tmp_path / "run"
+    shutil.copytree(finetuned / "run", run)
+    path = run / "config_resolved.yaml"
+    cfg = yaml.safe_load(path.read_text())
+    cfg["task"]["train_file"] = "${oc.env:BERT_LIGHTNING_SECRET}"
+    path.write_text(yaml.safe_dump(cfg))
+    os.environ["BERT_LIGHTNING_SECRET"] = "s3cret"
+    try:
+        last = run / "checkpoints" / "last.ckpt"
+        line = cli_error(capsys, "interpolate", last, tmp_path / "o.ckpt", "--start", last)
+    finally:
+        del os.environ["BERT_LIGHTNING_SECRET"]
+    assert "s3cret" not in line and "${oc.env:BERT_LIGHTNING_SECRET}" in line
