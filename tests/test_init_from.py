@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from bert_lightning.checkpoint import read_checkpoint
-from bert_lightning.cli import main
 from bert_lightning.config import compose, package_dir
 from bert_lightning.data.corpus import iter_documents
 from bert_lightning.data.tokenizer import (
@@ -19,6 +18,7 @@ from bert_lightning.data.tokenizer import (
     train_wordpiece,
 )
 from bert_lightning.shipped import group_defaults
+from bert_lightning.training.instantiate import instantiate
 from bert_lightning.training.pretrain import build, train
 from helpers import (
     RESUMABLE,
@@ -136,16 +136,70 @@ def test_init_from_trains_at_the_continued_pretraining_schedule(tmp_path, caplog
     )
 
 
-def test_a_rate_on_the_command_line_keeps_the_schedule_it_names(tmp_path, capsys, mlm_start):
-    """`optim.lr=` given with `init_from=`: the user's rate with the rest of optim= as composed
-    (adamw.yaml's 50-step warmup), not the continued-pretraining schedule."""
+def built_schedule(cfg, steps=100):
+    """The optimizer `build` makes for `cfg`, over `steps` steps: its peak rate, its betas and
+    its warmup (the steps to the peak)."""
+    module = build(cfg)[1]
+    built = instantiate(module.hparams.optim, "optim")(module.trained(), run_steps=steps)
+    factor = built["lr_scheduler"]["scheduler"].lr_lambdas[0]
+    warmup = next(s for s in range(steps) if factor(s) >= 1) + 1
+    return built["optimizer"].defaults["lr"], list(built["optimizer"].defaults["betas"]), warmup
+
+
+def experiment(tmp_path, text: str) -> list[str]:
+    """`experiment=mine`: `text` as conf/experiment/mine.yaml, on Hydra's search path."""
+    (tmp_path / "conf/experiment").mkdir(parents=True)
+    (tmp_path / "conf/experiment/mine.yaml").write_text(f"# @package _global_\n{text}")
+    return [f"hydra.searchpath=[file://{tmp_path / 'conf'}]", "experiment=mine"]
+
+
+CONTINUED = group_defaults("optim", "continued")
+MINE = "init_from: START\noptim:\n  lr: 3.0e-5\n  warmup_ratio: 0.2\n"
+TAPT_EDITED = "defaults:\n  - tapt_minilm\n  - _self_\noptim:\n  lr: 3.0e-5\n  warmup_ratio: 0.2\n"
+BETAS, STEPS = "betas=[0.9, 0.98]", "warmup_steps=None"  # continued.yaml's, as logged
+
+
+@pytest.mark.parametrize(
+    "mine, extra, lr, warmup, taken, kept",
+    [
+        (None, [], 1e-4, 6, f"lr=0.0001, {BETAS}, {STEPS}, warmup_ratio=0.06", "none"),
+        (None, ["optim.lr=2e-3"], 2e-3, 6, f"{BETAS}, {STEPS}, warmup_ratio=0.06", "lr=0.002"),
+        (
+            None,
+            ["schedule=time_budget", "trainer.max_time=null"],  # its warmup_ratio: 0.05
+            *(1e-4, 5, f"lr=0.0001, {BETAS}", f"{STEPS}, warmup_ratio=0.05"),
+        ),
+        (MINE, [], 3e-5, 20, f"{BETAS}, {STEPS}", "lr=3e-05, warmup_ratio=0.2"),
+        (TAPT_EDITED, [], 3e-5, 20, "none", f"lr=3e-05, {BETAS}, {STEPS}, warmup_ratio=0.2"),
+    ],
+    ids=["alone", "command line", "time_budget", "experiment", "tapt_minilm edited"],
+)
+def test_what_the_config_sets_reaches_the_optimizer_and_continued_yaml_the_rest(
+    tmp_path, caplog, mlm_start, mine, extra, lr, warmup, taken, kept
+):
+    """An `init_from=` run has conf/optim/continued.yaml as its optimizer group: what an
+    experiment, a `schedule=` file or the command line sets goes over it, as over any group,
+    and reaches the optimizer; the keys nothing sets are continued.yaml's. One line says
+    which is which."""
+    given = experiment(tmp_path, mine.replace("START", str(mlm_start[0]))) if mine else []
+    start = [] if mine else [f"init_from={mlm_start[0]}"]
+    cfg = compose(overrides=tiny_overrides(tmp_path, *start, *given, *extra))
     write_corpus(tmp_path / "corpus.jsonl")
-    args = tiny_overrides(tmp_path, f"hydra.run.dir={tmp_path / 'h'}", f"init_from={mlm_start[0]}")
-    main(["pretrain", *args, "optim.lr=2e-3"])
-    warmup = group_defaults("optim", "adamw")["warmup_steps"]
-    assert rates(tmp_path)[:2] == pytest.approx([2e-3 / warmup, 2 * 2e-3 / warmup])
-    line = f"init_from={mlm_start[0]}: the schedule optim.lr=2e-3 gives (not continued.yaml's "
-    assert line in capsys.readouterr().out  # Hydra's log handler
+    with caplog.at_level(logging.INFO):
+        assert built_schedule(cfg) == (pytest.approx(lr), CONTINUED["betas"], warmup)
+    assert [m for m in caplog.messages if ": continued pretraining at " in m] == [
+        f"init_from={cfg.init_from}: continued pretraining at conf/optim/continued.yaml's "
+        f"{taken} in place of adamw.yaml's from-scratch values; as the config sets them: {kept}"
+    ]
+
+
+def test_tapt_minilm_trains_at_the_schedule_it_states(tmp_path):
+    """experiment=tapt_minilm names optim=continued and states its own rates over it."""
+    write_corpus(tmp_path / "corpus.jsonl")
+    over = [f"paths.output_dir={tmp_path}", f"data.train_files=[{tmp_path / 'corpus.jsonl'}]"]
+    cfg = compose(overrides=["experiment=tapt_minilm", *over])
+    assert built_schedule(cfg) == (pytest.approx(1e-4), CONTINUED["betas"], 6)
+    assert cfg.optim.head_lr == 1e-3
 
 
 def loaded(cfg):

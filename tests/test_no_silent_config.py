@@ -61,6 +61,31 @@ def test_a_vocabulary_size_is_refused_with_a_given_tokenizer(start, capsys):
     )
 
 
+def test_a_soft_label_weight_without_its_encoder_is_refused(start, capsys):
+    tmp_path, argv = start
+    err = cli_error(capsys, *argv, "soft_labels.weight=0.9")
+    assert err == (
+        "error: soft_labels.weight=0.9: weighs soft_labels.encoder's zero-shot scores, and no "
+        "soft_labels.encoder is given; give one or leave the weight out"
+    )
+
+
+def test_split_fractions_of_parts_given_as_files_are_refused(start, capsys):
+    """`task.split` cuts a missing validation or test file from the train file: with both
+    files given it would cut nothing, and the rows would stay as the files have them."""
+    tmp_path, argv = start
+    files = [
+        f"task.{k}_file={write_csv(tmp_path / f'{k}.csv', sentiment_rows(8))}"
+        for k in ("validation", "test")
+    ]
+    err = cli_error(capsys, *argv, *files, "task.split.validation=0.5", "task.split.test=0.4")
+    assert err == (
+        "error: task.split.validation=0.5 task.split.test=0.4: task.validation_file and "
+        "task.test_file given, task.train_file is not cut for them (the fractions are of a "
+        "missing file's rows); leave them out"
+    )
+
+
 def test_a_monitor_with_no_value_at_any_validation_is_said(tmp_path, monkeypatch, caplog):
     """Lightning keeps a NaN score as -inf: the first checkpoint stays "best"; the run says the
     monitor had no value and `results.json` holds NaN, not -inf."""

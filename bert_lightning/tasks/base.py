@@ -19,6 +19,7 @@ from torch import nn
 from bert_lightning.data import tables as D
 from bert_lightning.errors import UserError
 from bert_lightning.model.heads import HEAD_POOLINGS, BertForSequenceClassification
+from bert_lightning.shipped import group_defaults
 from bert_lightning.tasks.metrics import SplitLoss
 
 log = logging.getLogger(__name__)
@@ -324,8 +325,15 @@ def load_splits(task: Task, seed: int) -> tuple[Task, dict[str, dict]]:
     time; what `task.learnt_settings` learns (label set, target scale) completes the config,
     from the rows trained on, before any checking; `subsample` then keeps exactly N rows of a
     part (whole groups but the last). The monitor is checked against the validation rows."""
-    train = task.read(task.cfg.train_file)
     files = {k: getattr(task.cfg, f"{k}_file") for k in ("validation", "test")}
+    shipped = group_defaults("task", "_files")["split"]
+    if cut := [k for k, f in files.items() if f and float(task.cfg.split[k]) != shipped[k]]:
+        raise UserError(
+            " ".join(f"task.split.{k}={task.cfg.split[k]}" for k in cut)
+            + f": {' and '.join(f'task.{k}_file' for k in cut)} given, task.train_file is not "
+            "cut for them (the fractions are of a missing file's rows); leave them out"
+        )
+    train = task.read(task.cfg.train_file)
     missing = {k: float(task.cfg.split[k]) for k, f in files.items() if not f}
     parts = D.grouped_split(train["group"], missing, seed) if missing else None
     trained_on = parts["train"] if parts else list(range(len(train["group"])))

@@ -21,6 +21,7 @@ from bert_lightning.errors import UserError
 from bert_lightning.fingerprints import file_digest
 from bert_lightning.inference import table_scores, zero_shot_cosines
 from bert_lightning.progress import Waiting
+from bert_lightning.shipped import CONFIG_DIR
 from bert_lightning.tasks.base import load_splits, train_texts
 from bert_lightning.tasks.datamodule import TaskDataModule
 from bert_lightning.tasks.kinds import make_task
@@ -33,6 +34,7 @@ from bert_lightning.training.trainer import build_trainer
 log = logging.getLogger(__name__)
 
 RESUME_USE = "ckpt_path (resuming a fine-tuning run; pretrained= starts one)"
+SHIPPED = OmegaConf.load(CONFIG_DIR / "finetune.yaml")  # a value the user set differs from it
 
 
 def encoder_and_tokenizer(cfg: DictConfig, train: dict):
@@ -73,8 +75,13 @@ def build(cfg: DictConfig, start: ResumePoint | None = None):
     the trainer. `start`: the checkpoint a resumed run continues (its model must be this one,
     its data the same unless `resume_with_new_data`)."""
     check_types(cfg.optim, "optim")  # before the data are read
-    task, tables = load_splits(make_task(OmegaConf.to_container(cfg.task, resolve=True)), cfg.seed)
     soft = cfg.soft_labels
+    if not soft.encoder and soft.weight != SHIPPED.soft_labels.weight:
+        raise UserError(
+            f"soft_labels.weight={soft.weight}: weighs soft_labels.encoder's zero-shot scores, "
+            "and no soft_labels.encoder is given; give one or leave the weight out"
+        )
+    task, tables = load_splits(make_task(OmegaConf.to_container(cfg.task, resolve=True)), cfg.seed)
     if soft.encoder:
         encoder = partial(zero_shot_cosines, soft.encoder, max_seq_length=cfg.max_seq_length)
         tables["train"] = task.with_soft_labels(tables["train"], encoder, soft.weight)

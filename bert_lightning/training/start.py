@@ -24,7 +24,7 @@ from bert_lightning.data.tokenizer import extend_wordpiece, load_tokenizer, spec
 from bert_lightning.errors import UserError
 from bert_lightning.fingerprints import file_digest
 from bert_lightning.model import BertConfig
-from bert_lightning.shipped import CONFIG_DIR
+from bert_lightning.shipped import group_defaults
 from bert_lightning.training.instantiate import command_line, instantiate
 from bert_lightning.training.pretrain_module import BertPretrainModule
 from bert_lightning.training.resume import (
@@ -43,7 +43,6 @@ from bert_lightning.weights import (
 log = logging.getLogger(__name__)
 
 MLM_HEAD = "cls.predictions."  # the state-dict keys of an MLM head
-CONTINUED = CONFIG_DIR / "optim" / "continued.yaml"  # an init_from= run's schedule
 
 
 @dataclass(frozen=True)
@@ -210,27 +209,23 @@ def check_positions(max_seq_length: int, config: BertConfig, teacher: Checkpoint
 
 
 def continued_schedule(cfg: DictConfig) -> None:
-    """An `init_from=` run continues a trained encoder's pretraining: its schedule is
-    conf/optim/continued.yaml's keys (a published continued-pretraining recipe: a lower peak
-    rate, its own warmup) over `optim`, not the from-scratch rate that would undo what the
-    start learned, unless the command line chose a schedule (`optim=`, or one of those keys).
-    One log line says which and why."""
-    own = {k: v for k, v in OmegaConf.load(CONTINUED).items() if k != "defaults"}
-    keys = ("optim", *(f"optim.{k}" for k in own))
-    given = [o for o in command_line("optim") if o.lstrip("+~").partition("=")[0] in keys]
-    if given:
-        log.info(
-            "init_from=%s: the schedule %s gives (not %s's continued-pretraining one)",
-            *(cfg.init_from, " ".join(given), CONTINUED.name),
-        )
-        return
-    for k, v in own.items():
+    """An `init_from=` run continues a trained encoder's pretraining: conf/optim/continued.yaml
+    (a published recipe: a lower peak rate, its own warmup) is its optimizer group, not the
+    from-scratch adamw.yaml, whose rate would undo what the start learned. Hydra composed the
+    group default (adamw) under what else sets the schedule (`optim=`, an experiment, a
+    `schedule=` file, the command line): each of continued.yaml's own keys still at adamw.yaml's
+    value takes continued.yaml's, and a key anything set keeps its value, as if `optim=continued`
+    had been the group default. One log line says which came from where."""
+    scratch = group_defaults("optim", "adamw")
+    own = {k: v for k, v in group_defaults("optim", "continued").items() if v != scratch[k]}
+    taken = {k: v for k, v in own.items() if cfg.optim[k] == scratch[k]}
+    for k, v in taken.items():
         cfg.optim[k] = v
-    shown = ", ".join(f"{k}={v}" for k, v in own.items() if v is not None)
+    shown = lambda keys: ", ".join(f"{k}={cfg.optim[k]}" for k in keys) or "none"
     log.info(
-        "init_from=%s: continued pretraining at conf/optim/%s's schedule (%s), not the "
-        "from-scratch one; optim.lr= or optim.warmup_*= on the command line sets another",
-        *(cfg.init_from, CONTINUED.name, shown),
+        "init_from=%s: continued pretraining at conf/optim/continued.yaml's %s in place of "
+        "adamw.yaml's from-scratch values; as the config sets them: %s",
+        *(cfg.init_from, shown(taken), shown(k for k in own if k not in taken)),
     )
 
 
