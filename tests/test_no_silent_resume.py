@@ -338,3 +338,24 @@ def test_a_tokenizer_setting_that_init_from_overrides_is_refused(tmp_path, capsy
         "them out"
     )
     assert not (out / "tokenizer.json").exists()
+
+
+def test_a_tokenizer_setting_a_config_gives_beside_init_from_is_said_unused(tmp_path, caplog):
+    """The same setting from a config (an experiment's `data.tokenizer.vocab_size`), not the
+    command line: the run goes on with init_from='s tokenizer, and a warning says so."""
+    from bert_lightning.training.pretrain import build
+
+    pre = tmp_path / "pre.ckpt"
+    write_our_ckpt(pre, write_tokenizer(tmp_path / "tokenizer.json"))
+    out = tmp_path / "run"
+    write_corpus(out / "corpus.jsonl")
+    cfg = compose(overrides=tiny_overrides(out, f"init_from={pre}"))
+    cfg.data.tokenizer.vocab_size = 30522  # as experiment=bert_base_c4 sets it
+    with caplog.at_level("WARNING", logger="bert_lightning.training.start"):
+        build(cfg)
+    (line,) = [r.getMessage() for r in caplog.records if "unused" in r.getMessage()]
+    assert line == (
+        "data.tokenizer.vocab_size=30522 (set by the config, not the command line): unused; "
+        f"the run reads the tokenizer of checkpoint {pre} (init_from= or a teacher gives it; "
+        "these settings shape a tokenizer trained on the corpus only)"
+    )

@@ -166,12 +166,19 @@ def check_given_tokenizer(cfg: DictConfig, given: Checkpoint | None) -> None:
     `data.tokenizer.path` beside it must be that tokenizer."""
     if given is None:
         return
-    trained = command_line("data.tokenizer.vocab_size", "data.tokenizer.min_frequency")
+    keys = ("vocab_size", "min_frequency")
+    trained = command_line(*(f"data.tokenizer.{k}" for k in keys))
+    why = (
+        f"the run reads the tokenizer of {given.source} (init_from= or a teacher gives it; "
+        "these settings shape a tokenizer trained on the corpus only)"
+    )
     if trained:
-        raise UserError(
-            f"{' '.join(trained)}: the run reads the tokenizer of {given.source} (init_from= or "
-            "a teacher gives it; these settings shape a tokenizer trained on the corpus only); "
-            "leave them out"
+        raise UserError(f"{' '.join(trained)}: {why}; leave them out")
+    shipped = group_defaults("data", "_corpus")["tokenizer"]
+    if unused := [f"data.tokenizer.{k}={cfg.data.tokenizer[k]}" for k in keys
+                  if k in cfg.data.tokenizer and cfg.data.tokenizer[k] != shipped[k]]:  # fmt: skip
+        log.warning(
+            "%s (set by the config, not the command line): unused; %s", " ".join(unused), why
         )
     if cfg.data.tokenizer.path:
         same_tokenizer(
