@@ -138,7 +138,10 @@ def configured(section: str, overrides: list[str] | None = None, **values: Any) 
     from bert_lightning.training.instantiate import instantiate
 
     cfg = compose("train", ["paths.output_dir=.", *(overrides or [])])
-    return instantiate(OmegaConf.select(cfg, section), section, **values)
+    node = OmegaConf.select(cfg, section)
+    sections = {k: v for k, v in values.items() if isinstance(v, dict)}  # key by key
+    node = OmegaConf.merge(node, sections) if sections else node
+    return instantiate(node, section, **{k: v for k, v in values.items() if k not in sections})
 
 
 def full_error() -> bool:

@@ -13,7 +13,6 @@ from functools import partial
 from pathlib import Path
 
 import torch
-from omegaconf import OmegaConf
 from tokenizers import Encoding, Tokenizer
 from tqdm import tqdm
 
@@ -24,6 +23,13 @@ from bert_lightning.checkpoint import (
     load_encoder,
     read_checkpoint,
 )
+from bert_lightning.choices import (
+    EMBED_BATCH,
+    EMBED_LENGTH,
+    EMBED_POOLING,
+    FINETUNE,
+    SCORE_BATCH,
+)
 from bert_lightning.data.tables import collate, eval_loader
 from bert_lightning.errors import MissingFileError, UserError
 from bert_lightning.fields import check_values, json_file, read_json
@@ -31,17 +37,9 @@ from bert_lightning.interop import hf_folder_head, load_into
 from bert_lightning.model import BertForPreTraining, BertModel
 from bert_lightning.model.heads import HEAD_POOLINGS, ZERO_SHOT_POOLING, BertBiEncoder, pool
 from bert_lightning.ort import OrtModel, is_exported, load_exported
-from bert_lightning.shipped import CONFIG_DIR
 from bert_lightning.tasks.base import Task, encode_rows, inputs, truncating
 from bert_lightning.tasks.kinds import make_task, stored_task
 
-FINETUNE = OmegaConf.load(CONFIG_DIR / "finetune.yaml")  # what a fine-tuning run evaluates with
-EMBED_LENGTH = 128  # what `embed` and /embed truncate a checkpoint's texts to by default
-SCORE_BATCH = FINETUNE.eval_batch_size  # rows per forward pass of `score`, as a run evaluates
-EMBED_BATCH = 32  # rows per forward pass of the other uses
-# what `embed` and /embed pool a checkpoint's texts by default: the pooled [CLS], as BERT (an
-# ONNX export pools as it was exported, a sentence-transformers folder as it declares)
-EMBED_POOLING = "cls"
 # of a sentence-transformers folder's modules (modules.json), what `embed_texts` computes
 ST_MODULES = ("Transformer", "Pooling", "Normalize")
 # sentence-transformers' pooling modes by their keys in an older Pooling config.json (a newer

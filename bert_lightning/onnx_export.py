@@ -15,6 +15,7 @@ import torch
 
 from bert_lightning.atomic import atomic_path
 from bert_lightning.checkpoint import FINETUNING, read_checkpoint
+from bert_lightning.choices import EXPORT_POOLING
 from bert_lightning.errors import UserError
 from bert_lightning.inference import load_embedder, load_finetuned, pooling_of
 from bert_lightning.model import BertModel
@@ -22,9 +23,6 @@ from bert_lightning.model.heads import BertBiEncoder
 from bert_lightning.ort import INPUTS, SPEC, BiEncoderSide, Embedder, onnx_runtime
 
 OPSET = 18
-# what an embedding model that declares no pooling (not a sentence-transformers folder) is
-# exported pooled by unless told: the mean, as sentence-transformers' models pool
-EXPORT_POOLING = "mean"
 
 
 def export_onnx(

@@ -32,6 +32,7 @@ LAYERS = {  # module path -> layer, lowest first; the longest matching prefix wi
     "fields": 0,
     "fingerprints": 0,
     "model": 1,
+    "choices": 1,  # the command line's vocabularies and defaults, light enough for --help
     "shipped": 1,  # the package's files: the config tree (read without Hydra), the assets
     "run_folder": 1,  # where a run writes and how it is found again, for training and Hydra
     "progress": 1,  # progress lines of the steps before training (tqdm), for data and up

@@ -5,26 +5,19 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from bert_lightning.atomic import atomic_path
+from bert_lightning.choices import EMBED_BATCH, EMBED_LENGTH, EMBED_POOLING, POOLINGS
 from bert_lightning.commands.options import (
     add_column_argument,
     add_table_arguments,
     columns,
     table_options,
 )
-from bert_lightning.data.tables import TABLE, DataError, column, read_table, text_values
-from bert_lightning.inference import (
-    EMBED_BATCH,
-    EMBED_LENGTH,
-    EMBED_POOLING,
-    embed_texts,
-    load_embedder,
-    pooling_of,
-)
-from bert_lightning.model.heads import POOLINGS
+
+if TYPE_CHECKING:  # numpy, torch and the readers are imported when a command runs
+    import numpy as np
 
 
 def embed(
@@ -38,6 +31,8 @@ def embed(
     """(N, H) one vector per text (`embed_texts`) of the model at `model_path`; `pooling`,
     `max_seq_length` None: the model's (an ONNX export's or a sentence-transformers folder's
     own, `load_embedder`, `pooling_of`)."""
+    from bert_lightning.inference import embed_texts, load_embedder
+
     model, tok = load_embedder(model_path, max_seq_length)
     return embed_texts(model, tok, texts, pooling, batch_size, progress).numpy()
 
@@ -46,6 +41,8 @@ def read_texts(path: str, column_name: str = "text", **table) -> list[str]:
     """A `.txt` file (one text a line) or a table's `column_name`, read with `table`'s options
     (format, encoding, header, names: `table_options`) over a table's defaults. A blank text is
     an error: its vector would be [CLS]/[SEP] alone, a silent row that matches nothing."""
+    from bert_lightning.data.tables import TABLE, DataError, column, read_table, text_values
+
     if Path(path).suffix == ".txt":
         texts = Path(path).read_text(encoding=(TABLE | table)["encoding"])  # over the defaults
         texts = re.split(r"\r\n|\r|\n", texts)  # lines as a table's: not at U+2028, \f, ...
@@ -90,6 +87,10 @@ def register(sub) -> None:
 
 
 def _main(args) -> None:
+    import numpy as np
+
+    from bert_lightning.inference import embed_texts, load_embedder, pooling_of
+
     named = columns(args.column, ["text"], "the column of the texts")
     texts = read_texts(args.input, *named.values(), **table_options(args))  # none: `text`
     model, tok = load_embedder(args.model, args.max_seq_length)

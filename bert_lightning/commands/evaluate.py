@@ -13,41 +13,16 @@ from dataclasses import asdict
 from functools import partial
 
 from bert_lightning.atomic import write_json
-from bert_lightning.checkpoint import FINETUNING, read_checkpoint
+from bert_lightning.choices import PACKINGS, SCORE_BATCH
 from bert_lightning.commands.options import (
     add_column_argument,
     add_table_arguments,
     table_options,
     task_options,
 )
-from bert_lightning.config import compose
-from bert_lightning.data.brackets import BracketsDataModule
-from bert_lightning.data.nsp import NSPDataModule
-from bert_lightning.data.pipeline import PACKINGS
-from bert_lightning.data.pretraining import PretrainDataModule
-from bert_lightning.data.streaming import StreamingDataModule
 from bert_lightning.errors import UserError
-from bert_lightning.inference import (
-    SCORE_BATCH,
-    load_finetuned,
-    mlm_state,
-    task_metrics,
-    zero_shot_cosines,
-)
-from bert_lightning.interop import load_into
-from bert_lightning.ort import is_exported
-from bert_lightning.progress import Waiting, on_terminal
-from bert_lightning.tasks.ranking import ranking_table
-from bert_lightning.training.instantiate import check_types, instantiate
-from bert_lightning.training.pretrain import VALIDATION_KEYS, validation_settings
-from bert_lightning.training.pretrain_module import BertPretrainModule
-from bert_lightning.training.trainer import evaluation_trainer
 
 name = lambda c: f"{c.__module__}.{c.__qualname__}"  # as a record names a data module
-# the data modules that frame files as a run's validation did; the others' runs (streamed
-# blocks, the toy corpus) are validated as `conf/data`'s default frames files
-FRAMED = [name(c) for c in (PretrainDataModule, NSPDataModule)]
-RECORDED = [*FRAMED, *map(name, (StreamingDataModule, BracketsDataModule))]
 
 
 def evaluate_mlm(
@@ -68,6 +43,23 @@ def evaluate_mlm(
     its checkpoint records (`validation_settings`; each given value overrides them; a
     checkpoint without the record, e.g. a Hugging Face folder, takes `conf/data`'s defaults),
     so the same files give the run's numbers. `pre`: the checkpoint at `path`, read already."""
+    from bert_lightning.checkpoint import read_checkpoint
+    from bert_lightning.config import compose
+    from bert_lightning.data.brackets import BracketsDataModule
+    from bert_lightning.data.nsp import NSPDataModule
+    from bert_lightning.data.pretraining import PretrainDataModule
+    from bert_lightning.data.streaming import StreamingDataModule
+    from bert_lightning.inference import mlm_state
+    from bert_lightning.interop import load_into
+    from bert_lightning.training.instantiate import check_types, instantiate
+    from bert_lightning.training.pretrain import VALIDATION_KEYS, validation_settings
+    from bert_lightning.training.pretrain_module import BertPretrainModule
+    from bert_lightning.training.trainer import evaluation_trainer
+
+    # the data modules that frame files as a run's validation did; the others' runs (streamed
+    # blocks, the toy corpus) are validated as `conf/data`'s default frames files
+    framed = [name(c) for c in (PretrainDataModule, NSPDataModule)]
+    recorded = [*framed, *map(name, (StreamingDataModule, BracketsDataModule))]
     pre = pre or read_checkpoint(path)
     ran = dict(pre.hparams.get("data") or {})
     if unknown := sorted(set(ran) - set(VALIDATION_KEYS)):
@@ -84,12 +76,12 @@ def evaluate_mlm(
     data = compose(overrides=["paths.output_dir=.", "trainer.accelerator=cpu"]).data
     settings = validation_settings(data) | ran | {k: v for k, v in given.items() if v is not None}
     # the data module the record names, compared with the package's own, never imported
-    if (target := settings.pop("_target_")) not in RECORDED:
+    if (target := settings.pop("_target_")) not in recorded:
         raise UserError(
             f"{path}: hyper_parameters.data._target_={target!r}: not a data module of "
-            f"bert_lightning ({', '.join(RECORDED)})"
+            f"bert_lightning ({', '.join(recorded)})"
         )
-    if target in FRAMED:
+    if target in framed:
         data._target_ = target
     check_types(settings | {"_target_": data._target_}, f"{path}: hyper_parameters.data")
     if mlm_probability is not None:
@@ -160,6 +152,12 @@ def register(sub) -> None:
 
 
 def _main(args) -> None:
+    from bert_lightning.checkpoint import FINETUNING, read_checkpoint
+    from bert_lightning.inference import load_finetuned, task_metrics, zero_shot_cosines
+    from bert_lightning.ort import is_exported
+    from bert_lightning.progress import Waiting, on_terminal
+    from bert_lightning.tasks.ranking import ranking_table
+
     pre = None if is_exported(args.model) else read_checkpoint(args.model)  # ONNX: fine-tuned
     origin = pre.origin if pre else FINETUNING
     if origin == FINETUNING:

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from bert_lightning.checkpoint import FINETUNING, HUGGING_FACE, read_checkpoint
-from bert_lightning.inference import fine_tuned_length
-from bert_lightning.interop import export_hf_folder, hf_folder_head
-from bert_lightning.tasks.kinds import hf_head
-
 
 def export_hf(ckpt_path: str, out_dir: str, overwrite: bool = False) -> str:
     """A fine-tuned model exports with what is applied after its head (a regression's target
     scale, folded into it) and the length it was fine-tuned on (`model_max_length`); a Hugging
     Face folder keeps its head's labels, problem type, target scale and length."""
+    from bert_lightning.checkpoint import FINETUNING, HUGGING_FACE, read_checkpoint
+    from bert_lightning.inference import fine_tuned_length
+    from bert_lightning.interop import export_hf_folder, hf_folder_head
+    from bert_lightning.tasks.kinds import hf_head
+
     ckpt = read_checkpoint(ckpt_path)
     task = ckpt.hparams["task"] if ckpt.origin == FINETUNING else {}
     kept, length = hf_folder_head(ckpt_path) if ckpt.origin == HUGGING_FACE else ({}, None)

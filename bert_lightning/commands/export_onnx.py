@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import json
 
-from bert_lightning.inference import EMBED_LENGTH
-from bert_lightning.model.heads import POOLINGS
-from bert_lightning.onnx_export import EXPORT_POOLING, export_onnx
-from bert_lightning.ort import SPEC
+from bert_lightning.choices import EMBED_LENGTH, EXPORT_POOLING, POOLINGS
 
 
 def register(sub) -> None:
@@ -45,6 +42,9 @@ def register(sub) -> None:
 
 
 def _main(args) -> None:
+    from bert_lightning.onnx_export import export_onnx
+    from bert_lightning.ort import SPEC
+
     out = export_onnx(
         args.model,
         args.out_dir,

@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 
 from bert_lightning.errors import UserError
-from bert_lightning.inference import fill_masks, load_mlm, unmaskable
 
 
 def fill_mask(model_path, texts: list[str], top_k: int = 5) -> list[list[list[dict]]]:
     """For each text, for each `[MASK]` in order, the `top_k` {token, prob} best first; the
     first text the model cannot read is an error."""
+    from bert_lightning.inference import fill_masks, load_mlm, unmaskable
+
     model, tok = load_mlm(model_path)
     encodings = tok.encode_batch(texts)
     if why := unmaskable(model, tok, texts, encodings):

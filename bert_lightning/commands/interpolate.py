@@ -13,36 +13,36 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
-from bert_lightning.checkpoint import (
-    DATA_RECORD,
-    FINETUNING,
-    Checkpoint,
-    read_checkpoint,
-    torch_load,
-    write_finetuned,
-)
 from bert_lightning.errors import MissingFileError, UserError
 from bert_lightning.fields import check_values
 from bert_lightning.fingerprints import file_digest
-from bert_lightning.inference import load_finetuned, table_metrics
-from bert_lightning.progress import Waiting
-from bert_lightning.run_folder import RESOLVED
-from bert_lightning.tasks.base import load_splits, monitor_mode
-from bert_lightning.tasks.kinds import stored_task
-from bert_lightning.weights import interpolated
+
+if TYPE_CHECKING:  # torch and the model are imported when the command runs
+    from bert_lightning.checkpoint import Checkpoint
 
 ALPHAS = [i / 10 for i in range(11)]
 
 log = logging.getLogger(__name__)
 
 
+def table_metrics(model, table) -> dict:
+    """`inference.table_metrics`, imported when the sweep scores an alpha; the sweep calls it
+    by this module's name, which a test replaces."""
+    from bert_lightning.inference import table_metrics
+
+    return table_metrics(model, table)
+
+
 def run_config(ckpt_path: str | Path) -> dict | None:
     """The config of the fine-tuning run that wrote `ckpt_path` (<run>/checkpoints/*.ckpt),
     None if its folder has none: plain YAML data (every interpolation was filled when it was
     written), read without OmegaConf's resolvers, typed where it is used."""
+    from bert_lightning.run_folder import RESOLVED
+
     path = Path(ckpt_path).resolve().parent.parent / RESOLVED
     if not path.is_file():
         return None
@@ -58,6 +58,9 @@ def run_config(ckpt_path: str | Path) -> dict | None:
 
 def validation_table(ckpt_path, task, cfg, validation: str | None) -> dict:
     """`--validation FILE` in the task's format, else the validation split the run drew."""
+    from bert_lightning.tasks.base import load_splits
+    from bert_lightning.tasks.kinds import stored_task
+
     if validation:
         return task.with_labels(task.read(validation))
     if cfg is None:
@@ -75,6 +78,8 @@ def check_split_files(ckpt_path) -> None:
     """The files the run's validation split is drawn from again hold what it drew from (their
     contents, as the checkpoint's data record has them): an edited or reordered train file
     would give another split, with rows the model was trained on."""
+    from bert_lightning.checkpoint import DATA_RECORD, torch_load
+
     record = torch_load(ckpt_path).get(DATA_RECORD)
     if record is None:
         log.warning("%s records no data: its files cannot be checked against the run's", ckpt_path)
@@ -135,6 +140,13 @@ def interpolate(
     """Writes `out`, unless the sweep finds the fine-tuned model best as it is (a = 1: its
     copy is written only with `write_anyway`); returns the alpha picked, whether it was
     written and, for a sweep, on what rows and metric, each alpha's score."""
+    from bert_lightning.checkpoint import FINETUNING, read_checkpoint, write_finetuned
+    from bert_lightning.inference import load_finetuned
+    from bert_lightning.progress import Waiting
+    from bert_lightning.tasks.base import monitor_mode
+    from bert_lightning.tasks.kinds import stored_task
+    from bert_lightning.weights import interpolated
+
     ft = read_checkpoint(ckpt_path, FINETUNING, "interpolate")
     cfg = run_config(ckpt_path)
     start = start or (cfg.get("pretrained") if cfg is not None else None)

@@ -6,17 +6,25 @@ from __future__ import annotations
 
 import sys
 from importlib.util import find_spec
+from typing import TYPE_CHECKING
 
-from omegaconf import DictConfig
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
-from bert_lightning.config import hydra_main
 
-
-@hydra_main("train")
-def main(cfg: DictConfig) -> float | None:
-    from bert_lightning.training.pretrain import train  # no torch for --help, --cfg
+def task(cfg: DictConfig) -> float | None:
+    """What the run does, once Hydra composed its config: no torch for --help, --cfg."""
+    from bert_lightning.training.pretrain import train
 
     return train(cfg)
+
+
+def main(job: str | None = None) -> None:
+    """The Hydra entry (`config.hydra_main`), made when it runs: Hydra is imported then, not
+    when `bert-lightning --help` builds this command's parser."""
+    from bert_lightning.config import hydra_main
+
+    hydra_main("train")(task)(job)
 
 
 def run(overrides: list[str]) -> None:

@@ -5,23 +5,20 @@ is read as the model's task read its files (format, encoding, header, column nam
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
-
+from bert_lightning.choices import SCORE_BATCH
 from bert_lightning.commands.options import (
     add_column_argument,
     add_table_arguments,
     column_options,
     table_options,
 )
-from bert_lightning.data.tables import column, text_values, write_table
-from bert_lightning.inference import (
-    SCORE_BATCH,
-    Finetuned,
-    load_finetuned,
-    score_rows,
-)
-from bert_lightning.tasks.base import inputs
+
+if TYPE_CHECKING:  # pandas, torch and the model are imported when a command runs
+    import pandas as pd
+
+    from bert_lightning.inference import Finetuned
 
 
 def score(
@@ -34,6 +31,10 @@ def score(
 ) -> list[float]:
     """One score per row of the table (`score_rows`), from the text columns of the model's
     task. `max_seq_length`: None truncates as the model was fine-tuned."""
+    from bert_lightning.data.tables import column, text_values
+    from bert_lightning.inference import score_rows
+    from bert_lightning.tasks.base import inputs
+
     task = finetuned.task
     a, b = task.text_columns
     texts = text_values(column(rows, a, source), source, a)
@@ -62,6 +63,9 @@ def register(sub) -> None:
 
 
 def _main(args) -> None:
+    from bert_lightning.data.tables import write_table
+    from bert_lightning.inference import load_finetuned
+
     finetuned = load_finetuned(args.model)
     options = table_options(args) | column_options(args.column, finetuned.task)
     finetuned = finetuned.with_table_options(options)

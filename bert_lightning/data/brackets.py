@@ -23,6 +23,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 
 from bert_lightning.atomic import atomic_path
 from bert_lightning.data.masking import MaskingConfig, MLMCollator
+from bert_lightning.data.tables import EvalBatches
 from bert_lightning.data.tokenizer import save_tokenizer, symbol_tokenizer
 from bert_lightning.fields import from_dict
 
@@ -155,12 +156,15 @@ class BracketsDataModule(L.LightningDataModule):
         ]
 
     def _loader(self, ds, shuffle: bool) -> StatefulDataLoader:
+        """Shuffled training batches, or each validation example once however many processes
+        read them (`EvalBatches`)."""
+        batching = (
+            {"batch_size": self.batch_size, "shuffle": True}
+            if shuffle
+            else {"batch_sampler": EvalBatches(len(ds), self.batch_size)}
+        )
         return StatefulDataLoader(
-            ds,
-            batch_size=self.batch_size,
-            shuffle=shuffle,
-            collate_fn=self.collator(),
-            num_workers=self.num_workers,
+            ds, collate_fn=self.collator(), num_workers=self.num_workers, **batching
         )
 
     def train_dataloader(self):

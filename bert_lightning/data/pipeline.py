@@ -38,11 +38,6 @@ CODE = fingerprint(
     tokenizers.__version__, *(p.read_bytes() for p in sorted(Path(__file__).parent.glob("*.py")))
 )
 
-# packed: documents concatenated and cut into full blocks, attending across their joins;
-# packed_isolated: each document framed [CLS] ... [SEP] before the cut, and attention kept
-# within it (the collator's position_ids restart at each [CLS]); document: one per example
-PACKINGS = ("packed", "packed_isolated", "document")
-
 
 def map_procs(docs: datasets.Dataset, num_proc: int | None) -> int | None:
     """Processes for a `map`: worth starting from 10,000 documents on."""

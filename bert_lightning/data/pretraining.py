@@ -22,11 +22,11 @@ import torch
 from tokenizers import Tokenizer
 from torchdata.stateful_dataloader import StatefulDataLoader
 
+from bert_lightning.choices import PACKINGS
 from bert_lightning.data.corpus import interleave_documents, resolve_files
 from bert_lightning.data.masking import MaskingConfig, MLMCollator
 from bert_lightning.data.pipeline import (
     CODE,
-    PACKINGS,
     framing,
     hold_out,
     interleaved,
@@ -36,6 +36,7 @@ from bert_lightning.data.pipeline import (
 )
 from bert_lightning.data.prepare import TokenBlocks, cache_folder, prepare
 from bert_lightning.data.sampling import EpochSampler, SeededExamples
+from bert_lightning.data.tables import EvalBatches
 from bert_lightning.data.tokenizer import (
     SPECIAL_TOKENS,
     TokenizerConfig,
@@ -248,11 +249,16 @@ class BertDataModule(L.LightningDataModule):
         log.info("validating on %d of %d examples (data.max_eval_samples; null: all)", n, total)
         return examples.select([i * total // n for i in range(n)])
 
-    def _loader(self, ds, sampler=None) -> StatefulDataLoader:
+    def _loader(self, ds, sampler=None, batch_sampler=None) -> StatefulDataLoader:
+        """Batches of `batch_size` (drawn by `sampler`, if given), or `batch_sampler`'s."""
+        batching = (
+            {"batch_sampler": batch_sampler}
+            if batch_sampler is not None
+            else {"batch_size": self.batch_size, "sampler": sampler}
+        )
         return StatefulDataLoader(
             ds,
-            batch_size=self.batch_size,
-            sampler=sampler,
+            **batching,
             collate_fn=self.collator(),
             num_workers=self.num_workers,
             worker_init_fn=ignore_stop_signals,
@@ -267,7 +273,10 @@ class BertDataModule(L.LightningDataModule):
         return self._loader(SeededExamples(self.train_set, self.seed), sampler)
 
     def val_dataloader(self):
-        return self._loader(self.val_set)
+        """Each example once, whatever the number of processes (`EvalBatches`)."""
+        return self._loader(
+            self.val_set, batch_sampler=EvalBatches(len(self.val_set), self.batch_size)
+        )
 
 
 class PretrainDataModule(BertDataModule):

@@ -14,6 +14,7 @@ a resume, where worker random states start afresh.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterator
 
@@ -42,7 +43,13 @@ class EpochSampler(DistributedSampler):
         self.chunk = chunk
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
-        epoch, n, N, chunk = self.epoch, len(self.dataset), self.num_replicas, self.chunk
+        epoch = self.epoch  # at the first index, as Lightning sets it after asking for this
+        for i in self.indices(epoch):
+            yield i, epoch
+
+    def indices(self, epoch: int) -> Iterator[int]:
+        """This rank's examples of `epoch`, in order."""
+        n, N, chunk = len(self.dataset), self.num_replicas, self.chunk
         g = torch.Generator().manual_seed(self.seed + epoch)
         a, b = spread(n, g) if n > chunk else (1, 0)
         pos = 0  # position in the epoch's global order
@@ -53,8 +60,7 @@ class EpochSampler(DistributedSampler):
             first = (self.rank - pos) % N  # this rank's positions: rank, rank + N, ...
             mine = run[first::N][: max(0, -(-(self.total_size - pos - first) // N))]
             pos += len(run)
-            for i in mine.tolist():
-                yield i, epoch
+            yield from mine.tolist()
 
 
 def spread(n: int, g: torch.Generator) -> tuple[int, int]:
@@ -91,43 +97,42 @@ def hash_seed(*parts: int) -> int:
     return x >> 1
 
 
-class ResumableShuffle(torch.utils.data.Sampler):
-    """torch's `RandomSampler` order, resumable mid-epoch: each epoch draws a fresh seed from
-    torch's global random state when its first index is asked for (as `RandomSampler` does, so
-    a run orders its data exactly as a plain shuffled `DataLoader` would), and
-    `StatefulDataLoader` saves (seed, indices handed out) in the checkpoint, so a resumed run
-    continues that epoch's permutation where it stopped."""
-
-    def __init__(self, data_source):
-        self.n = len(data_source)
-
-    def __len__(self) -> int:
-        return self.n
+class ResumableShuffle(EpochSampler):
+    """`EpochSampler`'s order as plain indices (fine-tuning's rows, which carry no mask),
+    resumable mid-epoch whenever the loader is built: its iterator's state (the epoch, the
+    indices handed out) travels in `StatefulDataLoader`'s, so a resumed run continues that
+    epoch's permutation where it stopped. The epoch must be in that state: a run bound by
+    epochs builds its loader (and fetches a batch) before Lightning sets the sampler's epoch."""
 
     def __iter__(self) -> Iterator[int]:
-        return _ResumableShuffleIter(self.n)
+        return _EpochPosition(self)
 
 
-class _ResumableShuffleIter:
-    def __init__(self, n: int):
-        self.n, self.seed, self.yielded, self.perm = n, None, 0, None
+class _EpochPosition:
+    """One epoch of a ResumableShuffle; the epoch is read at the first index (Lightning calls
+    `set_epoch` after asking for the iterator), unless a state gave it."""
+
+    def __init__(self, sampler: ResumableShuffle):
+        self.sampler, self.epoch, self.yielded, self.left = sampler, None, 0, None
 
     def __iter__(self):
         return self
 
     def __next__(self) -> int:
-        if self.perm is None:  # lazily, as RandomSampler's generator draws its seed
-            if self.seed is None:
-                self.seed = int(torch.empty((), dtype=torch.int64).random_().item())
-            g = torch.Generator().manual_seed(self.seed)
-            self.perm = torch.randperm(self.n, generator=g).tolist()
-        if self.yielded >= self.n:
-            raise StopIteration
+        if self.left is None:
+            if self.epoch is None:
+                self.epoch = self.sampler.epoch
+            self.left = itertools.islice(self.sampler.indices(self.epoch), self.yielded, None)
+        index = next(self.left)
         self.yielded += 1
-        return self.perm[self.yielded - 1]
+        return index
 
     def state_dict(self) -> dict:
-        return {"seed": self.seed, "yielded": self.yielded}
+        return {"epoch": self.epoch, "yielded": self.yielded}
 
     def load_state_dict(self, state: dict) -> None:
-        self.seed, self.yielded, self.perm = state["seed"], state["yielded"], None
+        """A state saved once its epoch was handed out (a checkpoint at an epoch's end) goes
+        on with the next: Lightning takes it for the next epoch's iterator when resuming."""
+        self.epoch, self.yielded, self.left = state["epoch"], state["yielded"], None
+        if self.epoch is not None and self.yielded >= self.sampler.num_samples:
+            self.epoch, self.yielded = self.epoch + 1, 0

@@ -18,6 +18,7 @@ import zlib
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from functools import partial
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -554,7 +555,43 @@ def collate(features: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
     return out
 
 
+class EvalBatches(torch.utils.data.BatchSampler):
+    """Rows 0..rows-1 in order, in batches of `batch_size`, each row once: what validation and
+    test read (a DistributedSampler pads the ranks' shares with repeated rows, which every
+    figure would count).
+
+    Under DDP, Lightning rebuilds it with `sampler=` the DistributedSampler it would have used;
+    only that sampler's rank and world size are read: rank r takes the r-th of R runs of
+    consecutive rows (sizes within one), in as many batches as every other rank, as the ranks
+    step together through per-batch collectives (the stop-signal check, training/interrupt.py):
+    a shorter run ends on smaller batches (at `batch_size` 1, a longer run's last holds 2).
+    Gathered in rank order, the runs are the rows in order: a metric kept row by row (a split's
+    loss, NDCG by query) sees each query whole, in one process's order."""
+
+    def __init__(self, rows: int, batch_size: int, sampler=None):
+        distributed = isinstance(sampler, torch.utils.data.DistributedSampler)
+        replicas, rank = (sampler.num_replicas, sampler.rank) if distributed else (1, 0)
+        if 0 < rows < replicas:
+            raise UserError(
+                f"{rows} rows to validate or test on {replicas} processes: each needs one at least "
+                "(fewer processes, or more rows)"
+            )
+        longest, shortest = -(-rows // replicas), rows // replicas
+        batches = min(-(-longest // batch_size), shortest)  # on every rank
+        first, end = rank * rows // replicas, (rank + 1) * rows // replicas
+        n = end - first  # full batches, then of one row where fewer rows than batch_size left
+        cuts = [first + min(i * batch_size, n - (batches - i)) for i in range(batches)] + [end]
+        self.batches = [list(range(a, b)) for a, b in pairwise(cuts)]
+
+    def __iter__(self):
+        return iter(self.batches)
+
+    def __len__(self):
+        return len(self.batches)
+
+
 def eval_loader(rows: list[dict], batch_size: int, pad_id: int) -> DataLoader:
     """Encoded rows in their order, padded per batch: what validation, a run's test and
-    `evaluate` read."""
-    return DataLoader(rows, batch_size=batch_size, collate_fn=partial(collate, pad_id=pad_id))
+    `evaluate` read, each row once however many processes read it (`EvalBatches`)."""
+    batches = EvalBatches(len(rows), batch_size)
+    return DataLoader(rows, batch_sampler=batches, collate_fn=partial(collate, pad_id=pad_id))

@@ -8,18 +8,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bert_lightning.choices import POOLINGS
 from bert_lightning.errors import UserError
 from bert_lightning.model.bert import BertConfig, BertModel, init_weights
 
-# One vocabulary of poolings for the sequence head (`task.pooling`) and `bert-lightning embed`
-# (`--pooling`): what vector of the encoder's output stands for the sequence.
-POOLINGS = {
-    "cls": "the last layer's [CLS] row (the sequence head passes it through BERT's pooler, "
-    "dense + tanh, as HF's classifier does; embed returns the row itself)",
-    "mean": "the mean of the last layer over the real tokens",
-    "max": "the max of the last layer over the real tokens",
-    "last4": "the [CLS] rows of the last four layers, concatenated (embed only)",
-}
 HEAD_POOLINGS = ("cls", "mean", "max")
 # sentence-transformers' models are mean-pooled: the zero-shot cosine's pooling, and a
 # bi-encoder's unless a task says otherwise (it then starts from the zero-shot ranking)

@@ -44,6 +44,7 @@ class TaskDataModule(L.LightningDataModule):
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
         self.max_seq_length = max_seq_length
         self.features: dict[str, list[dict]] = {}
+        self.train_loader_state: dict | None = None  # a resumed run's, until its loader is built
 
     def data_record(self) -> dict:
         """What the run's examples depend on, by config key (a resume compares it: training/
@@ -78,11 +79,29 @@ class TaskDataModule(L.LightningDataModule):
         rows = self.features["train"]
         if self.task.grouped_batches:
             groups = GroupBatchSampler([f["group"] for f in rows], self.batch_size, self.seed)
-            return StatefulDataLoader(rows, batch_sampler=groups, collate_fn=self.collator())
-        shuffle = ResumableShuffle(rows)  # a shuffled DataLoader's order
-        return StatefulDataLoader(
-            rows, batch_size=self.batch_size, sampler=shuffle, collate_fn=self.collator()
-        )
+            loader = StatefulDataLoader(rows, batch_sampler=groups, collate_fn=self.collator())
+        else:
+            t = self.trainer  # this rank's share under DDP, as pretraining's EpochSampler
+            world, rank = (t.world_size, t.global_rank) if t else (1, 0)
+            shuffle = ResumableShuffle(rows, num_replicas=world, rank=rank, seed=self.seed)
+            loader = StatefulDataLoader(
+                rows, batch_size=self.batch_size, sampler=shuffle, collate_fn=self.collator()
+            )
+        if self.train_loader_state is not None:
+            loader.load_state_dict(self.train_loader_state)
+            self.train_loader_state = None
+        return loader
+
+    def state_dict(self) -> dict:
+        """The train loader's position, kept here as well as in Lightning's loop state: a run
+        bound by epochs builds its loader before the checkpoint's loops are restored (its
+        schedule counts the steps, `estimated_stepping_batches`), and Lightning then never
+        applies their copy; the data module's is restored first."""
+        loader = self.trainer.train_dataloader if self.trainer else None
+        return {"train_loader": loader.state_dict()} if loader is not None else {}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.train_loader_state = state["train_loader"]
 
     def val_dataloader(self) -> DataLoader:
         return self._eval_loader("validation")

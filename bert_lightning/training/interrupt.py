@@ -20,8 +20,10 @@ class SaveOnInterrupt(L.Callback):
     once the optimizer step in progress is done: `last.ckpt` is written at that step
     (atomically) and the run stops with one line naming the step and the checkpoint to resume
     from; the resumed run continues as if never stopped. A validation of the fit in progress
-    is abandoned at its next batch, its metrics unlogged: the state saved is the one it began
-    from, the step it validated (a validation can take minutes, more than a scheduler waits).
+    is abandoned at its next batch, its metrics unlogged (a validation can take minutes, more
+    than a scheduler waits): the state saved is the one it began from, and the resumed run
+    redoes it at that step before training goes on, so that its metrics, the best checkpoint
+    and early stopping are the uninterrupted run's.
 
     Several processes agree on the step: after each optimizer step and before each
     validation batch they take the largest signal number any rank received (one scalar
@@ -53,16 +55,19 @@ class SaveOnInterrupt(L.Callback):
             self._stop_if_signalled(trainer, self.validation_began)
 
     def on_validation_end(self, trainer, pl_module):
-        """A signal during the last batch: the validation is whole, and saved with its step."""
-        if self.validation_began is not None:
-            self.validation_began = None
-            self._stop_if_signalled(trainer)
+        """A signal during the last batch: the validation is whole, and the run stops after the
+        next step. Stopping here would skip what follows it (the checkpoint callbacks run last,
+        and at an epoch's end they and early stopping take the validation at the epoch's end),
+        and the resumed run would not validate that step again."""
+        self.validation_began = None
 
     def _stop_if_signalled(self, trainer, validation_began: dict | None = None) -> None:
         """Saves the step and raises Interrupted if a rank received a signal. A validation in
-        progress (`validation_began`: its loop's progress as it began) is abandoned, the
-        progress put back: Lightning would finish a validation saved half-way on the batches
-        left, and log them as the whole; the resumed run goes on training from its step."""
+        progress (`validation_began`: its loop's progress as it began) is abandoned, saved as
+        begun at its first batch: Lightning resumes a validation saved half-way at the batch
+        it stopped in, and would log the batches left as the whole; one at its first batch it
+        runs whole. `last.ckpt` is recorded as ModelCheckpoint's last checkpoint, which the
+        resumed run then overwrites (else it versions its own, `last-v1.ckpt`)."""
         if self.stops is None:
             return
         signum = self.stops.received
@@ -73,11 +78,15 @@ class SaveOnInterrupt(L.Callback):
             return
         self.stops.received = signum  # a rank that received none stops on another's
         if validation_began is not None:
-            validation_progress(trainer).load_state_dict(validation_began)
+            progress = validation_progress(trainer)
+            progress.load_state_dict(validation_began)
+            progress.increment_ready()
+            progress.increment_started()
         ckpt = trainer.checkpoint_callback
         if ckpt is None or ckpt.dirpath is None:
             raise self.stops.stop(f"at step {trainer.global_step}: nothing saved")
         path = Path(ckpt.dirpath) / f"{ckpt.CHECKPOINT_NAME_LAST}{ckpt.FILE_EXTENSION}"
+        ckpt.last_model_path = str(path)  # before the save: the callback's state holds it
         trainer.save_checkpoint(path, weights_only=False)  # the full state a resume needs
         raise self.stops.stop(
             f"at step {trainer.global_step}: {path} written; "

@@ -47,6 +47,10 @@ def silence_noise() -> None:
     warnings.filterwarnings("ignore", message="'set_vital' is deprecated")
     # Lightning's pytree copy builds torch's deprecated LeafSpec (Lightning's to fix)
     warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
+    # our evaluation loaders count each row once under DDP (data/tables.py EvalBatches), and
+    # their figures are torchmetrics', synced over the ranks: Lightning's hints say otherwise
+    warnings.filterwarnings("ignore", message="Using `DistributedSampler` with the dataloaders")
+    warnings.filterwarnings("ignore", message=r"It is recommended to use `self\.log\(.*sync_dist")
     rank_zero_log = logging.getLogger("lightning.pytorch.utilities.rank_zero")
     if not any(isinstance(f, _Quiet) for f in rank_zero_log.filters):
         rank_zero_log.addFilter(_Quiet())
