@@ -12,6 +12,7 @@ weights.py's."""
 
 from __future__ import annotations
 
+import os
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +33,7 @@ from bert_lightning.interop import (
     join_qkv,
     load_into,
 )
-from bert_lightning.model import BertConfig, BertModel
+from bert_lightning.model import BertConfig, BertForPreTraining, BertModel
 
 PRETRAINING, FINETUNING, HUGGING_FACE = "pretraining", "fine-tuning", "Hugging Face"
 RTD_KEY = "generator_hidden_size"  # in the hyper-parameters of an RTD pretraining checkpoint
@@ -134,6 +135,36 @@ def check_record(raw: dict, path) -> None:
             raise UserError(f"{path}: hyper_parameters.{key}: expected {expected}, got {value!r}")
         check_plain(value, f"hyper_parameters.{key}", path, HYDRA_KEYS.get(key))
     check_plain(raw.get(DATA_RECORD), DATA_RECORD, path)
+    for key, state in (raw.get("callbacks") or {}).items():
+        if str(key).startswith("ModelCheckpoint"):
+            check_checkpoint_paths(state, f"callbacks.{key}", path)
+        elif str(key).startswith("ValidationBudget"):
+            batches = (state or {}).get("batches")
+            if batches is not None and (type(batches) is not int or batches < 1):
+                raise UserError(
+                    f"{path}: callbacks.{key}.batches={batches!r}; expected null or >= 1"
+                )
+
+
+CHECKPOINT_PATHS = ("best_model_path", "kth_best_model_path", "last_model_path")
+
+
+def check_checkpoint_paths(state: dict, where: str, path) -> None:
+    """The checkpoint callback's files, which a resume in the same folder may delete (a best
+    checkpoint overtaken, the last one replaced): each in the folder its state names, by its
+    normalised path (no `..` out of it), or none."""
+    if not isinstance(state, dict) or not isinstance(state.get("dirpath"), str | None):
+        raise UserError(f"{path}: {where}: expected the checkpoint callback's state")
+    folder = os.path.normpath(state.get("dirpath") or "")
+    files = [state.get(k) for k in CHECKPOINT_PATHS] + list(state.get("best_k_models") or {})
+    for file in files:
+        if file and (
+            not isinstance(file, str) or os.path.dirname(os.path.normpath(file)) != folder
+        ):
+            raise UserError(
+                f"{path}: {where} names {file!r}, not a file of its folder {folder}: a resume "
+                "would write or delete it"
+            )
 
 
 class UnreadableCheckpoint(UserError):
@@ -288,6 +319,26 @@ def check_tied(folder: Path, weights: dict[str, torch.Tensor]) -> None:
         )
 
 
+def check_shapes(config: BertConfig, state: dict[str, torch.Tensor], where) -> None:
+    """The shapes a config declares against the weights its file holds, before any model is
+    built (on torch's meta device: no memory): a config declaring a width or depth its weights
+    do not have (a 3.6 MB folder declaring 13 GiB of layers) is refused in one line."""
+    with torch.device("meta"):
+        declared = BertForPreTraining(config).state_dict()
+    layers = {k.split(".")[3] for k in state if k.startswith("bert.encoder.layer.")}
+    if layers and len(layers) != config.num_hidden_layers:
+        raise UserError(
+            f"{where}: declares num_hidden_layers={config.num_hidden_layers}; its weights hold "
+            f"{len(layers)} layers"
+        )
+    for key, tensor in state.items():
+        if key in declared and declared[key].shape != tensor.shape:
+            raise UserError(
+                f"{where}: {key} holds {tuple(tensor.shape)}, its config declares "
+                f"{tuple(declared[key].shape)}"
+            )
+
+
 def load_hf_folder(folder: str | Path) -> Checkpoint:
     """A Hugging Face BERT folder: config.json, weights, tokenizer.json or vocab.txt (with
     tokenizer_config.json's settings, as `transformers` reads them)."""
@@ -304,9 +355,9 @@ def load_hf_folder(folder: str | Path) -> Checkpoint:
     check_vocab(folder, config.vocab_size, tokenizer)
     weights = read_hf_weights(folder)
     check_tied(folder, weights)
-    return Checkpoint(
-        config, hf_to_ours(weights), tokenizer, source=f"Hugging Face folder {folder}"
-    )
+    state = hf_to_ours(weights)
+    check_shapes(config, state, folder)
+    return Checkpoint(config, state, tokenizer, source=f"Hugging Face folder {folder}")
 
 
 def read_checkpoint(path: str | Path, origin: str | None = None, use: str = "") -> Checkpoint:
@@ -331,6 +382,7 @@ def read_checkpoint(path: str | Path, origin: str | None = None, use: str = "") 
         state = join_qkv(
             {k[len("model.") :]: v for k, v in raw["state_dict"].items() if k.startswith(keep)}
         )
+        check_shapes(config, state, path)
         tokenizer = Tokenizer.from_str(raw["tokenizer"])
         check_vocab(path, config.vocab_size, tokenizer)
         step = int(raw.get("global_step", 0))

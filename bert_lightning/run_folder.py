@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
+import yaml
 from omegaconf import OmegaConf
 
 from bert_lightning.atomic import atomic_path, write_text
@@ -48,7 +49,11 @@ def entry_point(folder: Path) -> str | None:
     path = folder / RESOLVED
     if not path.is_file():
         return None
-    return "finetune" if "task" in (OmegaConf.load(path) or {}) else "train"
+    try:  # plain YAML: no resolver of OmegaConf's runs (a file someone else made)
+        record = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, yaml.YAMLError) as e:
+        raise UserError(f"{path}: not a YAML file ({first_line(e)})") from None
+    return "finetune" if isinstance(record, dict) and "task" in record else "train"
 
 
 def resumed_run(ckpt_path: str | None, entry: str | None = None) -> str | None:
@@ -81,29 +86,33 @@ def run_dir(ckpt_path: str | None, entry: str, overrides: list[str], default: st
     return folder
 
 
-def refuse_links(folder: Path) -> None:
+def refuse_links(
+    folder: Path,
+    what: str = "the run folder this resume writes into",
+    fix: str = "continue the run in another folder with paths.output_dir=NEW",
+) -> None:
     """A run folder is data (downloaded, shared), and a resume writes into it: the CSV logger's
     `hparams.yaml`, Hydra's log (appended), checkpoints, metrics. A symlink anywhere in it
-    would take those writes to a file elsewhere (`hparams.yaml -> ~/.bashrc`): refused before
-    anything is written."""
+    would take those writes to a file elsewhere (`hparams.yaml -> ~/.bashrc`), a hard link
+    append to the file it shares: refused before anything is written."""
     link = next(links_in(folder), None)
     if link is not None:
-        raise UserError(
-            f"{link}: a symlink (to {os.path.realpath(link)}) in the run folder this resume writes "
-            "into; remove it, or continue the run in another folder with paths.output_dir=NEW"
-        )
+        kind = f"a symlink (to {os.path.realpath(link)})" if link.is_symlink() else "a hard link"
+        raise UserError(f"{link}: {kind} in {what}; remove it, or {fix}")
 
 
 def links_in(folder: Path) -> Iterator[Path]:
-    """The symlinks at or under `folder`, in a fixed order, none followed."""
+    """The symlinks at or under `folder`, and files of more than one name (hard links), in a
+    fixed order, none followed."""
     if folder.is_symlink():
         yield folder
         return
     for root, dirs, files in os.walk(folder):
         dirs.sort()
         for name in sorted(dirs + files):
-            if Path(root, name).is_symlink():
-                yield Path(root, name)
+            path = Path(root, name)
+            if path.is_symlink() or (name in files and path.stat().st_nlink > 1):
+                yield path
 
 
 def hydra_subdir(ckpt_path: str | None, entry: str, run: str) -> str | None:

@@ -27,7 +27,7 @@ from finetune_fixtures import (
     write_our_ckpt,
     write_tokenizer,
 )
-from helpers import ROOT
+from helpers import ROOT, cli_error
 
 
 @pytest.fixture
@@ -274,3 +274,19 @@ def test_the_ablation_tables_in_the_docs_are_what_the_kept_cells_give(capsys):
             ]
         )
         assert capsys.readouterr().out.strip() in doc
+
+
+def test_a_suite_folder_holding_a_link_is_refused(tmp_path, capsys):
+    """The suite removes and rewrites its cells in --out: a link planted there (a downloaded
+    folder reused) would take those deletes and writes elsewhere."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    out = tmp_path / "out" / "cells"
+    out.mkdir(parents=True)
+    (out / "model").symlink_to(elsewhere)
+    argv = ["downstream", "start=x", "--data-dir", tmp_path, "--out", tmp_path / "out"]
+    line = cli_error(capsys, *argv)
+    assert line == (
+        f"error: {out / 'model'}: a symlink (to {elsewhere}) in --out {tmp_path / 'out'}; "
+        "remove it, or give a new --out"
+    )

@@ -335,3 +335,21 @@ def test_a_symlink_anywhere_in_the_run_folder_refuses_its_resume(tmp_path, capsy
     assert run_dir(last, "train", [f"paths.output_dir={tmp_path / 'new'}"], "d") == str(
         tmp_path / "new"
     )
+
+
+def test_a_hard_link_in_a_folder_a_run_writes_into_is_refused(tmp_path):
+    """A hard link shares the file it names: an append to `metrics.csv` would reach it."""
+    from bert_lightning.errors import UserError
+    from bert_lightning.run_folder import refuse_links
+
+    outside = tmp_path / "outside.csv"
+    outside.write_text("theirs\n")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.csv").hardlink_to(outside)
+    with pytest.raises(UserError) as e:
+        refuse_links(run)
+    assert str(e.value) == (
+        f"{run / 'metrics.csv'}: a hard link in the run folder this resume writes into; remove "
+        "it, or continue the run in another folder with paths.output_dir=NEW"
+    )

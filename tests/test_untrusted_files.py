@@ -346,3 +346,61 @@ def test_interpolate_reads_a_run_config_without_resolving_it(finetuned, tmp_path
     finally:
         del os.environ["BERT_LIGHTNING_SECRET"]
     assert "s3cret" not in line and "${oc.env:BERT_LIGHTNING_SECRET}" in line
+
+
+def test_a_resume_deletes_nothing_outside_its_checkpoints_folder(pretrained, tmp_path):
+    """The checkpoint callback's state names the files a resume may replace or delete: one
+    outside its folder (`..`) is refused before anything runs."""
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep.txt").write_text("mine")
+    run = tmp_path / "run"
+    shutil.copytree(pretrained, run)
+    ckpt = run / "checkpoints" / "last.ckpt"
+
+    def edit(raw):
+        (key,) = [k for k in raw["callbacks"] if k.startswith("ModelCheckpoint")]
+        folder = str(run / "checkpoints")
+        raw["callbacks"][key] |= {"dirpath": folder, "last_model_path": f"{folder}/../../victim"}
+
+    plant(ckpt, ckpt, edit)
+    cfg = compose(overrides=tiny_overrides(run, "trainer.max_steps=4", f"ckpt_path={ckpt}"))
+    with pytest.raises(UserError) as e:
+        train(cfg)
+    assert (victim / "keep.txt").read_text() == "mine"
+    assert one_line(e).startswith(f"{ckpt}: callbacks.ModelCheckpoint")
+    assert "not a file of its folder" in str(e.value)
+
+
+def test_a_run_folder_config_is_read_without_resolvers(tmp_path):
+    """Which entry point wrote a run folder is read from its config_resolved.yaml as plain
+    YAML: a `${package_dir:...}` planted there imports nothing."""
+    import bert_lightning.config  # noqa: F401  (registers the project's resolvers)
+    from bert_lightning.run_folder import RESOLVED, entry_point
+
+    marker = tmp_path / "marker"
+    package = tmp_path / "planted_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text(f"open({str(marker)!r}, 'w').write('imported')\n")
+    (tmp_path / RESOLVED).write_text("task: ${package_dir:planted_pkg.sub}\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        assert entry_point(tmp_path) == "finetune"
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("planted_pkg", None)
+    assert not marker.exists()
+
+
+def test_a_config_declaring_shapes_its_weights_lack_is_refused_unbuilt(hf_folder, tmp_path, capsys):
+    config = json.loads((hf_folder / "config.json").read_text())
+    config |= {"hidden_size": 1024, "intermediate_size": 4096, "num_attention_heads": 16}
+    (hf_folder / "config.json").write_text(json.dumps(config))
+    line = embed_error(capsys, hf_folder, tmp_path)
+    held = "bert.embeddings.LayerNorm.bias holds (32,)"
+    assert line == f"error: {hf_folder}: {held}, its config declares (1024,)"
+    config |= {"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 2}
+    config |= {"num_hidden_layers": 40}
+    (hf_folder / "config.json").write_text(json.dumps(config))
+    line = embed_error(capsys, hf_folder, tmp_path)
+    assert line == f"error: {hf_folder}: declares num_hidden_layers=40; its weights hold 2 layers"

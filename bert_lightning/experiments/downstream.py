@@ -34,6 +34,7 @@ from bert_lightning.errors import MissingFileError, UserError
 from bert_lightning.fields import from_dict
 from bert_lightning.fingerprints import file_digest, file_stamps, fingerprint
 from bert_lightning.progress import Waiting, eta_text
+from bert_lightning.run_folder import refuse_links
 from bert_lightning.training.callbacks import save_figure
 from bert_lightning.training.finetune import finetune
 
@@ -356,6 +357,8 @@ def downstream(
     and chart into `out`. `task_names` None: every task of the budget, in its order; `ranking`
     (zero_shot or bm25): the suite's ranking cells' table against that baseline too."""
     out_dir, data = Path(out), Path(data_dir)
+    if out_dir.exists():  # cells are removed and written again in it
+        refuse_links(out_dir, f"--out {out_dir}", "give a new --out")
     common, budgets = load_budget(budget)
     task_names = list(budgets) if task_names is None else task_names
     unknown = [t for t in task_names if t not in budgets]
