@@ -21,7 +21,7 @@ import torch
 from tokenizers import Tokenizer, normalizers
 
 from bert_lightning.atomic import atomic_path
-from bert_lightning.data.tokenizer import load_tokenizer
+from bert_lightning.data.tokenizer import load_tokenizer, tokenizer_from_json
 from bert_lightning.errors import MissingFileError, UserError
 from bert_lightning.fields import json_file
 from bert_lightning.interop import (
@@ -383,7 +383,7 @@ def read_checkpoint(path: str | Path, origin: str | None = None, use: str = "") 
             {k[len("model.") :]: v for k, v in raw["state_dict"].items() if k.startswith(keep)}
         )
         check_shapes(config, state, path)
-        tokenizer = Tokenizer.from_str(raw["tokenizer"])
+        tokenizer = tokenizer_from_json(raw["tokenizer"], path)
         check_vocab(path, config.vocab_size, tokenizer)
         step = int(raw.get("global_step", 0))
         ckpt = Checkpoint(config, state, tokenizer, hparams, f"checkpoint {path}", step)

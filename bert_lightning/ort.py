@@ -19,6 +19,7 @@ from typing import Literal
 import torch
 from torch import nn
 
+from bert_lightning.data.tokenizer import load_tokenizer
 from bert_lightning.errors import UserError
 from bert_lightning.fields import check_choices, check_keys, json_file
 from bert_lightning.model import BertModel
@@ -149,7 +150,7 @@ class OrtBiEncoder(nn.Module):
 def load_exported(folder) -> tuple[nn.Module, dict, str]:
     """(the model, its spec, its tokenizer's JSON) of an exported folder."""
     model = OrtModel(folder)
-    tokenizer_json = (Path(folder) / "tokenizer.json").read_text()
+    tokenizer_json = load_tokenizer(Path(folder) / "tokenizer.json").to_str()  # checked
     if model.spec.get("head") == "bi_encoder":
         return OrtBiEncoder(model), model.spec, tokenizer_json
     return model, model.spec, tokenizer_json

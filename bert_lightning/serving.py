@@ -92,13 +92,41 @@ NonBlank = Annotated[Text, AfterValidator(_not_blank)]
 
 
 def mask_count(text: str) -> int:
-    """The `[MASK]`s the tokenizer will find: it matches its special tokens in the raw text."""
+    """The literal `[MASK]`s: a first bound, in the HTTP process before a request joins a batch.
+    What the tokenizer matches is counted in the worker (`mask_refusal`)."""
     return text.count("[MASK]")
 
 
+def too_many_in_text(n: int) -> str | None:
+    return f"{n} [MASK]s; a text may hold at most {MAX_TEXT_MASKS}" if n > MAX_TEXT_MASKS else None
+
+
+def too_many_answers(n: int, top_k: int) -> str | None:
+    if n * top_k <= MAX_ANSWERS:
+        return None
+    return (
+        f"{n} [MASK]s x top_k {top_k} = {n * top_k} answers; a request may ask for at most "
+        f"{MAX_ANSWERS} (fewer texts or a smaller top_k)"
+    )
+
+
+def mask_refusal(encodings: list[Encoding], mask_id: int, top_k: int) -> str | None:
+    """The 422 reason, as the HTTP process words it, of a request whose texts encode to
+    `encodings` past a cap, counting the masks the tokenizer found: a tokenizer decides what
+    matches `[MASK]` (one marked `normalized` matched `[mask]`, and 16 texts of one `[MASK]` and
+    500 `[mask]`s made 801,600 answers)."""
+    counts = [e.ids.count(mask_id) for e in encodings]
+    for i, n in enumerate(counts):
+        if why := too_many_in_text(n):
+            return f"texts.{i}: Value error, {why}"
+    if why := too_many_answers(sum(counts), top_k):
+        return f"body: Value error, {why}"
+    return None
+
+
 def _few_masks(text: str) -> str:
-    if (n := mask_count(text)) > MAX_TEXT_MASKS:
-        raise ValueError(f"{n} [MASK]s; a text may hold at most {MAX_TEXT_MASKS}")
+    if why := too_many_in_text(mask_count(text)):
+        raise ValueError(why)
     return text
 
 
@@ -138,12 +166,8 @@ class FillMaskRequest(Body):
 
     @model_validator(mode="after")
     def _few_answers(self) -> Self:
-        n = sum(map(mask_count, self.texts))
-        if n * self.top_k > MAX_ANSWERS:
-            raise ValueError(
-                f"{n} [MASK]s x top_k {self.top_k} = {n * self.top_k} answers; a request may "
-                f"ask for at most {MAX_ANSWERS} (fewer texts or a smaller top_k)"
-            )
+        if why := too_many_answers(sum(map(mask_count, self.texts)), self.top_k):
+            raise ValueError(why)
         return self
 
 
@@ -276,27 +300,27 @@ class FillMask(Endpoint):
     def decode_request(self, request: FillMaskRequest) -> FillMaskRequest:
         return request
 
-    def encode(self, texts: list[str]) -> tuple[list[Encoding], str | None]:
-        """`texts` encoded one at a time up to the first the model cannot read, and why
-        (`unmaskable`): 10,000 characters can be 10,000 word pieces, about 170 bytes each, so a
-        batch holds one such text at a time, not every one (256 of them made 300 MB)."""
+    def encode(self, request: FillMaskRequest) -> tuple[list[Encoding], Reply | None]:
+        """The request's texts encoded one at a time up to the first the model cannot read
+        (`unmaskable`, a 400): 10,000 characters can be 10,000 word pieces, about 170 bytes
+        each, so a batch holds one such text at a time, not every one (256 of them made 300 MB);
+        then its masks as encoded, counted against the caps (`mask_refusal`, a 422)."""
         out = []
-        for text in texts:
+        for text in request.texts:
             out.append(self.tok.encode(text))
             if why := unmaskable(self.model, self.tok, [text], out[-1:]):
-                return [], why
+                return [], Reply({"error": why}, 400)
+        if why := mask_refusal(out, self.tok.token_to_id("[MASK]"), request.top_k):
+            return [], Reply({"error": why}, 422)
         return out, None
 
     def answer(self, requests: list[FillMaskRequest]) -> list[Reply]:
-        encoded, errors = zip(*(self.encode(r.texts) for r in requests), strict=True)
+        encoded, errors = zip(*map(self.encode, requests), strict=True)
         good = [i for i, e in enumerate(errors) if e is None]
         ks = [requests[i].top_k for i in good for _ in encoded[i]]  # each text its request's
         tops = fill_masks(self.model, self.tok, [e for i in good for e in encoded[i]], ks)
         per_request = dict(zip(good, split(tops, (len(encoded[i]) for i in good)), strict=True))
-        return [
-            Reply({"error": e}, 400) if e else Reply({"masks": per_request[i]})
-            for i, e in enumerate(errors)
-        ]
+        return [e or Reply({"masks": per_request[i]}) for i, e in enumerate(errors)]
 
 
 SERVING, DRAINING, STOPPED = 0, 1, 2  # the server's state, shared by its processes

