@@ -151,16 +151,16 @@ CHECKPOINT_PATHS = ("best_model_path", "kth_best_model_path", "last_model_path")
 
 def check_checkpoint_paths(state: dict, where: str, path) -> None:
     """The checkpoint callback's files, which a resume in the same folder may delete (a best
-    checkpoint overtaken, the last one replaced): each in the folder its state names, by its
-    normalised path (no `..` out of it), or none."""
+    checkpoint overtaken, the last one replaced): each a file of the folder its state names,
+    written as `<folder>/<name>` (no `..`, which a moved run's rebased path would keep), or
+    none."""
     if not isinstance(state, dict) or not isinstance(state.get("dirpath"), str | None):
         raise UserError(f"{path}: {where}: expected the checkpoint callback's state")
     folder = os.path.normpath(state.get("dirpath") or "")
     files = [state.get(k) for k in CHECKPOINT_PATHS] + list(state.get("best_k_models") or {})
     for file in files:
-        if file and (
-            not isinstance(file, str) or os.path.dirname(os.path.normpath(file)) != folder
-        ):
+        name = os.path.basename(file) if isinstance(file, str) else ""
+        if file and (name in ("", ".", "..") or file != os.path.join(folder, name)):
             raise UserError(
                 f"{path}: {where} names {file!r}, not a file of its folder {folder}: a resume "
                 "would write or delete it"
@@ -332,6 +332,11 @@ def check_shapes(config: BertConfig, state: dict[str, torch.Tensor], where) -> N
             f"{len(layers)} layers"
         )
     for key, tensor in state.items():
+        if (stored := tensor.untyped_storage().nbytes()) < tensor.numel() * tensor.element_size():
+            raise UserError(
+                f"{where}: {key} holds {tuple(tensor.shape)} in {stored} bytes (a broadcast "
+                "view): weights are stored whole"
+            )
         if key in declared and declared[key].shape != tensor.shape:
             raise UserError(
                 f"{where}: {key} holds {tuple(tensor.shape)}, its config declares "

@@ -62,6 +62,34 @@ SPEC_TYPES = {
 }
 
 
+# the operators `export-onnx` writes (every head, pooling, fp32 and int8): a graph is a program,
+# and one of other operators (a `Loop` of 10^12 turns, which no signal stops) is refused
+ONNX_OPS = {
+    *("Add", "Cast", "Clip", "Concat", "Constant", "ConstantOfShape", "Div"),
+    *("DynamicQuantizeLinear", "Erf", "Gather", "Gemm", "Identity", "IsNaN"),
+    *("LayerNormalization", "MatMul", "MatMulInteger", "Mod", "Mul", "Not", "ReduceMax"),
+    *("ReduceSum", "Reshape", "Shape", "Slice", "Softmax", "Split", "Sqrt", "Squeeze", "Tanh"),
+    *("Transpose", "Unsqueeze", "Where"),
+}
+
+
+def check_graph(path: Path) -> None:
+    """An exported folder's `model.onnx` holds only the operators `export-onnx` writes, in
+    ONNX's own domain: no control flow (`Loop`, `If`, `Scan`) or custom operator."""
+    import onnx
+
+    try:
+        graph = onnx.load(str(path), load_external_data=False).graph
+    except Exception as e:  # protobuf's own error: not an ONNX file
+        raise UserError(f"{path}: not an ONNX model ({' '.join(str(e).split())[:200]})") from None
+    for node in graph.node:
+        if node.domain not in ("", "ai.onnx") or node.op_type not in ONNX_OPS:
+            raise UserError(
+                f"{path}: operator {node.domain or 'ai.onnx'}.{node.op_type}: not one that "
+                "export-onnx writes (an exported folder is data: its graph runs as it is)"
+            )
+
+
 def spec_of(folder) -> dict:
     """What an exported folder's graph computes (`onnx.json`), its values typed."""
     path = Path(folder) / SPEC
@@ -112,6 +140,7 @@ class OrtModel(nn.Module):
         ort = onnx_runtime()
         self.folder = Path(folder)
         self.spec = spec_of(folder)
+        check_graph(self.folder / "model.onnx")
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL

@@ -226,10 +226,8 @@ def follow_moved_run(state: dict, dirpath: str, ckpt_path: str) -> None:
     if not old or old == dirpath or Path(ckpt_path).resolve().parent != Path(dirpath).resolve():
         return
 
-    def moved(path):
-        return (
-            dirpath + path[len(old) :] if isinstance(path, str) and path.startswith(old) else path
-        )
+    def moved(path):  # a file of the old folder (checkpoint.check_checkpoint_paths)
+        return os.path.join(dirpath, os.path.basename(path)) if path else path
 
     for k in ("best_model_path", "kth_best_model_path", "last_model_path"):
         state[k] = moved(state.get(k))

@@ -404,3 +404,72 @@ def test_a_config_declaring_shapes_its_weights_lack_is_refused_unbuilt(hf_folder
     (hf_folder / "config.json").write_text(json.dumps(config))
     line = embed_error(capsys, hf_folder, tmp_path)
     assert line == f"error: {hf_folder}: declares num_hidden_layers=40; its weights hold 2 layers"
+
+
+def test_a_moved_runs_rebased_paths_stay_in_its_folder(pretrained, tmp_path):
+    """A path that normalises into the recorded folder but is written with `..` would, rebased
+    onto the folder a moved run continues in, leave it: refused as it is written."""
+    old = str(tmp_path / "victim")
+
+    def edit(raw):
+        (key,) = [k for k in raw["callbacks"] if k.startswith("ModelCheckpoint")]
+        escape = old + "/.." * 12 + old + "/important"  # normalises to old/important
+        raw["callbacks"][key] |= {"dirpath": old, "last_model_path": escape}
+
+    ckpt = plant(pretrained / "checkpoints" / "last.ckpt", tmp_path / "crafted.ckpt", edit)
+    with pytest.raises(UserError, match="not a file of its folder"):
+        read_checkpoint(ckpt)
+
+
+def test_weights_stored_as_a_broadcast_view_are_refused(pretrained, tmp_path):
+    """A tensor of the declared shape over one stored float (stride 0): a 100 KB file would
+    build a model of any size the machine holds."""
+    key = "model.bert.embeddings.word_embeddings.weight"
+
+    def edit(raw):
+        raw["state_dict"][key] = torch.zeros(1).expand(*raw["state_dict"][key].shape)
+
+    ckpt = plant(pretrained / "checkpoints" / "last.ckpt", tmp_path / "crafted.ckpt", edit)
+    with pytest.raises(UserError) as e:
+        read_checkpoint(ckpt)
+    assert one_line(e).startswith(f"{ckpt}: bert.embeddings.word_embeddings.weight holds (")
+    assert str(e.value).endswith(" in 4 bytes (a broadcast view): weights are stored whole")
+
+
+def test_an_onnx_graph_of_operators_export_never_writes_is_refused(hf_folder, tmp_path, capsys):
+    """A graph is a program: a `Loop` of 10^12 turns ran past 10 minutes and no signal
+    stopped it. Only `export-onnx`'s operators are run."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto as T
+    from onnx import helper as h
+
+    folder = tmp_path / "onnx"
+    folder.mkdir()
+    (folder / "tokenizer.json").write_bytes((hf_folder / "tokenizer.json").read_bytes())
+    spec = {"use": "embed", "pooling": "cls", "normalize": False, "output": "embeddings"}
+    (folder / "onnx.json").write_text(json.dumps(spec | {"max_seq_length": 32, "width": 32}))
+    scalar = lambda name, t: h.make_tensor_value_info(name, t, [])  # noqa: E731
+    body = h.make_graph(
+        [h.make_node("Identity", ["c"], ["c2"]), h.make_node("Identity", ["a"], ["a2"])],
+        "body",
+        [scalar("i", T.INT64), scalar("c", T.BOOL), scalar("a", T.FLOAT)],
+        [scalar("c2", T.BOOL), scalar("a2", T.FLOAT)],
+    )
+    graph = h.make_graph(
+        [h.make_node("Loop", ["n", "cond", "a0"], ["embeddings"], body=body)],
+        "g",
+        [h.make_tensor_value_info("input_ids", T.INT64, ["B", "T"])],
+        [scalar("embeddings", T.FLOAT)],
+        initializer=[
+            h.make_tensor("n", T.INT64, [], [10**12]),
+            h.make_tensor("cond", T.BOOL, [], [True]),
+            h.make_tensor("a0", T.FLOAT, [], [0.0]),
+        ],
+    )
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    onnx.save(model, folder / "model.onnx")
+    line = embed_error(capsys, folder, tmp_path)
+    assert line == (
+        f"error: {folder / 'model.onnx'}: operator ai.onnx.Loop: not one that export-onnx writes "
+        "(an exported folder is data: its graph runs as it is)"
+    )
