@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -144,6 +145,14 @@ def run_in_session(
     stdout, stderr = bounded_output(p, bound)
     assert session_ends(p.pid), f"a process of the run outlived its output: {stderr[-2000:]}"
     return subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr)
+
+
+def run_script(script: str, args: list[str], cwd: Path) -> None:
+    """`python SCRIPT ARGS` in `cwd`, tests/ importable (a test's callbacks); must succeed."""
+    env = subprocess_env()
+    cmd = [sys.executable, str(ROOT / script), *args]
+    proc = run_in_session(cmd, env, 600, cwd=cwd)
+    assert proc.returncode == 0, proc.stderr[-3000:]
 
 
 def bounded_output(p: subprocess.Popen, bound: float) -> tuple[str, str]:

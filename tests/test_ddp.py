@@ -7,15 +7,7 @@ import lightning as L
 import pytest
 import torch
 
-from helpers import ROOT, run_in_session, subprocess_env, tiny_overrides, write_corpus
-
-
-def run_script(script: str, args: list[str], cwd: Path) -> None:
-    """`python SCRIPT ARGS` in `cwd`, tests/ importable (the callbacks below); must succeed."""
-    env = subprocess_env()
-    cmd = [sys.executable, str(ROOT / script), *args]
-    proc = run_in_session(cmd, env, 600, cwd=cwd)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+from helpers import run_in_session, run_script, subprocess_env, tiny_overrides, write_corpus
 
 
 class RecordExamples(L.Callback):

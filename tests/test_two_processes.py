@@ -10,10 +10,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from test_ddp import run_script
 
 from finetune_fixtures import ad_rows, overrides, sentiment_rows, write_csv, write_tokenizer
-from helpers import tiny_overrides, write_corpus
+from helpers import run_script, tiny_overrides, write_corpus
 
 LR0 = "optim.lr=0"
 
