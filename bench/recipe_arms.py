@@ -24,7 +24,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from omegaconf import OmegaConf
 
 from bert_lightning.commands.interpolate import run_config
 from bert_lightning.commands.options import add_table_arguments, table_options, task_options
@@ -71,10 +70,10 @@ def measure(args) -> dict:
     cfg = run_config(next(iter(arms.values())))
     if cfg is None:
         raise UserError(f"{args.arms[0]}: the first arm must be a checkpoint of a finetune.py run")
-    run_task = stored_task(OmegaConf.to_container(cfg.task, resolve=True), args.arms[0])
-    _, tables = load_splits(run_task, cfg.seed)
+    run_task = stored_task(cfg["task"], args.arms[0])
+    _, tables = load_splits(run_task, cfg["seed"])
     models = {name: load_finetuned(path) for name, path in arms.items()}
-    out = {"seed": cfg.seed, "arms": arms}
+    out = {"seed": cfg["seed"], "arms": arms}
     out["home_depot"] = compare(models, tables["test"], args.zero_shot)
     if args.other:  # read as `bert-lightning evaluate` reads a file, with its options
         options = table_options(args) | task_options(args, next(iter(models.values())).task)

@@ -30,8 +30,8 @@ def instantiate(node, where: str, **kwargs):
     check_types(node, where, given=kwargs.keys())
     try:
         built = hydra_instantiate(node, _partial_=True)
-        if node.get("_partial_"):
-            return partial(built, **kwargs)
+        if node.get("_partial_"):  # Hydra's partial (its `keywords`, the section's values)
+            return partial(built, **kwargs) if kwargs else built
         try:
             return built(**kwargs)
         except UserError:
