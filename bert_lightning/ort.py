@@ -64,13 +64,48 @@ SPEC_TYPES = {
 
 # the operators `export-onnx` writes (every head, pooling, fp32 and int8): a graph is a program,
 # and one of other operators (a `Loop` of 10^12 turns, which no signal stops) is refused
-ONNX_OPS = {
-    *("Add", "Cast", "Clip", "Concat", "Constant", "ConstantOfShape", "Div"),
-    *("DynamicQuantizeLinear", "Erf", "Gather", "Gemm", "Identity", "IsNaN"),
-    *("LayerNormalization", "MatMul", "MatMulInteger", "Mod", "Mul", "Not", "ReduceMax"),
-    *("ReduceSum", "Reshape", "Shape", "Slice", "Softmax", "Split", "Sqrt", "Squeeze", "Tanh"),
-    *("Transpose", "Unsqueeze", "Where"),
-}
+ONNX_OPS = set(
+    [
+        "Add",
+        "Cast",
+        "Clip",
+        "Concat",
+        "Constant",
+        "ConstantOfShape",
+        "Div",
+        "DynamicQuantizeLinear",
+        "Erf",
+        "Expand",
+        "Gather",
+        "Gemm",
+        "Identity",
+        "IsNaN",
+        "LayerNormalization",
+        "MatMul",
+        "MatMulInteger",
+        "Max",
+        "Mod",
+        "Mul",
+        "Neg",
+        "Not",
+        "Pow",
+        "ReduceL2",
+        "ReduceMax",
+        "ReduceSum",
+        "Reshape",
+        "Shape",
+        "Slice",
+        "Softmax",
+        "Split",
+        "Sqrt",
+        "Squeeze",
+        "Sub",
+        "Tanh",
+        "Transpose",
+        "Unsqueeze",
+        "Where",
+    ]
+)
 
 
 def check_graph(path: Path) -> None:
