@@ -229,7 +229,7 @@ class ResumePoint:
     hparams: dict  # the module's hyper_parameters (`optim` holds the schedule's total_steps)
     tokenizer: str  # the tokenizer the run was trained with (a resumed run must keep it)
     data: dict | None  # its data record (training/resume.py); None: written before the record
-    path: str = ""  # the file, for messages
+    path: str  # the file, for messages
 
 
 def resume_point(path: str | Path, origin: str | None = None, use: str = "") -> ResumePoint:

@@ -195,7 +195,7 @@ def declared_by(folder: Path) -> Declared | None:
             raise UserError(
                 f"{path}: a {module.get('type')} module; embed runs {only} modules only"
             )
-        paths[kind] = module.get("path", "")
+        paths[kind] = module.get("path") or ""
     if "Pooling" not in paths:
         raise UserError(f"{path}: no Pooling module; embed gives one vector per text")
     source = folder / paths["Pooling"] / "config.json"
