@@ -1,4 +1,4 @@
-"""Issue #56: a run that finds its corpus bad stops in one line and leaves nothing it built from
+"""A run that finds its corpus bad stops in one line and leaves nothing it built from
 it: not the tokenizer trained on the first documents of a truncated `.json.gz` (cached, the
 next run on the same file would take it as trained before), not the run's `tokenizer.json`,
 not a token-array folder of that tokenizer."""

@@ -1,4 +1,4 @@
-"""Fuzzed readers (issue #21): whatever bytes a corpus, table, CoNLL or vocabulary file holds, its
+"""Fuzzed readers: whatever bytes a corpus, table, CoNLL or vocabulary file holds, its
 reader either parses them or raises a one-line `UserError` that names the file (and the line,
 where the input has lines). Any other exception reaches the user as a traceback, a message over
 several lines breaks the `error: ...` line, and a hang stalls a run. Beside random bytes, the

@@ -226,8 +226,8 @@ def class_uses(cls: ast.ClassDef) -> dict[str, int]:
 def test_no_private_lightning_name_outside_the_door():
     """Outside training/lightning_api.py: no import of a `_`-name of Lightning's; no class that
     defines, overrides or uses on `self` a `_`-name its Lightning bases have; no `x._name` of a
-    name Lightning's classes have, unless a class of ours has that name of its own; and nothing
-    issue #55's acceptance grep finds."""
+    name Lightning's classes have, unless a class of ours has that name of its own; and no
+    `trainer._`, connector or `lightning..._` name a grep finds."""
     lightning_names = set()
     for path in Path(L.__file__).parent.rglob("*.py"):
         lightning_names |= set(LIGHTNING_MEMBER.findall(path.read_text()))

@@ -1,4 +1,4 @@
-"""Issue #56: no wait is silent. Off a terminal a step a user waits on (testing the best
+"""No wait is silent. Off a terminal a step a user waits on (testing the best
 checkpoint, the baselines, `evaluate`'s task metrics, each alpha of `interpolate`, a cell of
 `downstream`) says what it waits on when it starts, and then a line on stderr whenever no
 progress line came for `progress.SECONDS` (here made short, a step made slow)."""

@@ -1,14 +1,31 @@
 import csv
+import json
 import os
+import shutil
 import signal
 
 import lightning as L
 import pytest
 import torch
 
+from bert_lightning.checkpoint import DATA_RECORD, read_checkpoint
+from bert_lightning.cli import main
+from bert_lightning.config import bundled, compose
+from bert_lightning.data.corpus import iter_documents
+from bert_lightning.errors import UserError
 from bert_lightning.training.checkpoint_io import AtomicCheckpointIO
+from bert_lightning.training.finetune import finetune
 from bert_lightning.training.interrupt import Interrupted
-from helpers import RESUMABLE, pretrain_tiny
+from bert_lightning.training.pretrain import train
+from finetune_fixtures import (
+    overrides,
+    regression_rows,
+    write_hf_folder,
+    write_jsonl,
+    write_our_ckpt,
+    write_tokenizer,
+)
+from helpers import RESUMABLE, pretrain_tiny, tiny_overrides, write_corpus
 
 
 class SignalAt(L.Callback):
@@ -105,3 +122,335 @@ def test_a_crash_while_saving_keeps_the_last_checkpoint(tmp_path, monkeypatch):
     assert os.listdir(tmp_path) == ["last.ckpt"]  # no temporary left behind
     io.save_checkpoint({"step": 2}, path)
     assert torch.load(path, weights_only=True)["step"] == 2
+
+
+def write_text_corpus(path, docs) -> str:
+    """C4 documents as a .txt file: a block each (its paragraphs on lines of their own)."""
+    path.write_text("\n\n".join(docs) + "\n")
+    return str(path)
+
+
+def sample_docs(start: int, stop: int) -> list[str]:
+    return list(iter_documents([bundled("c4_sample.jsonl")]))[start:stop]
+
+
+def evaluated_loss(tmp_path, ckpt, val) -> dict:
+    out = tmp_path / "eval.json"
+    main(["evaluate", str(ckpt), str(val), "--cache-dir", str(tmp_path / "c"), "--json", str(out)])
+    return json.loads(out.read_text())["metrics"]
+
+
+@pytest.mark.slow
+def test_evaluate_reads_text_files_as_the_run_did(tmp_path):
+    """Row 4 (a): a run with `data.text_unit=line` (a document, here an example, per line) is
+    evaluated per line too, not per block: its own validation file gives its last validation
+    loss."""
+    out = tmp_path / "run"
+    train_txt = write_text_corpus(tmp_path / "train.txt", sample_docs(0, 60))
+    val = write_text_corpus(tmp_path / "val.txt", sample_docs(100, 110))
+    cfg = compose(
+        overrides=tiny_overrides(
+            out, "data=text", f"data.train_files={train_txt}", f"data.val_files={val}",
+            "data.text_unit=line", "data.packing=document",
+        )
+    )  # fmt: skip
+    val_loss = train(cfg)
+    got = evaluated_loss(tmp_path, out / "checkpoints" / "last.ckpt", val)
+    assert got["loss"] == pytest.approx(val_loss, abs=1e-5)
+
+
+@pytest.mark.slow
+def test_evaluate_scores_an_nsp_run_on_its_pairs(tmp_path):
+    """Row 4 (b): an NSP run is evaluated on sentence pairs with its loss (MLM + NSP), as it
+    validated, not as MLM on single texts."""
+    out = tmp_path / "run"
+    write_corpus(out / "corpus.jsonl", 60)
+    val = tmp_path / "val.jsonl"
+    val.write_text("".join(json.dumps({"text": d}) + "\n" for d in sample_docs(100, 120)))
+    val_loss = train(compose(overrides=tiny_overrides(out, "data=c4_nsp", f"data.val_files={val}")))
+    got = evaluated_loss(tmp_path, out / "checkpoints" / "last.ckpt", val)
+    assert got["loss"] == pytest.approx(val_loss, abs=1e-5)
+    assert got["loss"] == pytest.approx(got["mlm_loss"] + got["nsp_loss"], abs=1e-5)
+
+
+def finetune_regression(tmp_path, *extra):
+    """A debug=tiny regression run on tmp_path/train.jsonl (as it is), writing into tmp_path/run,
+    with last.ckpt at step 4."""
+    cfg = compose(
+        "finetune",
+        overrides(
+            tmp_path, "regression", f"task.train_file={tmp_path / 'train.jsonl'}",
+            "trainer.max_steps=4", "trainer.max_epochs=-1",
+            "callbacks.model_checkpoint.every_n_train_steps=4", *extra,
+        ),
+    )  # fmt: skip
+    return finetune(cfg)
+
+
+TARGET_SCALE = ("target_mean", "target_std")
+
+
+def write_targets(path, scale: float) -> None:
+    """regression_rows' 48 rows with their targets times `scale` (dollars -> cents: 100)."""
+    write_jsonl(path, [r | {"target": r["target"] * scale} for r in regression_rows(48)])
+
+
+def rescaled_resume(tmp_path, *extra):
+    """A regression run fine-tuned on targets in dollars for 4 steps: (its last.ckpt, what a
+    resume on the same file in cents names as changed, that resume to step 6 with `extra`)."""
+    write_tokenizer(tmp_path / "tokenizer.json")
+    write_targets(tmp_path / "train.jsonl", 1.0)
+    finetune_regression(tmp_path)
+    last = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    before = os.path.getsize(tmp_path / "train.jsonl")
+    write_targets(tmp_path / "train.jsonl", 100.0)
+    after = os.path.getsize(tmp_path / "train.jsonl")
+    task = read_checkpoint(last).hparams["task"]  # the scale in dollars; in cents: x 100
+    scale = "; ".join(f"task.{k} {task[k]:.6g} -> {task[k] * 100:.6g}" for k in TARGET_SCALE)
+    changed = f"task.train_file: train.jsonl changed ({before:,} -> {after:,} bytes); {scale}"
+    more = ("trainer.max_steps=6", f"ckpt_path={last}", *extra)
+    return last, changed, lambda: finetune_regression(tmp_path, *more)
+
+
+@pytest.mark.slow
+def test_a_finetuning_resume_on_rescaled_targets_is_refused(tmp_path):
+    """Row 10: targets changed from dollars to cents between a run and its resume: refused in
+    one line naming the file and the target scale, and the run left as it was."""
+    last, changed, resume = rescaled_resume(tmp_path)
+    ckpt = last.read_bytes()
+    with pytest.raises(UserError) as e:
+        resume()
+    assert str(e.value) == (
+        f"{last}: trained on other data: {changed}; resume_with_new_data=true continues on these"
+    )
+    assert last.read_bytes() == ckpt and not (tmp_path / "run" / "FAILED").exists()
+
+
+@pytest.mark.slow
+def test_resume_with_new_data_trains_on_them_and_says_what_changed(tmp_path, caplog):
+    """`resume_with_new_data=true`: the run continues on the cents, its log names what changed,
+    and its checkpoints record the new data (the target scale its head now predicts in)."""
+    last, changed, resume = rescaled_resume(tmp_path, "resume_with_new_data=true")
+    first = read_checkpoint(last).hparams["task"]
+    with caplog.at_level("WARNING", logger="bert_lightning.training.resume"):
+        assert resume()["steps"] == 6
+    assert (
+        f"{last}: continuing on other data (resume_with_new_data=true): {changed}"
+        in caplog.messages
+    )
+    now = read_checkpoint(last).hparams["task"]
+    assert [now[k] for k in TARGET_SCALE] == pytest.approx([first[k] * 100 for k in TARGET_SCALE])
+    write_targets(tmp_path / "train.jsonl", 100.0)  # as it is: written again, the same rows
+    caplog.clear()
+    finetune_regression(tmp_path, f"ckpt_path={last}", "trainer.max_steps=8")  # its data now
+    assert not [m for m in caplog.messages if "other data" in m]
+
+
+@pytest.mark.slow
+def test_a_pretraining_resume_on_another_corpus_is_refused(tmp_path):
+    """Row 10: a pretraining run continued on another corpus (and so another validation set,
+    held out of it) is refused, naming the files; `resume_with_new_data=true` trains on it."""
+    out = tmp_path / "run"
+    write_corpus(out / "corpus.jsonl")
+    train(compose(overrides=tiny_overrides(out, "trainer.max_steps=3")))
+    last = out / "checkpoints" / "last.ckpt"
+    other = write_corpus(tmp_path / "other.jsonl", 50)
+    again = tiny_overrides(out, f"data.train_files={other}", f"ckpt_path={last}")
+    written = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+    with pytest.raises(UserError) as e:
+        train(compose(overrides=again))
+    assert {p: p.stat().st_mtime_ns for p in written} == written  # nothing rewritten
+    assert str(e.value) == (
+        f"{last}: trained on other data: data.train_files: corpus.jsonl no longer read, "
+        "other.jsonl read now; resume_with_new_data=true continues on these"
+    )
+    assert train(compose(overrides=[*again, "resume_with_new_data=true"])) is not None
+    assert torch.load(last, weights_only=True)["global_step"] == 6
+
+
+def test_a_checkpoint_without_a_data_record_resumes_with_a_warning(tmp_path, caplog):
+    """A checkpoint written before the record was kept: the data cannot be checked, and the
+    log says so."""
+    out = tmp_path / "run"
+    write_corpus(out / "corpus.jsonl")
+    train(
+        compose(overrides=tiny_overrides(out, "trainer.max_steps=2", "validate_before_fit=false"))
+    )
+    last = out / "checkpoints" / "last.ckpt"
+    old = torch.load(last, weights_only=True)
+    del old[DATA_RECORD]
+    torch.save(old, last)
+    with caplog.at_level("WARNING", logger="bert_lightning.training.resume"):
+        train(compose(overrides=tiny_overrides(out, f"ckpt_path={last}", "trainer.max_steps=3")))
+    assert (
+        caplog.messages.count(
+            f"{last} records no data (written before checkpoints did): this run's data are not "
+            "checked against those it trained on"
+        )
+        == 1
+    )
+
+
+def distill(out, teacher, *extra):
+    """A 2-step distillation of `teacher` into a tiny student (soft_mlm among its losses),
+    writing into `out` (its corpus.jsonl written); its last.ckpt."""
+    overrides = tiny_overrides(
+        out, "objective=distill", f"objective.teacher={teacher}", "objective.soft_mlm=1.0",
+        "trainer.max_steps=2", "validate_before_fit=false", *extra,
+    )  # fmt: skip
+    train(compose(overrides=overrides))
+    return out / "checkpoints" / "last.ckpt"
+
+
+def test_a_distillation_resumes_with_its_objective_only(tmp_path):
+    """A resume keeps every objective setting (a loss weight left out, another temperature)
+    and its teacher's contents (the teacher overwritten at its path): each refused in one line
+    naming what differs, before anything is written."""
+    teacher = tmp_path / "teacher" / "checkpoints" / "last.ckpt"
+    pretrain_tiny(tmp_path / "teacher", "trainer.max_steps=2", "validate_before_fit=false")
+    out = tmp_path / "student"
+    write_corpus(out / "corpus.jsonl")
+    last = distill(out, teacher)
+    again = ("trainer.max_steps=4", f"ckpt_path={last}")
+    written = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+    refused = f"{last}: trained with other objective settings: "
+    keeps = "; a resumed run keeps its objective (give the run's settings)"
+    with pytest.raises(UserError) as e:
+        distill(out, teacher, *again, "objective.soft_mlm=0", "objective.temperature=4")
+    assert (
+        str(e.value) == f"{refused}objective.soft_mlm 1 -> 0, objective.temperature 2 -> 4{keeps}"
+    )
+    raw = torch.load(teacher, weights_only=True)
+    raw["state_dict"] = {k: v + 1 for k, v in raw["state_dict"].items()}  # retrained, same path
+    torch.save(raw, teacher)
+    with pytest.raises(UserError) as e:
+        distill(out, teacher, *again)
+    assert str(e.value) == f"{refused}objective.teacher: last.ckpt changed (its contents){keeps}"
+    assert {p: p.stat().st_mtime_ns for p in written} == written
+
+
+def lrs(out, steps) -> list[float]:
+    """The learning rate of each of `steps` (metrics.csv's `lr/model`)."""
+    with open(out / "metrics.csv", newline="") as f:
+        rows = {int(r["step"]): float(r["lr/model"]) for r in csv.DictReader(f) if r["lr/model"]}
+    return [rows[s] for s in steps]
+
+
+def test_a_resume_keeps_the_runs_schedule_unless_the_command_line_changes_it(tmp_path, capsys):
+    """`optim.*` of the first run (lr, warmup) are the checkpoint's: a resume that leaves them
+    out trains at the uninterrupted run's rates, not at conf/optim's; `optim.lr=` given on the
+    command line is used, and the log names it."""
+    first = ("optim.lr=1e-2", "optim.warmup_steps=2", *RESUMABLE)
+
+    def run(name, *extra):
+        pretrain_tiny(tmp_path / name, *extra)
+        return tmp_path / name / "checkpoints" / "last.ckpt"
+
+    run("whole", *first)
+    crash = ("+callbacks.crash._target_=probe.CrashAt", "+callbacks.crash.step=4")
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        run("killed", *first, *crash)
+    killed = tmp_path / "killed" / "checkpoints" / "last.ckpt"
+    run("resumed", *RESUMABLE, f"ckpt_path={killed}")  # in process: the checkpoint's optim
+    steps = range(5, 9)
+    assert lrs(tmp_path / "resumed", steps) == lrs(tmp_path / "whole", steps)
+
+    out = tmp_path / "given"
+    shutil.copytree(tmp_path / "killed", out)
+    again = [*RESUMABLE, f"ckpt_path={out / 'checkpoints' / 'last.ckpt'}", "optim.lr=5e-3"]
+    main(["pretrain", *tiny_overrides(out, f"hydra.run.dir={tmp_path / 'h'}", *again)])
+    assert lrs(out, steps) == pytest.approx([lr / 2 for lr in lrs(tmp_path / "whole", steps)])
+    log = (tmp_path / "h" / "pretrain.log").read_text()
+    assert "optim.lr=0.005 replaces the 0.01 of the run it continues" in log
+
+
+def pretrained_regression(tmp_path, *extra):
+    """finetune_regression from a tiny pretrained checkpoint (tmp_path/pre.ckpt): results.json;
+    its last.ckpt, at step 4."""
+    write_our_ckpt(tmp_path / "pre.ckpt", write_tokenizer(tmp_path / "tokenizer.json"))
+    write_jsonl(tmp_path / "train.jsonl", regression_rows(48))
+    return finetune_regression(tmp_path, f"pretrained={tmp_path / 'pre.ckpt'}", *extra)
+
+
+def test_a_resumed_fine_tuning_names_what_it_started_from(tmp_path):
+    """results.json of a resumed run names the pretrained weights of its first part, not
+    null."""
+    first = pretrained_regression(tmp_path)
+    assert first["pretrained"] == f"checkpoint {tmp_path / 'pre.ckpt'}"
+    last = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    resumed = finetune_regression(tmp_path, f"ckpt_path={last}", "trainer.max_steps=6")
+    assert resumed["steps"] == 6 and resumed["pretrained"] == first["pretrained"]
+
+
+def test_a_frozen_encoder_resumed_without_freeze_encoder_is_refused(tmp_path):
+    """freeze_encoder makes the optimizer's groups: a resume without it is one line, not the
+    optimizer's ValueError."""
+    pretrained_regression(tmp_path, "freeze_encoder=true")
+    last = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    with pytest.raises(UserError) as e:
+        finetune_regression(tmp_path, f"ckpt_path={last}", "trainer.max_steps=6")
+    assert str(e.value) == (
+        f"{last}: trained with freeze_encoder=True, this run has freeze_encoder=False; a resumed "
+        "run keeps its frozen encoder (give freeze_encoder=True)"
+    )
+
+
+def test_a_student_tokenizer_that_normalizes_otherwise_is_refused(tmp_path):
+    """A student from a copy of its teacher's folder that keeps case (`do_lower_case: false`)
+    has the teacher's vocabulary but not its ids ("The Cat": [UNK] [UNK]): refused, naming
+    what differs."""
+    teacher, student = tmp_path / "teacher", tmp_path / "student"
+    write_hf_folder(teacher, write_tokenizer(tmp_path / "tokenizer.json"))
+    shutil.copytree(teacher, student)
+    (student / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": False}))
+    write_corpus(tmp_path / "corpus.jsonl")
+    with pytest.raises(UserError) as e:
+        distill(tmp_path, teacher, f"init_from={student}", "objective.soft_mlm=0")  # no head
+    assert str(e.value) == (
+        f"init_from={student} and objective.teacher={teacher} have different normalizers; "
+        "expected one tokenizer"
+    )
+
+
+@pytest.mark.parametrize(
+    "given", ["data.tokenizer.vocab_size=5000", "data.tokenizer.min_frequency=5"]
+)
+def test_a_tokenizer_setting_that_init_from_overrides_is_refused(tmp_path, capsys, given):
+    """`init_from=` gives the tokenizer: a vocabulary size or frequency for the one a run would
+    train is not silently dropped but refused in one line, before a tokenizer is written."""
+    pre = tmp_path / "pre.ckpt"
+    write_our_ckpt(pre, write_tokenizer(tmp_path / "tokenizer.json"))
+    out = tmp_path / "run"
+    write_corpus(out / "corpus.jsonl")
+    argv = tiny_overrides(out, f"hydra.run.dir={tmp_path / 'h'}", f"init_from={pre}", given)
+    with pytest.raises(SystemExit) as e:
+        main(["pretrain", *argv])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "Traceback" not in err
+    assert err.rstrip().splitlines()[-1] == (
+        f"error: {given}: the run reads the tokenizer of checkpoint {pre} (init_from= or a "
+        "teacher gives it; these settings shape a tokenizer trained on the corpus only); leave "
+        "them out"
+    )
+    assert not (out / "tokenizer.json").exists()
+
+
+def test_a_tokenizer_setting_a_config_gives_beside_init_from_is_said_unused(tmp_path, caplog):
+    """The same setting from a config (an experiment's `data.tokenizer.vocab_size`), not the
+    command line: the run goes on with init_from='s tokenizer, and a warning says so."""
+    from bert_lightning.training.pretrain import build
+
+    pre = tmp_path / "pre.ckpt"
+    write_our_ckpt(pre, write_tokenizer(tmp_path / "tokenizer.json"))
+    out = tmp_path / "run"
+    write_corpus(out / "corpus.jsonl")
+    cfg = compose(overrides=tiny_overrides(out, f"init_from={pre}"))
+    cfg.data.tokenizer.vocab_size = 30522  # as experiment=bert_base_c4 sets it
+    with caplog.at_level("WARNING", logger="bert_lightning.training.start"):
+        build(cfg)
+    (line,) = [r.getMessage() for r in caplog.records if "unused" in r.getMessage()]
+    assert line == (
+        "data.tokenizer.vocab_size=30522 (set by the config, not the command line): unused; "
+        f"the run reads the tokenizer of checkpoint {pre} (init_from= or a teacher gives it; "
+        "these settings shape a tokenizer trained on the corpus only)"
+    )

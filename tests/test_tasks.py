@@ -1,8 +1,7 @@
-"""The reproductions of issue #53's rows that concern tasks and tables, kept so they stay fixed:
-a metric with no value on its rows is NaN and said so, never 0; a monitor fits the labels and
-the validation rows; a missing label is a bad row, never a class; a byte order mark goes before
-the parsing; and the sweep that followed (metrics on degenerate rows and on any batching, tables
-written and read back, what is fitted and what is held out)."""
+"""Tasks and tables: a metric with no value on its rows is NaN and said so, never 0; a monitor fits
+the labels and the validation rows; a missing label is a bad row, never a class; a byte order
+mark goes before the parsing; metrics on degenerate rows and on any batching, tables written and
+read back, what is fitted and what is held out."""
 
 import logging
 import math

@@ -1,9 +1,8 @@
-"""The reproductions of issue #53's rows about `interpolate` and the downstream suite's cells,
-kept so they stay fixed: a start that is not the one a model was fine-tuned from (another
-tokenizer, or the same file moved on) is refused, and a finished cell is reused only for the
-weights, settings and data it was run with. Beside them, the other results reused outside the
-data layer (bench's budgeted pretraining runs, the random row's tokenizer), each shown missed
-when one of its inputs changes."""
+"""Results reused, by `interpolate` and the downstream suite's cells: a start that is not the one a
+model was fine-tuned from (another tokenizer, or the same file moved on) is refused, and a
+finished cell is reused only for the weights, settings and data it was run with. Beside them,
+the other results reused outside the data layer (bench's budgeted pretraining runs, the random
+row's tokenizer), each shown missed when one of its inputs changes."""
 
 import json
 import logging

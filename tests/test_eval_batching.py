@@ -1,4 +1,4 @@
-"""Issue #53, "nothing silently wrong": every loss a run or `evaluate` reports is the loss of the
+"""Every loss a run or `evaluate` reports is the loss of the
 whole split, whatever `eval_batch_size` cuts it into (a mean of batch means weighs a short batch,
 or one of few labelled tokens, like a full one; a ranking term sees only the pairs a batch holds);
 and no group (query) of a validation or test file is also in the train file."""

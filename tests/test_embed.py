@@ -1,4 +1,4 @@
-"""Issue #53, embedding a sentence-transformers folder: its modules.json, 1_Pooling/config.json
+"""Embedding a sentence-transformers folder: its modules.json, 1_Pooling/config.json
 and sentence_bert_config.json say how its vectors are made (pooling, length, unit length);
 `bert-lightning embed` and the server's /embed make them so, as `SentenceTransformer.encode`
 does, or refuse in one line what they cannot make; `export-onnx` of such a folder exports the
