@@ -12,6 +12,7 @@ import importlib
 import sys
 from contextlib import nullcontext
 
+from bert_lightning.commands.options import missing_columns_named_by_option
 from bert_lightning.errors import reported
 from bert_lightning.signals import stops_on_signals
 
@@ -54,5 +55,5 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     # a stop signal ends a command at once, 128 + its number, saying it was asked for
     stops = nullcontext() if args.command in DRAINS else stops_on_signals(f"in {args.command}")
-    with reported(args.debug), stops:
+    with reported(args.debug), stops, missing_columns_named_by_option(args):
         args.func(args)

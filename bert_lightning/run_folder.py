@@ -27,6 +27,7 @@ from omegaconf import OmegaConf
 
 from bert_lightning.atomic import atomic_path, write_text
 from bert_lightning.errors import UserError, first_line, reported, user_error
+from bert_lightning.progress import to_log_files
 
 log = logging.getLogger(__name__)
 
@@ -97,13 +98,17 @@ def refuse_links(
     append to the file it shares: refused before anything is written."""
     link = next(links_in(folder), None)
     if link is not None:
-        kind = f"a symlink (to {os.path.realpath(link)})" if link.is_symlink() else "a hard link"
+        if link.is_symlink():
+            kind = f"a symlink (to {os.path.realpath(link)})"
+        else:
+            kind = "a hard link" if link.is_file() else "not a regular file (a reader would wait)"
         raise UserError(f"{link}: {kind} in {what}; remove it, or {fix}")
 
 
 def links_in(folder: Path) -> Iterator[Path]:
-    """The symlinks at or under `folder`, and files of more than one name (hard links), in a
-    fixed order, none followed."""
+    """The symlinks at or under `folder`, files of more than one name (hard links) and what is
+    neither a file nor a folder (a FIFO, on which a reader waits forever), in a fixed order,
+    none followed."""
     if folder.is_symlink():
         yield folder
         return
@@ -111,7 +116,8 @@ def links_in(folder: Path) -> Iterator[Path]:
         dirs.sort()
         for name in sorted(dirs + files):
             path = Path(root, name)
-            if path.is_symlink() or (name in files and path.stat().st_nlink > 1):
+            odd = name in files and (not path.is_file() or path.stat().st_nlink > 1)
+            if path.is_symlink() or odd:
                 yield path
 
 
@@ -183,7 +189,8 @@ class RunState:
 
 @contextmanager
 def failure_marked(out_dir: Path, resuming: bool, rank: int) -> Iterator[RunState]:
-    """A run that raises leaves `FAILED` (its one-line reason) beside its log; one that
+    """A run that raises leaves `FAILED` (its one-line reason, as printed, also the log's last
+    line) beside its log; one that
     completes removes the marker of the crashed run it continued. A user's mistake found
     before the run begins writes nothing: a refused resume leaves the run it names as it was,
     and a folder Hydra made for this job is removed. Only `rank` 0 writes."""
@@ -196,8 +203,12 @@ def failure_marked(out_dir: Path, resuming: bool, rank: int) -> Iterator[RunStat
             if refused:
                 drop_unused_folder(out_dir)
             if not (refused and (resuming or not out_dir.exists())):
+                mistake = user_error(e)  # its line as printed: `stopped on request: ...`
+                line = f"{mistake.label}: {first_line(mistake)}" if mistake else None
+                line = line or f"{type(e).__name__}: {first_line(e)}"
+                to_log_files(line)
                 with suppress(UserError):  # a folder it cannot write: the error says why
-                    write_text(out_dir / FAILED, f"{type(e).__name__}: {first_line(e)}\n")
+                    write_text(out_dir / FAILED, line + "\n")
         raise
     if rank == 0:
         (out_dir / FAILED).unlink(missing_ok=True)

@@ -41,13 +41,12 @@ def load_start(model: torch.nn.Module, ckpt: Checkpoint) -> None:
     own = model.state_dict()
     state = {k: v for k, v in ckpt.state_dict.items() if k in own}
     load_into(model, state)
-    log.info(
-        "starting from %s: loaded %s; new %s; not used %s",
-        ckpt.source,
-        parts(state) or "nothing",
-        parts(set(own) - set(state) - {DECODER}) or "nothing",
-        parts(set(ckpt.state_dict) - set(state)) or "nothing",
-    )
+    said = {
+        "new": parts(set(own) - set(state) - {DECODER}),
+        "not used": parts(set(ckpt.state_dict) - set(state)),
+    }
+    rest = "".join(f"; {what} {keys}" for what, keys in said.items() if keys)
+    log.info("starting from %s: loaded %s%s", ckpt.source, parts(state) or "nothing", rest)
 
 
 def with_layers(ckpt: Checkpoint, layers: list[int]) -> Checkpoint:

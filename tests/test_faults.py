@@ -180,7 +180,7 @@ def test_a_full_disk_while_saving_keeps_the_previous_checkpoint(tmp_path, monkey
     folder = out / "checkpoints"
     assert str(e.value).startswith(f"{folder}/")
     assert str(e.value).endswith(".ckpt: cannot write it (No space left on device)")
-    assert (out / "FAILED").read_text() == f"UserError: {e.value}\n"
+    assert (out / "FAILED").read_text() == f"error: {e.value}\n"
     state = torch.load(folder / "last.ckpt", map_location="cpu", weights_only=True)
     assert state["global_step"] == 4
     assert not [p for p in folder.iterdir() if p.name.startswith(".")]  # no temporary file

@@ -314,10 +314,14 @@ def test_mean_and_max_pooling_read_real_tokens_only():
         BertForSequenceClassification(config, 3, "last")
 
 
-def test_missing_column_is_named(tmp_path):
+def test_missing_column_is_named_with_the_key_that_names_another(tmp_path):
     train = write_csv(tmp_path / "train.csv", [{"text": "a", "label": 1}])
-    with pytest.raises(DataError, match=r"train\.csv: no column 'sentence'"):
+    with pytest.raises(DataError) as e:
         load_splits(make_task(cfg_for("seq_classification", train)), 0)
+    assert str(e.value) == (
+        f"{train}: no column 'sentence'; the file has ['text', 'label']: "
+        "task.text_column=NAME reads another"
+    )
 
 
 def test_label_outside_the_label_set_names_file_row_column(tmp_path):

@@ -7,6 +7,7 @@ import logging
 
 import pytest
 import torch
+import yaml
 
 from bert_lightning.checkpoint import read_checkpoint
 from bert_lightning.config import compose, package_dir
@@ -25,6 +26,7 @@ from helpers import (
     TINY_BERT,
     cli_error,
     killed_and_resumed_bitwise,
+    run_script,
     tiny_overrides,
     write_corpus,
 )
@@ -221,7 +223,9 @@ def test_heads_the_start_has_are_loaded_and_the_log_names_the_new_ones(tmp_path,
         ours["bert.encoder.layer.2.output.dense.weight"],
         theirs["bert.encoder.layer.2.output.dense.weight"],
     )
-    assert "new nothing" in caplog.text
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("starting")]
+    assert line.startswith(f"starting from Hugging Face folder {folder}: loaded ['bert.embeddings'")
+    assert "; new" not in line and "nothing" not in line  # every part loaded, no empty clause
 
     # an encoder alone (a sentence-transformers folder is one): a new MLM head, tied
     folder = tmp_path / "hf_encoder"
@@ -337,3 +341,26 @@ def test_new_words_need_a_start_of_their_own(tmp_path, capsys):
         "error: data.tokenizer.extend=5 adds words to init_from='s tokenizer; give init_from= "
         "(a distilled student keeps its teacher's tokenizer)"
     )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "extra, lr, steps, ratio",
+    [
+        (["optim.lr=1e-3"], 1e-3, None, 0.06),  # adamw.yaml's value, typed
+        (["optim.warmup_steps=1", "optim.warmup_ratio=null"], 1e-4, 1, None),
+        (["optim=continued", "optim.warmup_steps=1", "optim.warmup_ratio=null"], 1e-4, 1, None),
+    ],
+    ids=["adamw's lr typed", "warmup in steps", "optim=continued named"],
+)
+def test_a_value_the_command_line_gives_stands_even_at_adamws_value(
+    tmp_path, mlm_start, extra, lr, steps, ratio
+):
+    """`python train.py init_from=...`: continued.yaml replaces only what nothing set; a value
+    typed on the command line stands even where it equals adamw.yaml's, and a group named
+    (`optim=continued`) is taken as it composes."""
+    write_corpus(tmp_path / "corpus.jsonl")
+    over = tiny_overrides(tmp_path, f"init_from={mlm_start[0]}", "trainer.max_steps=1", *extra)
+    run_script("train.py", over, tmp_path)
+    optim = yaml.safe_load((tmp_path / "config_resolved.yaml").read_text())["optim"]
+    assert (optim["lr"], optim["warmup_steps"], optim["warmup_ratio"]) == (lr, steps, ratio)

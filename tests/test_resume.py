@@ -3,6 +3,7 @@ import json
 import os
 import shutil
 import signal
+from types import SimpleNamespace
 
 import lightning as L
 import pytest
@@ -13,10 +14,12 @@ from bert_lightning.cli import main
 from bert_lightning.config import bundled, compose
 from bert_lightning.data.corpus import iter_documents
 from bert_lightning.errors import UserError
+from bert_lightning.training.callbacks import EarlyStopping
 from bert_lightning.training.checkpoint_io import AtomicCheckpointIO
 from bert_lightning.training.finetune import finetune
 from bert_lightning.training.interrupt import Interrupted
 from bert_lightning.training.pretrain import train
+from bert_lightning.training.resume import check_same_data
 from finetune_fixtures import (
     overrides,
     regression_rows,
@@ -93,7 +96,7 @@ def test_an_interrupted_run_saves_its_step_and_resumes_bitwise(tmp_path, sig):
     assert str(e.value) == (
         f"{sig} at step 3: {last} written; the same command with ckpt_path={last} continues the run"
     )
-    assert (tmp_path / "stopped" / "FAILED").read_text() == f"Interrupted: {e.value}\n"
+    assert (tmp_path / "stopped" / "FAILED").read_text() == f"stopped on request: {e.value}\n"
     assert e.value.exit_code == 128 + getattr(signal, sig)
     assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == 3
     assert [signal.getsignal(s) for s in stop_signals] == handlers
@@ -453,4 +456,30 @@ def test_a_tokenizer_setting_a_config_gives_beside_init_from_is_said_unused(tmp_
         "data.tokenizer.vocab_size=30522 (set by the config, not the command line): unused; "
         f"the run reads the tokenizer of checkpoint {pre} (init_from= or a teacher gives it; "
         "these settings shape a tokenizer trained on the corpus only)"
+    )
+
+
+def test_a_resume_keeps_the_configured_patience_and_the_checkpoints_wait():
+    """Lightning's EarlyStopping takes the patience of the checkpoint's run: ours keeps the
+    one the resumed run is given, and the count of validations without improvement."""
+    before = EarlyStopping(monitor="val/loss", patience=1)
+    before.wait_count = 1
+    after = EarlyStopping(monitor="val/loss", patience=100)
+    after.load_state_dict(before.state_dict())
+    assert (after.patience, after.wait_count) == (100, 1)
+
+
+@pytest.mark.parametrize("new_data", [False, True])
+def test_a_resume_validating_by_another_metric_is_refused(new_data):
+    """The best checkpoint and early stopping compare validations by one metric: another
+    monitor or mode is refused, even with resume_with_new_data=true (whose checkpoint state
+    would be dropped, and `last.ckpt` left at the stop's step)."""
+    was = {"task": {"monitor": "loss", "mode": "min", "train_file": "a.csv"}}
+    now = {"task": {"monitor": "acc", "mode": "max", "train_file": "a.csv"}}
+    with pytest.raises(UserError) as e:
+        check_same_data(SimpleNamespace(data=was), "last.ckpt", now, new_data)
+    assert str(e.value) == (
+        "last.ckpt: its run validated by another metric: task.monitor loss -> acc; "
+        "task.mode min -> max; the best checkpoint and early stopping compare every validation "
+        "of a run by one metric: start a new run from it (pretrained=) to select by another"
     )

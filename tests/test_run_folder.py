@@ -4,6 +4,7 @@ and nothing that looks usable, and a fresh run prints step lines and no warnings
 
 import csv
 import logging
+import os
 import re
 import runpy
 import shutil
@@ -101,7 +102,7 @@ def test_an_empty_corpus_leaves_a_failed_marker_and_no_model_folder(tmp_path):
         run(out)
     assert sorted(p.name for p in out.iterdir()) == ["FAILED", "corpus.jsonl"]
     reason = (out / "FAILED").read_text()
-    assert reason.startswith("UserError: no documents with text in [") and reason.count("\n") == 1
+    assert reason.startswith("error: no documents with text in [") and reason.count("\n") == 1
 
 
 @pytest.mark.slow
@@ -352,4 +353,22 @@ def test_a_hard_link_in_a_folder_a_run_writes_into_is_refused(tmp_path):
     assert str(e.value) == (
         f"{run / 'metrics.csv'}: a hard link in the run folder this resume writes into; remove "
         "it, or continue the run in another folder with paths.output_dir=NEW"
+    )
+
+
+def test_a_fifo_in_a_folder_a_run_reads_is_refused(tmp_path):
+    """A FIFO (a tar can hold one) named `hparams.yaml` or `last.ckpt` would keep its reader
+    waiting forever."""
+    from bert_lightning.errors import UserError
+    from bert_lightning.run_folder import refuse_links
+
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    os.mkfifo(run / "checkpoints" / "last.ckpt")
+    with pytest.raises(UserError) as e:
+        refuse_links(run)
+    assert str(e.value) == (
+        f"{run / 'checkpoints' / 'last.ckpt'}: not a regular file (a reader would wait) in the "
+        "run folder this resume writes into; remove it, or continue the run in another folder "
+        "with paths.output_dir=NEW"
     )

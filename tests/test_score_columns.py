@@ -66,6 +66,7 @@ def test_a_column_key_the_task_has_not_is_one_line(tmp_path, tok, capsys):
     assert err.endswith(
         "other.csv: no column 'query'; the file has "
         + str(["search_term", "product_title", "relevant"])
+        + ": --column query=NAME reads another"
     )
 
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 import yaml
 
-from bert_lightning.checkpoint import RECORD_TYPES, read_checkpoint, torch_load
+from bert_lightning.checkpoint import RECORD_TYPES, check_record, read_checkpoint, torch_load
 from bert_lightning.config import compose
 from bert_lightning.errors import UserError
 from bert_lightning.training.distill_module import DistillModule
@@ -473,3 +473,21 @@ def test_an_onnx_graph_of_operators_export_never_writes_is_refused(hf_folder, tm
         f"error: {folder / 'model.onnx'}: operator ai.onnx.Loop: not one that export-onnx writes "
         "(an exported folder is data: its graph runs as it is)"
     )
+
+
+@pytest.mark.parametrize(
+    "key, state, message",
+    [
+        ("Timer", {"time_elapsed": {"train": -1e12}}, "Timer.time_elapsed.train=-1000000000000.0;"),
+        ("Timer", {"time_elapsed": {"train": float("inf")}}, "time_elapsed.train=inf;"),
+        ("EarlyStopping{'monitor': 'val/loss'}", {"wait_count": -5}, "wait_count=-5"),
+        ("EarlyStopping{'monitor': 'val/loss'}", {"stopped_epoch": float("nan")}, "epoch=nan"),
+        ("EarlyStopping{'monitor': 'val/loss'}", {"best_score": "low"}, "best_score='low'"),
+    ],
+)
+def test_resumed_callback_counts_are_finite_numbers(key, state, message):
+    """A crafted Timer (a negative elapsed time: a time-budget run that never ends, at rate
+    0) or EarlyStopping state is refused before a resume applies it."""
+    with pytest.raises(UserError, match="expected a finite number >= 0|expected one number") as e:
+        check_record({"callbacks": {key: state}}, "crafted.ckpt")
+    assert message in str(e.value)

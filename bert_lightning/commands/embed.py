@@ -50,7 +50,7 @@ def read_texts(path: str, column_name: str = "text", **table) -> list[str]:
         where = "line {}"
     else:
         rows = read_table(path, table.pop("format", None), **table)
-        texts = text_values(column(rows, column_name, path), path, column_name)
+        texts = text_values(column(rows, column_name, path, "text_column"), path, column_name)
         where = f"row {{}}, column {column_name!r}"
     for i, text in enumerate(texts):
         if not text.strip():

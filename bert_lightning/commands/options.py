@@ -6,6 +6,8 @@ default), unless the options say otherwise, its columns (`--column KEY=NAME`) an
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 
 from bert_lightning.errors import UserError
@@ -44,6 +46,19 @@ def add_column_argument(p, keys: str) -> None:
         metavar="KEY=NAME",
         help=f"read the KEY column from the file's column NAME, repeatable (KEY: {keys})",
     )
+
+
+@contextmanager
+def missing_columns_named_by_option(args) -> Iterator[None]:
+    """A command with `--column` names it as the fix of a missing column (`--column
+    query=NAME`), where fine-tuning names the task key (`task.query_column=NAME`)."""
+    try:
+        yield
+    except UserError as e:
+        if not (hasattr(args, "column") and hasattr(e, "fixed_by")):  # data.tables.MissingColumn
+            raise
+        key = e.key.removesuffix("_column")
+        raise e.fixed_by(f"--column {key}=NAME reads another") from None
 
 
 def columns(given: list[str], known: list[str], whose: str) -> dict[str, str]:

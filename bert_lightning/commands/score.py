@@ -36,9 +36,9 @@ def score(
     from bert_lightning.tasks.base import inputs
 
     task = finetuned.task
-    a, b = task.text_columns
-    texts = text_values(column(rows, a, source), source, a)
-    pairs = text_values(column(rows, b, source), source, b) if b else None
+    (ka, kb), (a, b) = task.text_keys, task.text_columns
+    texts = text_values(column(rows, a, source, ka), source, a)
+    pairs = text_values(column(rows, b, source, kb), source, b) if b else None
     tok = finetuned.tokenizer(max_seq_length)
     rows = inputs({"text": texts, "pair": pairs})
     return score_rows(finetuned.model, task, tok, rows, batch_size, progress)

@@ -40,6 +40,19 @@ class DataError(UserError):
     """Bad input data; the message names the file, the row or line, and the column."""
 
 
+class MissingColumn(DataError):
+    """A table without a column a task reads; `key` is the task's config key naming it
+    (`query_column`), so that a command can name its own option for it (`fixed_by`)."""
+
+    def __init__(self, path, name: str, found: list, key: str, fix: str | None = None):
+        self.path, self.name, self.found, self.key = path, name, found, key
+        fix = fix or f"task.{key}=NAME reads another"
+        super().__init__(f"{path}: no column {name!r}; the file has {found}: {fix}")
+
+    def fixed_by(self, fix: str) -> MissingColumn:
+        return MissingColumn(self.path, self.name, self.found, self.key, fix)
+
+
 _FORMATS = {
     ".csv": "csv",
     ".tsv": "tsv",
@@ -290,9 +303,10 @@ def _tsv_lines(df: pd.DataFrame, path: Path) -> Iterator[str]:
         yield "\t".join(text) + "\n"
 
 
-def column(df: pd.DataFrame, name: str, path) -> list:
+def column(df: pd.DataFrame, name: str, path, key: str) -> list:
+    """The values of column `name`, which the task config's `key` names."""
     if name not in df.columns:
-        raise DataError(f"{path}: no column {name!r}; the file has {list(df.columns)}")
+        raise MissingColumn(path, name, list(df.columns), key)
     return df[name].tolist()
 
 

@@ -94,13 +94,13 @@ class AdRelevance(Task):
         return ("clicks_column", "impressions_column") if clicks else ("label_column",)
 
     @property
-    def text_columns(self):
-        return self.cfg.query_column, self.cfg.ad_column
+    def text_keys(self):
+        return "query_column", "ad_column"
 
     @property
-    def group_column(self):
+    def group_key(self):
         """By default one query's rows stay together."""
-        return self.cfg.group_column or self.cfg.query_column
+        return "group_column" if self.cfg.group_column else "query_column"
 
     def with_labels(self, table):
         c, path, raw = self.cfg, table["path"], table["raw"]

@@ -149,8 +149,13 @@ class Task:
         return ""
 
     @property
+    def text_keys(self) -> tuple[str, str]:
+        """The config keys naming the text columns (the second's value None: single texts)."""
+        return "text_column", "text_pair_column"
+
+    @property
     def text_columns(self) -> tuple[str, str | None]:
-        return self.cfg.text_column, self.cfg.text_pair_column
+        return tuple(getattr(self.cfg, k) for k in self.text_keys)
 
     def read_rows(self, path):
         """A table file as this task reads it (format, encoding, header, column names)."""
@@ -160,12 +165,13 @@ class Task:
     def read(self, path) -> dict:
         c = self.cfg
         df = self.read_rows(path)
-        a, b = self.text_columns
-        table = {"path": str(path), "text": D.text_values(D.column(df, a, path), path, a)}
-        table["pair"] = D.text_values(D.column(df, b, path), path, b) if b else None
-        g = self.group_column
-        table["group"] = D.group_keys(D.column(df, g, path)) if g else list(range(len(df)))
-        table["raw"] = {k: D.column(df, getattr(c, k), path) for k in self.label_keys}
+        values = lambda key: D.column(df, getattr(c, key), path, key)
+        (ka, kb), (a, b) = self.text_keys, self.text_columns
+        table = {"path": str(path), "text": D.text_values(values(ka), path, a)}
+        table["pair"] = D.text_values(values(kb), path, b) if b else None
+        g = self.group_key
+        table["group"] = D.group_keys(values(g)) if g else list(range(len(df)))
+        table["raw"] = {k: values(k) for k in self.label_keys}
         return table
 
     @property
@@ -173,9 +179,10 @@ class Task:
         return ("label_column",)
 
     @property
-    def group_column(self) -> str | None:
-        """The column whose rows stay on one side of a split; None: each row alone."""
-        return self.cfg.group_column
+    def group_key(self) -> str | None:
+        """The config key naming the column whose rows stay on one side of a split; None: each
+        row alone."""
+        return "group_column" if self.cfg.group_column else None
 
     @property
     def groups_named(self) -> tuple[str, str] | None:

@@ -49,6 +49,23 @@ class ModelCheckpoint(lightning_callbacks.ModelCheckpoint):
             save_last(self, trainer)
 
 
+class EarlyStopping(lightning_callbacks.EarlyStopping):
+    """Lightning's, with the configured patience kept on resume: Lightning's takes the
+    checkpoint's, so that `callbacks.early_stopping.patience=` given to a resumed run would be
+    recorded and ignored. The count of validations without improvement is the checkpoint's."""
+
+    def load_state_dict(self, state_dict):
+        patience = self.patience
+        super().load_state_dict(state_dict)
+        if state_dict.get("patience", patience) != patience:
+            log.info(
+                "early stopping: patience %d (callbacks.early_stopping.patience), the "
+                "checkpoint's run had %d",
+                *(patience, state_dict["patience"]),
+            )
+        self.patience = patience
+
+
 class LearningRateMonitor(lightning_callbacks.LearningRateMonitor):
     """Lightning's, logged through the module with the step's other metrics, so that the rate
     of step k is in step k's row (`EncoderModule` numbers rows by steps done; Lightning's

@@ -238,10 +238,15 @@ def data_changes(was: dict, now: dict, prefix: str = "") -> list[str]:
     return changes
 
 
+# what selects among a fine-tuning run's validations, never changed by a resume
+MONITOR = ("task.monitor ", "task.mode ")
+
+
 def check_same_data(start: ResumePoint | None, ckpt_path: str, record: dict, new_data: bool):
     """A continued run trains on the data it trained on (`record`: this run's data record,
     compared with the checkpoint's): other data are an error naming what changed, unless
-    `resume_with_new_data=true` (`new_data`), which continues on them and logs what changed.
+    `resume_with_new_data=true` (`new_data`), which continues on them and logs what changed;
+    another monitor (`MONITOR`) is refused either way.
     A checkpoint written before the record was kept cannot be checked: a warning says so."""
     if start is None:
         return
@@ -252,7 +257,15 @@ def check_same_data(start: ResumePoint | None, ckpt_path: str, record: dict, new
             ckpt_path,
         )
         return
-    changes = "; ".join(data_changes(start.data, record))
+    found = data_changes(start.data, record)
+    monitor = [c for c in found if c.startswith(MONITOR)]
+    if monitor:
+        raise UserError(
+            f"{ckpt_path}: its run validated by another metric: {'; '.join(monitor)}; the best "
+            "checkpoint and early stopping compare every validation of a run by one metric: "
+            "start a new run from it (pretrained=) to select by another"
+        )
+    changes = "; ".join(found)
     if not changes:
         return
     if not new_data:

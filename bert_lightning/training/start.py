@@ -15,6 +15,7 @@ from itertools import islice
 from pathlib import Path
 
 import lightning as L
+from hydra.core.hydra_config import HydraConfig
 from hydra.utils import get_object
 from omegaconf import DictConfig, OmegaConf
 from tokenizers import Tokenizer
@@ -23,7 +24,7 @@ from bert_lightning.checkpoint import Checkpoint, ResumePoint, read_checkpoint
 from bert_lightning.data.tokenizer import extend_wordpiece, load_tokenizer, special_ids
 from bert_lightning.errors import UserError
 from bert_lightning.fingerprints import file_digest
-from bert_lightning.model import BertConfig
+from bert_lightning.model import BertConfig, encoder_parameter_formula
 from bert_lightning.shipped import group_defaults
 from bert_lightning.training.instantiate import command_line, instantiate
 from bert_lightning.training.pretrain_module import BertPretrainModule
@@ -220,12 +221,19 @@ def continued_schedule(cfg: DictConfig) -> None:
     (a published recipe: a lower peak rate, its own warmup) is its optimizer group, not the
     from-scratch adamw.yaml, whose rate would undo what the start learned. Hydra composed the
     group default (adamw) under what else sets the schedule (`optim=`, an experiment, a
-    `schedule=` file, the command line): each of continued.yaml's own keys still at adamw.yaml's
-    value takes continued.yaml's, and a key anything set keeps its value, as if `optim=continued`
-    had been the group default. One log line says which came from where."""
+    `schedule=` file, the command line): unless another group was chosen, each of
+    continued.yaml's own keys the command line does not set and that is still at adamw.yaml's
+    value takes continued.yaml's, as if `optim=continued` had been the group default. One log
+    line says which came from where."""
+    choice = HydraConfig.get().runtime.choices.get("optim") if HydraConfig.initialized() else None
     scratch = group_defaults("optim", "adamw")
     own = {k: v for k, v in group_defaults("optim", "continued").items() if v != scratch[k]}
-    taken = {k: v for k, v in own.items() if cfg.optim[k] == scratch[k]}
+    typed = {k for k in own if command_line(f"optim.{k}")}
+    taken = {
+        k: v
+        for k, v in own.items()
+        if choice in (None, "adamw") and k not in typed and cfg.optim[k] == scratch[k]
+    }
     for k, v in taken.items():
         cfg.optim[k] = v
     shown = lambda keys: ", ".join(f"{k}={cfg.optim[k]}" for k in keys) or "none"
@@ -256,15 +264,26 @@ def origins(
     begin: Checkpoint | None,
     given: Checkpoint | None,
     weights: Checkpoint | None,
+    config: BertConfig,
 ) -> dict[str, str]:
-    """Where a start's weights, tokenizer and shape came from (`Start`'s `*_from`)."""
+    """Where a start's weights, tokenizer and shape came from (`Start`'s `*_from`); the shape
+    names its size, whatever the overrides of its preset."""
     path = OmegaConf.select(cfg, "data.tokenizer.path")
-    made = f"data.tokenizer.path={path}" if path else "the data's own (trained here)"
+    made = (
+        f"data.tokenizer.path={path}" if path else "made from the training files (data.tokenizer)"
+    )
     resumed = f"ckpt_path={cfg.ckpt_path} (resumed)" if resume is not None else None
+    preset = HydraConfig.get().runtime.choices.get("model") if HydraConfig.initialized() else None
+    c = config
+    size = (
+        f"{c.num_hidden_layers} layers, hidden {c.hidden_size}, {c.num_attention_heads} heads, "
+        f"{encoder_parameter_formula(c) / 1e6:.1f}M encoder parameters"
+    )
+    shape = begin.source if begin else (f"model={preset}" if preset else "the model config")
     return dict(
-        weights_from=resumed or (weights.source if weights else "random (model=)"),
+        weights_from=resumed or (weights.source if weights else "random"),
         tokenizer_from=resumed or (given.source if given else made),
-        shape_from=begin.source if begin else "model=",
+        shape_from=f"{shape} ({size})",
     )
 
 
@@ -303,5 +322,5 @@ def run_start(cfg: DictConfig, resume: ResumePoint | None) -> tuple[Start, L.Lig
     if cfg.init_from and resume is None:  # a resumed run has its checkpoint's schedule
         continued_schedule(cfg)
         check_mlm_head(cfg, begin, config.vocab_size)
-    where = origins(cfg, resume, begin, given, weights)
+    where = origins(cfg, resume, begin, given, weights, config)
     return Start(config, tok, weights, teacher, digest, **where), dm
