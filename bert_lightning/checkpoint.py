@@ -147,6 +147,11 @@ def check_record(raw: dict, path) -> None:
                 )
         elif str(key).startswith(("EarlyStopping", "Timer")):
             check_counts(state, f"callbacks.{key}", path)
+        elif (
+            str(key).startswith("SaveOnInterrupt")
+            and type((state or {}).get("save_waits")) is not bool
+        ):
+            raise UserError(f"{path}: callbacks.{key}: expected save_waits true or false")
 
 
 def check_counts(state, where: str, path) -> None:

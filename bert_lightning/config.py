@@ -16,6 +16,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from bert_lightning.errors import MissingFileError, UserError, first_line, reported
+from bert_lightning.private_api import config_root, hydra_runs_through
 from bert_lightning.run_folder import hydra_subdir, run_dir
 from bert_lightning.shipped import ASSETS, CONFIG_DIR
 
@@ -188,7 +189,7 @@ def command_line_error(e: Exception) -> UserError | None:
     if isinstance(cause, ConfigAttributeError | ConfigKeyError) and cause.full_key:
         typed = re.search(r"Could not override '([^']+)'", str(e))  # whole, not its missing head
         key = typed[1] if typed else cause.full_key
-        meant = nearest_keys(key, cause.parent_node._get_root()) if cause.parent_node else []
+        meant = nearest_keys(key, config_root(cause.parent_node)) if cause.parent_node else []
         hint = f"; did you mean {' or '.join(meant)}?" if meant else ""
         return UserError(f"{key}: no such key{hint} (add it with +{key}=... if you mean a new one)")
     return None
@@ -223,12 +224,9 @@ def composition_reported() -> Iterator[None]:
     """Hydra composes the config inside its `run_and_report`, before the task function runs,
     and prints a failure there as several lines with exit code 1: for the duration, a mistake
     of the command line is reported before it gets there (`command_line_error`)."""
-    from hydra._internal import utils
     from hydra.errors import ConfigCompositionException, OverrideParseException
 
-    hydra_report = utils.run_and_report
-
-    def run_and_report(func: Callable[[], Any]) -> Any:
+    def reported_first(func: Callable[[], Any]) -> Callable[[], Any]:
         def composed() -> Any:
             try:
                 return func()
@@ -239,13 +237,10 @@ def composition_reported() -> Iterator[None]:
                 with reported(debug=full_error()):
                     raise err from e
 
-        return hydra_report(composed)
+        return composed
 
-    utils.run_and_report = run_and_report
-    try:
+    with hydra_runs_through(reported_first):
         yield
-    finally:
-        utils.run_and_report = hydra_report
 
 
 def log_through_hydra() -> None:

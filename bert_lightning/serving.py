@@ -57,6 +57,7 @@ from bert_lightning.inference import (
 )
 from bert_lightning.model.heads import POOLINGS
 from bert_lightning.ort import is_exported, spec_of
+from bert_lightning.private_api import shutdown_event
 from bert_lightning.tasks.kinds import stored_task
 
 MAX_ITEMS = 256  # texts or pairs per request: a bigger job is a file for `bert-lightning score`
@@ -527,10 +528,11 @@ def serve(
     def shutdown() -> None:
         """What LitServe's own /shutdown route does: its run() then ends every process it
         started and returns. Before run() has started any, Ctrl+C's KeyboardInterrupt."""
-        if server._shutdown_event is None:
+        event = shutdown_event(server)
+        if event is None:
             _thread.interrupt_main()
         else:
-            server._shutdown_event.set()
+            event.set()
 
     drain.shutdown = shutdown
     logging.getLogger(ls.server.__name__).addFilter(drain.monitor_filter)

@@ -111,3 +111,31 @@ class FirstBatch(L.Callback):
 
         if trainer.global_step == 0:
             torch.save(batch, Path(trainer.default_root_dir) / "first_batch.pt")
+
+
+class SignalMidValidation(L.Callback):
+    """Sends `sig` as batch `batch` of the first validation of the fit after step 0 starts, to
+    this process or (`group`) to every process of the run, and writes when into `signalled` in
+    the run folder."""
+
+    def __init__(self, batch: int, sig: str = "SIGTERM", group: bool = False):
+        self.batch, self.sig, self.group, self.sent = batch, sig, group, False
+
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, *args):
+        import time
+
+        if trainer.state.fn != "fit" or trainer.global_step == 0 or self.sent:
+            return
+        if batch_idx == self.batch:
+            self.sent = True
+            (Path(trainer.default_root_dir) / "signalled").write_text(str(time.time()))
+            sig = getattr(signal, self.sig)
+            os.killpg(os.getpgid(0), sig) if self.group else os.kill(os.getpid(), sig)
+
+
+class SignalAtTest(L.Callback):
+    """Sends this process SIGTERM as the second batch of a test starts."""
+
+    def on_test_batch_start(self, trainer, pl_module, batch, batch_idx, *args):
+        if batch_idx == 1:
+            os.kill(os.getpid(), signal.SIGTERM)

@@ -36,6 +36,7 @@ LAYERS = {  # module path -> layer, lowest first; the longest matching prefix wi
     "shipped": 1,  # the package's files: the config tree (read without Hydra), the assets
     "run_folder": 1,  # where a run writes and how it is found again, for training and Hydra
     "progress": 1,  # progress lines of the steps before training (tqdm), for data and up
+    "private_api": 1,  # the libraries' private names, for every layer that reads one
     "data": 2,
     "checkpoint": 3,
     "interop": 3,

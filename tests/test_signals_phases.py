@@ -13,7 +13,6 @@ import threading
 import time
 from pathlib import Path
 
-import lightning as L
 import pytest
 import torch
 
@@ -31,27 +30,10 @@ from helpers import (
     tiny_overrides,
     write_corpus,
 )
+from probe import SignalAtTest, SignalMidValidation  # noqa: F401 (the runs' callbacks, by name)
 
 PROMPT = 10  # seconds from the signal to the run's exit
 STOPPED = "stopped on request: "
-
-
-class SignalMidValidation(L.Callback):
-    """Sends `sig` as batch `batch` of the first validation of the fit after step 0 starts, to
-    this process or (`group`) to every process of the run, and writes when into `signalled` in
-    the run folder."""
-
-    def __init__(self, batch: int, sig: str = "SIGTERM", group: bool = False):
-        self.batch, self.sig, self.group, self.sent = batch, sig, group, False
-
-    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, *args):
-        if trainer.state.fn != "fit" or trainer.global_step == 0 or self.sent:
-            return
-        if batch_idx == self.batch:
-            self.sent = True
-            (Path(trainer.default_root_dir) / "signalled").write_text(str(time.time()))
-            sig = getattr(signal, self.sig)
-            os.killpg(os.getpgid(0), sig) if self.group else os.kill(os.getpid(), sig)
 
 
 def val_steps(out: Path) -> list[int]:
@@ -201,14 +183,6 @@ def test_a_sigterm_during_the_data_pass_ends_the_run_within_seconds(tmp_path, gr
     assert took < PROMPT, f"{took:.1f} s from SIGTERM to exit"
     last = text.strip().splitlines()[-1]  # also when the watchdog ended a clean-up stuck on
     assert last.startswith(f"{STOPPED}SIGTERM before training began: nothing saved")  # a pool
-
-
-class SignalAtTest(L.Callback):
-    """Sends this process SIGTERM as the second batch of a test starts."""
-
-    def on_test_batch_start(self, trainer, pl_module, batch, batch_idx, *args):
-        if batch_idx == 1:
-            os.kill(os.getpid(), signal.SIGTERM)
 
 
 def test_a_sigterm_while_a_fine_tuning_run_tests_ends_it_at_once(tmp_path):

@@ -483,11 +483,14 @@ def test_an_onnx_graph_of_operators_export_never_writes_is_refused(hf_folder, tm
         ("EarlyStopping{'monitor': 'val/loss'}", {"wait_count": -5}, "wait_count=-5"),
         ("EarlyStopping{'monitor': 'val/loss'}", {"stopped_epoch": float("nan")}, "epoch=nan"),
         ("EarlyStopping{'monitor': 'val/loss'}", {"best_score": "low"}, "best_score='low'"),
+        ("SaveOnInterrupt", {"save_waits": "yes"}, "save_waits true or false"),
     ],
 )
 def test_resumed_callback_counts_are_finite_numbers(key, state, message):
     """A crafted Timer (a negative elapsed time: a time-budget run that never ends, at rate
     0) or EarlyStopping state is refused before a resume applies it."""
-    with pytest.raises(UserError, match="expected a finite number >= 0|expected one number") as e:
+    with pytest.raises(
+        UserError, match="expected (a finite number >= 0|one number|save_waits)"
+    ) as e:
         check_record({"callbacks": {key: state}}, "crafted.ckpt")
     assert message in str(e.value)

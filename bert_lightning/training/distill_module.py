@@ -20,6 +20,7 @@ from bert_lightning.model.distill import (
     relation_logits,
     soft_mlm,
 )
+from bert_lightning.private_api import MovesKept
 from bert_lightning.training.module_base import EncoderModule, ValidationLoss
 
 LOSSES = ("attention", "value_relation", "hidden", "embedding", "soft_mlm", "mlm")
@@ -50,7 +51,7 @@ def frozen_teacher(ckpt: Checkpoint, soft_mlm: float) -> BertForPreTraining:
     return model.eval().requires_grad_(False)
 
 
-class DistillModule(EncoderModule):
+class DistillModule(MovesKept, EncoderModule):
     """`config`: the student's BertConfig fields (a `BertForPreTraining`, the encoder its
     checkpoints hand on); `teacher`: the path of a Hugging Face BERT folder or a `.ckpt` of
     ours (recorded: a resumed run keeps it), `teacher_ckpt` its contents, read by the caller
@@ -62,6 +63,8 @@ class DistillModule(EncoderModule):
     `build` starts the student from them) are
     `conf/objective/distill.yaml`'s. The other arguments as `BertPretrainModule`'s; NSP labels
     (`nsp`, `data=c4_nsp`) are not used."""
+
+    kept = ("teacher",)  # moved to the student's device and dtype (MovesKept)
 
     def __init__(
         self,
@@ -145,12 +148,6 @@ class DistillModule(EncoderModule):
     def trained(self) -> nn.Module:
         """The student and the projections (heads of the optimizer's groups)."""
         return self
-
-    def _apply(self, fn, *args, **kwargs):
-        """Moves to a device or dtype (the run's precision) reach the teacher too."""
-        if "teacher" in self.__dict__:
-            self.teacher._apply(fn, *args, **kwargs)
-        return super()._apply(fn, *args, **kwargs)
 
     def configure_model(self) -> None:
         if self.device_mesh is not None:

@@ -31,7 +31,7 @@ class MultirunSummary(Callback):
         if config.hydra.mode != RunMode.MULTIRUN:  # a single run has no job number, no sweep
             return
         ok = job_return.status == JobStatus.COMPLETED
-        value = job_return._return_value if ok else None  # .return_value re-raises a failure
+        value = job_return.return_value if ok else None  # that of a failure re-raises it
         self.rows.append(
             {
                 "job": config.hydra.job.num,

@@ -77,8 +77,8 @@ def missing_keys(node: DictConfig, prefix: str = "") -> list[str]:
     for key in node:
         if OmegaConf.is_missing(node, key):
             found.append(f"{prefix}{key}")
-        elif isinstance(child := node._get_node(key), DictConfig):
-            found += missing_keys(child, f"{prefix}{key}.")
+        elif not OmegaConf.is_interpolation(node, key) and isinstance(node[key], DictConfig):
+            found += missing_keys(node[key], f"{prefix}{key}.")  # a section: nothing resolved
     return found
 
 

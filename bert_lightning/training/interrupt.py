@@ -9,7 +9,14 @@ from pathlib import Path
 import lightning as L
 import torch
 
+from bert_lightning.private_api import end_workers
 from bert_lightning.signals import Interrupted, Stops, active_stops
+from bert_lightning.training.lightning_api import (
+    defer_save,
+    log_step_row,
+    save_deferred,
+    validation_progress,
+)
 
 __all__ = ["Interrupted", "SaveOnInterrupt", "shut_down_workers"]  # Interrupted: as before
 
@@ -34,9 +41,20 @@ class SaveOnInterrupt(L.Callback):
         self.stops: Stops | None = None  # the run's, from the fit's start to its end
         self.seen_step = -1
         self.validation_began: dict | None = None  # the fit's validation loop's progress
+        self.save_waits = False  # in a stop's checkpoint: ModelCheckpoint's save awaits its end
+
+    def state_dict(self) -> dict:
+        return {"save_waits": self.save_waits}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.save_waits = state_dict["save_waits"]
 
     def on_train_start(self, trainer, pl_module):
-        self.seen_step = trainer.global_step
+        """A validation abandoned when ModelCheckpoint had put off its save at that step to the
+        validation's end: the redone validation saves (as the run never stopped did)."""
+        if self.save_waits and trainer.checkpoint_callback is not None:
+            defer_save(trainer.checkpoint_callback)
+        self.save_waits, self.seen_step = False, trainer.global_step
         self.stops = active_stops()
         if self.stops is not None:
             self.stops.defer()
@@ -44,7 +62,7 @@ class SaveOnInterrupt(L.Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         stepped, self.seen_step = trainer.global_step != self.seen_step, trainer.global_step
         if stepped:  # not while accumulating: the step is not done yet
-            self._stop_if_signalled(trainer)
+            self._stop_if_signalled(trainer, step_end=(outputs, batch, batch_idx))
 
     def on_validation_start(self, trainer, pl_module):
         if self.stops is not None:
@@ -61,13 +79,17 @@ class SaveOnInterrupt(L.Callback):
         and the resumed run would not validate that step again."""
         self.validation_began = None
 
-    def _stop_if_signalled(self, trainer, validation_began: dict | None = None) -> None:
+    def _stop_if_signalled(
+        self, trainer, validation_began: dict | None = None, step_end: tuple | None = None
+    ) -> None:
         """Saves the step and raises Interrupted if a rank received a signal. A validation in
         progress (`validation_began`: its loop's progress as it began) is abandoned, saved as
         begun at its first batch: Lightning resumes a validation saved half-way at the batch
         it stopped in, and would log the batches left as the whole; one at its first batch it
         runs whole. `last.ckpt` is recorded as ModelCheckpoint's last checkpoint, which the
-        resumed run then overwrites (else it versions its own, `last-v1.ckpt`)."""
+        resumed run then overwrites (else it versions its own, `last-v1.ckpt`). A stop after a
+        step (`step_end`: its hook's arguments) logs the step's training row first, as Lightning
+        would after the hook."""
         if self.stops is None:
             return
         signum = self.stops.received
@@ -77,6 +99,8 @@ class SaveOnInterrupt(L.Callback):
         if not signum:
             return
         self.stops.received = signum  # a rank that received none stops on another's
+        if step_end is not None:
+            log_step_row(trainer, *step_end)
         if validation_began is not None:
             progress = validation_progress(trainer)
             progress.load_state_dict(validation_began)
@@ -87,6 +111,7 @@ class SaveOnInterrupt(L.Callback):
             raise self.stops.stop(f"at step {trainer.global_step}: nothing saved")
         path = Path(ckpt.dirpath) / f"{ckpt.CHECKPOINT_NAME_LAST}{ckpt.FILE_EXTENSION}"
         ckpt.last_model_path = str(path)  # before the save: the callback's state holds it
+        self.save_waits = validation_began is not None and save_deferred(ckpt)
         trainer.save_checkpoint(path, weights_only=False)  # the full state a resume needs
         raise self.stops.stop(
             f"at step {trainer.global_step}: {path} written; "
@@ -117,17 +142,10 @@ class SaveOnInterrupt(L.Callback):
         shut_down_workers(trainer)
 
 
-def validation_progress(trainer):
-    """The fit's validation loop's batch counts, which a checkpoint records."""
-    return trainer.fit_loop.epoch_loop.val_loop.batch_progress
-
-
 def shut_down_workers(trainer) -> None:
     """The workers of the run's loaders, ended now. They ignore the stop signals (the main
     process saves first); a persistent validation loader's stay alive with the exception's
     frames, and at exit multiprocessing would end them with SIGTERM and wait for them forever."""
     for loaders in (trainer.train_dataloader, trainer.val_dataloaders):
         for loader in loaders if isinstance(loaders, list | tuple) else [loaders]:
-            workers = getattr(loader, "_iterator", None)
-            if workers is not None and hasattr(workers, "_shutdown_workers"):
-                workers._shutdown_workers()
+            end_workers(loader)

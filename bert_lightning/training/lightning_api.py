@@ -2,39 +2,30 @@
 Lightning the package reads, calls or overrides is here, each behind a function that says what
 it reads and why the public API does not give it. A release that moves one fails here with one
 line naming the release and the name (`LightningMoved`); tests/test_lightning_api.py checks
-each on a real fit and that nothing else in the package touches such a name."""
+each on a real fit, tests/test_private_api.py that nothing else in the package touches such a
+name. (Hydra's, OmegaConf's, torch's and LitServe's are behind bert_lightning/private_api.py.)"""
 
 from __future__ import annotations
 
 import csv
-from types import ModuleType
 from typing import Any
 
 import lightning
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 
+from bert_lightning.private_api import LibraryMoved, reach
 
-class LightningMoved(RuntimeError):
+
+class LightningMoved(LibraryMoved):
     """The installed Lightning lacks a private name this module reads."""
 
-
-def _moved(owner: Any, name: str) -> LightningMoved:
-    kind = owner.__name__ if isinstance(owner, type | ModuleType) else type(owner).__name__
-    return LightningMoved(
-        f"Lightning {lightning.__version__} has no {kind}.{name}, which "
-        "bert_lightning/training/lightning_api.py reads: update it for this release"
-    )
+    door = "bert_lightning/training/lightning_api.py"
 
 
 def _private(obj: Any, *path: str) -> Any:
     """`obj.path[0].path[1]...`, or LightningMoved naming the first missing name."""
-    for name in path:
-        try:
-            obj = getattr(obj, name)
-        except AttributeError:
-            raise _moved(obj, name) from None
-    return obj
+    return reach(obj, path, f"Lightning {lightning.__version__}", LightningMoved)
 
 
 def logs_this_step(trainer) -> bool:
@@ -50,6 +41,32 @@ def batches_stepped(trainer) -> int:
     counter, which a checkpoint restores; the public `global_step` counts the steps of every
     optimizer."""
     return _private(trainer, "fit_loop", "epoch_loop", "_batches_that_stepped")
+
+
+def validation_progress(trainer):
+    """The fit's validation loop's batch counts, which a checkpoint records: Lightning keeps
+    them on its loops, private classes, whose public attributes it may rename at will."""
+    return _private(trainer, "fit_loop", "epoch_loop", "val_loop", "batch_progress")
+
+
+def log_step_row(trainer, outputs, batch, batch_idx: int) -> None:
+    """What Lightning does after the callbacks' `on_train_batch_end`, which a stop raised there
+    skips: the module's hook (it logs the row's step), then the step's row to the loggers, which
+    its private logger connector holds until then."""
+    trainer.lightning_module.on_train_batch_end(outputs, batch, batch_idx)
+    _private(trainer, "_logger_connector", "update_train_step_metrics")()
+
+
+def save_deferred(checkpoint) -> bool:
+    """Whether a ModelCheckpoint put off its save at this step to the validation's end (its
+    monitored metric not yet fresh): a private flag, which its state in a checkpoint leaves out."""
+    return _private(checkpoint, "_defer_save_until_validation")
+
+
+def defer_save(checkpoint) -> None:
+    """A ModelCheckpoint's save put off to the end of the next validation (`save_deferred`)."""
+    _private(checkpoint, "_defer_save_until_validation")
+    checkpoint._defer_save_until_validation = True
 
 
 def set_data_parallel_size(strategy, size: int) -> None:

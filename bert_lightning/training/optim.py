@@ -18,6 +18,7 @@ from lightning.pytorch.callbacks import Timer
 from lightning.pytorch.plugins.precision import MixedPrecision
 
 from bert_lightning.errors import UserError
+from bert_lightning.private_api import set_last_lr
 from bert_lightning.training.instantiate import instantiate
 from bert_lightning.training.lightning_api import budget_seconds
 
@@ -229,7 +230,7 @@ def follow_schedule(trainer) -> None:
             sched.base_lrs = [group["initial_lr"] for group in groups]
             for group, base, factor in zip(groups, sched.base_lrs, sched.lr_lambdas, strict=True):
                 group["lr"] = base * factor(sched.last_epoch)
-            sched._last_lr = [group["lr"] for group in groups]
+            set_last_lr(sched, [group["lr"] for group in groups])
 
 
 def clip_gradients(module, optimizer, clip_val, algorithm) -> None:
