@@ -206,6 +206,38 @@ def test_off_a_terminal_a_slow_run_prints_a_line_every_n_seconds(monkeypatch, ca
     assert lines == [f"step {s}/100 loss 2.5 eta {eta_text(10 * (100 - s))}" for s in (1, 4, 7)]
 
 
+@pytest.mark.parametrize("tty", [False, True])
+def test_a_long_validation_or_test_says_where_it_is_every_n_seconds(monkeypatch, capsys, tty):
+    """A validation batch every 4 s, `seconds=15`: a line at 16 s, 32 s, ... with the batches
+    done of all of its loaders', on a terminal too; the sanity check says nothing; a test
+    likewise."""
+    from bert_lightning.training import callbacks
+
+    now = [0.0]
+    monkeypatch.setattr(callbacks.time, "perf_counter", lambda: now[0])
+    bar = instantiate(shipped("callbacks/_progress")["progress_bar"], seconds=15, tty=tty)
+    trainer = SimpleNamespace(
+        global_step=6, sanity_checking=False, num_val_batches=[6, 4], num_test_batches=[9]
+    )
+    for start, end in [("on_validation_start", "on_validation_batch_end"),
+                       ("on_test_start", "on_test_batch_end")]:  # fmt: skip
+        now[0] = 0.0
+        getattr(bar, start)(trainer, None)
+        for i in range(1, 10):
+            now[0] = 4.0 * i
+            getattr(bar, end)(trainer, None, None, None, i - 1)
+    trainer.sanity_checking = True
+    bar.on_validation_start(trainer, None)
+    now[0] = 100.0
+    bar.on_validation_batch_end(trainer, None, None, None, 0)
+    assert capsys.readouterr().out.splitlines() == [
+        "validation at step 6: batch 4/10 (16 s)",
+        "validation at step 6: batch 8/10 (32 s)",
+        "test: batch 4/9 (16 s)",
+        "test: batch 8/9 (32 s)",
+    ]
+
+
 @pytest.mark.slow
 def test_a_moved_run_folder_continues_where_it_now_is(tmp_path, caplog):
     """The checkpoint names the folder it was written in; moved, the run continues in the new

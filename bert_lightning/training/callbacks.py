@@ -182,7 +182,8 @@ class StepProgressBar(ProgressBar):
         self.every, self.refresh, self.seconds, self.tty = every, refresh, seconds, tty
         self.enabled, self.bar = True, None
         self.t0, self.step0, self.shown_step, self.last_line = 0.0, 0, -1, 0.0
-        self.val_start = 0.0
+        self.val_start = self.eval_said = 0.0
+        self.eval_done = 0  # batches of the validation or test in progress
 
     def disable(self) -> None:
         self.enabled = False
@@ -260,7 +261,30 @@ class StepProgressBar(ProgressBar):
         self.print(" ".join([*line, *self._eta(step, total, budget_timer(trainer))]))
 
     def on_validation_start(self, trainer, pl_module):
-        self.val_start = time.perf_counter()
+        self.val_start = self.eval_said = time.perf_counter()
+        self.eval_done = 0
+
+    def on_test_start(self, trainer, pl_module):
+        self.on_validation_start(trainer, pl_module)
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, *args):
+        if not trainer.sanity_checking:
+            self._evaluating(f"validation at step {trainer.global_step}", trainer.num_val_batches)
+
+    def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, *args):
+        self._evaluating("test", trainer.num_test_batches)
+
+    def _evaluating(self, what: str, batches: list[int | float]) -> None:
+        """A validation or test is not silent for long (a big one takes minutes): a line, on a
+        terminal too, `seconds` after it began or after the last such line, with the batches
+        done over its loaders."""
+        now, self.eval_done = time.perf_counter(), self.eval_done + 1
+        if not self.enabled or now - self.eval_said < self.seconds:
+            return
+        self.eval_said = now
+        total = sum(batches)  # inf: a loader without a length
+        of = f"/{int(total)}" if total != float("inf") else ""
+        self.print(f"{what}: batch {self.eval_done}{of} ({now - self.val_start:.0f} s)")
 
     def on_validation_end(self, trainer, pl_module):
         """The metrics, and what the validation took (its share of a budget)."""
