@@ -483,3 +483,28 @@ def test_a_resume_validating_by_another_metric_is_refused(new_data):
         "task.mode min -> max; the best checkpoint and early stopping compare every validation "
         "of a run by one metric: start a new run from it (pretrained=) to select by another"
     )
+
+
+@pytest.mark.slow
+def test_a_pretraining_run_stopped_in_a_later_epoch_resumes_bitwise(tmp_path):
+    """Four documents in batches of 16: an epoch is two steps, so the stop at step 5 falls in
+    epoch 2. The resumed loader continues that epoch's order and masks (its sampler's epoch is
+    set only after it fetched its first batch): the weights at step 8 are the whole run's."""
+    small = ("data.val_docs=2", "data.batch_size=16", *RESUMABLE)
+
+    def run(name, *extra):
+        out = tmp_path / name
+        write_corpus(out / "corpus.jsonl", n_docs=4)
+        train(compose(overrides=tiny_overrides(out, *small, *extra)))
+        return torch.load(out / "checkpoints" / "last.ckpt", weights_only=True)
+
+    whole = run("whole")
+    signal_at = [f"+callbacks.signal._target_={__name__}.SignalAt", "+callbacks.signal.step=4"]
+    with pytest.raises(Interrupted):
+        run("stopped", *signal_at, "+callbacks.signal.sig=SIGTERM")
+    last = tmp_path / "stopped" / "checkpoints" / "last.ckpt"
+    assert torch.load(last, weights_only=True)["epoch"] == 2
+    resumed = run("stopped", f"ckpt_path={last}")
+    assert whole["epoch"] == 3 and resumed["global_step"] == whole["global_step"] == 8
+    for name, tensor in whole["state_dict"].items():
+        assert torch.equal(tensor, resumed["state_dict"][name]), name

@@ -58,3 +58,30 @@ def test_two_level_shuffle_mixes_runs():
     # corpus stored source by source is mixed from the first step
     tenths = [sum(1 for i in order[:100] if i // 100 == t) for t in range(10)]
     assert min(tenths) >= 3 and max(tenths) <= 20, tenths
+
+
+def epoch_loader(examples, seed=7, workers=0):
+    return StatefulDataLoader(
+        SeededExamples(examples, seed),
+        batch_size=4,
+        sampler=EpochSampler(examples, seed=seed),
+        num_workers=workers,
+        collate_fn=lambda rows: [(r["i"], r["mask_seed"]) for r in rows],
+    )
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_loader_resumed_in_a_later_epoch_continues_its_order_and_masks(workers):
+    """A resumed run loads the loader's state and fetches a batch before Lightning sets the
+    sampler's epoch: the state carries the epoch, so the rest of epoch 2 is epoch 2's order
+    and mask seeds, not epoch 0's."""
+    examples = [{"i": i} for i in range(37)]
+    whole = epoch_loader(examples, workers=workers)
+    whole.sampler.set_epoch(2)
+    it = iter(whole)
+    seen = [next(it) for _ in range(3)]
+    state = whole.state_dict()
+    rest = list(it)
+    resumed = epoch_loader(examples, workers=workers)  # its sampler's epoch still 0
+    resumed.load_state_dict(state)
+    assert list(resumed) == rest and len(seen + rest) == 10

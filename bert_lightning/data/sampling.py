@@ -43,9 +43,11 @@ class EpochSampler(DistributedSampler):
         self.chunk = chunk
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
-        epoch = self.epoch  # at the first index, as Lightning sets it after asking for this
-        for i in self.indices(epoch):
-            yield i, epoch
+        return _EpochPosition(self)
+
+    @staticmethod
+    def item(index: int, epoch: int) -> tuple[int, int]:
+        return index, epoch
 
     def indices(self, epoch: int) -> Iterator[int]:
         """This rank's examples of `epoch`, in order."""
@@ -98,19 +100,20 @@ def hash_seed(*parts: int) -> int:
 
 
 class ResumableShuffle(EpochSampler):
-    """`EpochSampler`'s order as plain indices (fine-tuning's rows, which carry no mask),
-    resumable mid-epoch whenever the loader is built: its iterator's state (the epoch, the
-    indices handed out) travels in `StatefulDataLoader`'s, so a resumed run continues that
-    epoch's permutation where it stopped. The epoch must be in that state: a run bound by
-    epochs builds its loader (and fetches a batch) before Lightning sets the sampler's epoch."""
+    """`EpochSampler`'s order as plain indices (fine-tuning's rows, which carry no mask)."""
 
-    def __iter__(self) -> Iterator[int]:
-        return _EpochPosition(self)
+    @staticmethod
+    def item(index: int, epoch: int) -> int:
+        return index
 
 
 class _EpochPosition:
-    """One epoch of a ResumableShuffle; the epoch is read at the first index (Lightning calls
-    `set_epoch` after asking for the iterator), unless a state gave it."""
+    """One epoch of an EpochSampler, resumable mid-epoch whenever the loader is built: its
+    state (the epoch, the indices handed out) travels in `StatefulDataLoader`'s, so a resumed
+    run continues that epoch's permutation where it stopped. The epoch must be in that state:
+    a resumed loader fetches its first batch before Lightning sets the sampler's epoch (and a
+    run bound by epochs builds its loader before). The epoch is read at the first index
+    (Lightning calls `set_epoch` after asking for the iterator), unless a state gave it."""
 
     def __init__(self, sampler: ResumableShuffle):
         self.sampler, self.epoch, self.yielded, self.left = sampler, None, 0, None
@@ -125,7 +128,7 @@ class _EpochPosition:
             self.left = itertools.islice(self.sampler.indices(self.epoch), self.yielded, None)
         index = next(self.left)
         self.yielded += 1
-        return index
+        return self.sampler.item(index, self.epoch)
 
     def state_dict(self) -> dict:
         return {"epoch": self.epoch, "yielded": self.yielded}
