@@ -175,7 +175,7 @@ def substitute(command: str, ws: dict) -> str:
     """Placeholders of the docs -> the workspace's files."""
 
     def ckpt(m: re.Match) -> str:
-        if "finetune" in m.group(0):
+        if re.search(r"finetune|home_depot_minilm", m.group(0)):  # a fine-tuning run's folder
             return str(next(ws["finetune"].glob("best-step*.ckpt")))
         return str(ws["pretrain"])
 
