@@ -165,13 +165,25 @@ def keep_metrics_through(out_dir: Path, step: int | None) -> None:
     checkpoint at `step` logs them again (a crashed run may have logged past its last
     checkpoint), so that the file holds every step once, in order. `None` (a fresh run)
     empties it."""
+    keep_metrics(out_dir, lambda r: step is not None and r.get("step") and int(r["step"]) <= step)
+
+
+def drop_phase_metrics(out_dir: Path, prefix: str) -> None:
+    """Drops the rows of the run's `metrics.csv` holding a metric named `prefix...`: those of
+    a phase after the fit (fine-tuning's `test/`) that a resumed run redoes from its start,
+    which a run stopped later in that phase (in the baselines) logged."""
+    keep_metrics(out_dir, lambda r: not any(v and k.startswith(prefix) for k, v in r.items()))
+
+
+def keep_metrics(out_dir: Path, keep) -> None:
+    """The rows of the run's `metrics.csv` that `keep(row)`, the file removed when none is."""
     metrics_csv = Path(out_dir) / METRICS
     if not metrics_csv.is_file():
         return
     with open(metrics_csv, newline="") as f:
         reader = csv.DictReader(f)
         fields, rows = reader.fieldnames or [], list(reader)
-    kept = [r for r in rows if step is not None and r.get("step") and int(r["step"]) <= step]
+    kept = [r for r in rows if keep(r)]
     if not kept:
         metrics_csv.unlink()
         return

@@ -110,6 +110,80 @@ def test_save_last_writes_once_a_step(tmp_path):
     assert saver.saved == [2, False]
 
 
+class Stop(Exception):
+    pass
+
+
+class LogRowAtStep2(L.Callback):
+    """Logs step 2's row in `on_train_batch_end`, then raises there as a stop does."""
+
+    def __init__(self):
+        self.rows = None
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_step == 2:
+            rows = trainer.logger.experiment.metrics  # the logger's, not yet written
+            before, stepped = len(rows), api.batches_stepped(trainer)
+            api.log_step_row(trainer, outputs, batch, batch_idx)
+            self.rows = [(r["step"], "loss" in r) for r in rows[before:]], stepped
+            raise Stop
+
+
+def test_log_step_row_logs_the_steps_row_before_lightning_would(tmp_path):
+    logger = CSVLogger(tmp_path, name="", version="")
+    record = LogRowAtStep2()
+    with pytest.raises(Stop):
+        fit(tmp_path, record, logger=logger, log_every_n_steps=1)
+    assert record.rows == ([(1, True)], 1)
+
+
+def test_save_deferred_is_the_flag_defer_save_sets():
+    ckpt = ModelCheckpoint(monitor="val/loss")
+    assert api.save_deferred(ckpt) is False
+    api.defer_save(ckpt)
+    assert api.save_deferred(ckpt) is True
+
+
+class Validated(Tiny):
+    def validation_step(self, batch, batch_idx):
+        self.log("val_loss", self.layer(batch).sum())
+
+    def val_dataloader(self):
+        return DataLoader(torch.randn(2, 2), batch_size=1)
+
+
+class Due(L.Callback):
+    """The steps the door says a validation follows, and those a validation followed."""
+
+    def __init__(self):
+        self.due, self.validated = [], []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if api.validates_after_step(trainer):
+            self.due.append(trainer.global_step)
+
+    def on_validation_start(self, trainer, pl_module):
+        if not trainer.sanity_checking:
+            self.validated.append(trainer.global_step)
+
+
+def test_validates_after_step_is_lightnings_decision(tmp_path):
+    """Every third batch of an epoch of 5 (not at its end)."""
+    due = Due()
+    trainer = L.Trainer(
+        **{"max_steps": 8, "limit_train_batches": 5, "val_check_interval": 3},
+        default_root_dir=tmp_path,
+        callbacks=[due],
+        logger=False,
+        accelerator="cpu",
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+    )
+    trainer.fit(Validated())
+    assert due.due == due.validated == [3, 8]
+
+
 def test_validation_progress_is_what_a_checkpoint_records_of_the_validation(tmp_path):
     trainer = L.Trainer(default_root_dir=tmp_path, logger=False, enable_checkpointing=False)
     progress = api.validation_progress(trainer)
@@ -154,6 +228,18 @@ MOVED = [  # (call on a stand-in that lacks the name, the name)
     (lambda: api.budget_seconds(object()), "object._duration"),
     (lambda: api.learning_rates(object(), None), "object._extract_stats"),
     (lambda: api.save_last(object(), None), "object._last_global_step_saved"),
+    (
+        lambda: api.log_step_row(
+            SimpleNamespace(lightning_module=SimpleNamespace(on_train_batch_end=print)), *"ob", 0
+        ),
+        "SimpleNamespace._logger_connector",
+    ),
+    (lambda: api.save_deferred(object()), "object._defer_save_until_validation"),
+    (lambda: api.defer_save(object()), "object._defer_save_until_validation"),
+    (
+        lambda: api.validates_after_step(SimpleNamespace(fit_loop=SimpleNamespace(epoch_loop=1))),
+        "SimpleNamespace._data_fetcher",
+    ),
 ]
 
 

@@ -1,7 +1,8 @@
 """A stop signal ends a run within seconds in every phase, not when the phase ends: a validation
-of the fit is abandoned (the training state at its step saved, resumable bitwise), a data pass
-(tokenizing the corpus) and what follows a fit (fine-tuning's test) are cut short. The exit
-code is 128 + the signal's number and the last line says the run stopped on request."""
+of the fit is abandoned (the training state at its step saved), a data pass (tokenizing the
+corpus) and what follows a fit (fine-tuning's test) are cut short. The exit code is 128 + the
+signal's number and the last line says the run stopped on request. (Each stop resumed as the
+run never stopped: tests/test_stop_resume.py.)"""
 
 import csv
 import json
@@ -20,10 +21,8 @@ from bert_lightning.config import bundled
 from bert_lightning.data.corpus import iter_documents
 from bert_lightning.signals import Interrupted
 from helpers import (
-    RESUMABLE,
     ROOT,
     bounded_output,
-    pretrain_tiny,
     session_ends,
     signal_group,
     subprocess_env,
@@ -76,66 +75,6 @@ def test_a_sigterm_mid_validation_ends_the_run_within_seconds(tmp_path):
     )
     assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == 2
     assert 2 not in val_steps(out)  # its partial metrics are not logged as a validation's
-
-
-def val_rows(out: Path) -> list[tuple[str, str]]:
-    with open(out / "metrics.csv", newline="") as f:
-        return [(r["step"], r["val/loss"]) for r in csv.DictReader(f) if r.get("val/loss")]
-
-
-@pytest.fixture(scope="module")
-def whole(tmp_path_factory) -> Path:
-    """The tiny pretraining run that the stopped ones must equal once resumed."""
-    out = tmp_path_factory.mktemp("pretrain") / "whole"
-    pretrain_tiny(out, *RESUMABLE, "data.batch_size=2")
-    return out
-
-
-def assert_resumed_is_whole(run: Path, whole: Path) -> None:
-    """Resumed in its own folder: the uninterrupted run's validations (steps and figures) and
-    weights, bit for bit, its final state in `last.ckpt` (no `last-v1.ckpt`)."""
-    a = torch.load(whole / "checkpoints/last.ckpt", weights_only=True)
-    b = torch.load(run / "checkpoints/last.ckpt", weights_only=True)
-    assert b["global_step"] == a["global_step"] == 8
-    for name, tensor in a["state_dict"].items():
-        assert torch.equal(tensor, b["state_dict"][name]), name
-    assert val_rows(run) == val_rows(whole)
-    assert not list((run / "checkpoints").glob("last-v*"))
-
-
-@pytest.mark.slow
-def test_a_run_stopped_mid_validation_resumes_bitwise(tmp_path, whole):
-    """SIGTERM at the third batch of the validation at step 4 (of 8): last.ckpt at step 4; the
-    run resumed from it redoes that validation, then ends with the weights of the run never
-    stopped, bit for bit, having validated at the same steps with the same losses."""
-    handlers = [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)]
-    stop = [f"+callbacks.stop._target_={__name__}.SignalMidValidation", "+callbacks.stop.batch=2"]
-    with pytest.raises(Interrupted) as e:
-        pretrain_tiny(tmp_path / "stopped", *RESUMABLE, "data.batch_size=2", *stop)
-    assert e.value.exit_code == 128 + signal.SIGTERM
-    assert [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)] == (
-        handlers
-    )
-    last = tmp_path / "stopped" / "checkpoints" / "last.ckpt"
-    assert str(e.value).startswith(f"SIGTERM at step 4: {last} written")
-    assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == 4
-    assert 4 not in val_steps(tmp_path / "stopped")
-    pretrain_tiny(tmp_path / "stopped", *RESUMABLE, "data.batch_size=2", f"ckpt_path={last}")
-    assert_resumed_is_whole(tmp_path / "stopped", whole)
-
-
-@pytest.mark.slow
-def test_a_run_stopped_before_its_first_checkpoint_resumes_into_last_ckpt(tmp_path, whole):
-    """SIGTERM at step 2, before ModelCheckpoint wrote anything: the stop's `last.ckpt` is the
-    one the resumed run overwrites at its end, as the guide says to pass it on."""
-    stop = ["probe.SignalRank", "step=1", "rank=0", "sig=SIGTERM"]
-    args = [f"+callbacks.stop._target_={stop[0]}", *(f"+callbacks.stop.{a}" for a in stop[1:])]
-    with pytest.raises(Interrupted):
-        pretrain_tiny(tmp_path / "stopped", *RESUMABLE, "data.batch_size=2", *args)
-    last = tmp_path / "stopped" / "checkpoints" / "last.ckpt"
-    assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == 2
-    pretrain_tiny(tmp_path / "stopped", *RESUMABLE, "data.batch_size=2", f"ckpt_path={last}")
-    assert_resumed_is_whole(tmp_path / "stopped", whole)
 
 
 def big_corpus(path: Path, n_docs: int) -> None:
@@ -202,7 +141,11 @@ def test_a_sigterm_while_a_fine_tuning_run_tests_ends_it_at_once(tmp_path):
         finetune(cfg)
     assert e.value.exit_code == 128 + signal.SIGTERM
     assert str(e.value).startswith("SIGTERM after training ended at step ")
-    assert str(e.value).endswith(", its checkpoints written: what follows the fit did not run")
+    last = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    assert str(e.value).endswith(
+        f", its checkpoints written: what follows the fit did not run; the same command with "
+        f"ckpt_path={last} runs it"
+    )
     assert not (tmp_path / "run" / "results.json").exists()
     assert [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)] == (
         handlers

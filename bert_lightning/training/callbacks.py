@@ -12,6 +12,7 @@ from pathlib import Path
 import lightning as L
 from lightning.pytorch import callbacks as lightning_callbacks
 from lightning.pytorch.callbacks import ModelSummary, ProgressBar
+from lightning.pytorch.callbacks.early_stopping import EarlyStoppingReason
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.utilities import rank_zero_only
 
@@ -53,6 +54,19 @@ class EarlyStopping(lightning_callbacks.EarlyStopping):
     """Lightning's, with the configured patience kept on resume: Lightning's takes the
     checkpoint's, so that `callbacks.early_stopping.patience=` given to a resumed run would be
     recorded and ignored. The count of validations without improvement is the checkpoint's."""
+
+    def on_load_checkpoint(self, trainer, pl_module, checkpoint):
+        """A fit this stopped stays stopped when resumed (after a stop in its test): Lightning
+        keeps the decision's reason in the checkpoint, not the trainer's `should_stop`, and the
+        fit would train on; unless the patience given to the resumed run outlasts the
+        validations without improvement."""
+        state = (checkpoint.get("callbacks") or {}).get(self.state_key) or {}
+        reason = EarlyStoppingReason(state.get("stopping_reason", EarlyStoppingReason.NOT_STOPPED))
+        patient = reason is EarlyStoppingReason.PATIENCE_EXHAUSTED and (
+            state["wait_count"] < self.patience  # the configured one: before load_state_dict
+        )
+        if reason is not EarlyStoppingReason.NOT_STOPPED and not patient:
+            trainer.should_stop = True
 
     def load_state_dict(self, state_dict):
         patience = self.patience

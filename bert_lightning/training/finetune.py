@@ -5,6 +5,7 @@ checkpoint tested, `results.json`)."""
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -21,6 +22,7 @@ from bert_lightning.errors import UserError
 from bert_lightning.fingerprints import file_digest
 from bert_lightning.inference import table_scores, zero_shot_cosines
 from bert_lightning.progress import Waiting
+from bert_lightning.run_folder import drop_phase_metrics
 from bert_lightning.shipped import CONFIG_DIR
 from bert_lightning.tasks.base import load_splits, train_texts
 from bert_lightning.tasks.datamodule import TaskDataModule
@@ -158,6 +160,8 @@ def after_fit(cfg: DictConfig, dm: TaskDataModule, module: FinetuneModule, train
             kept,
         )
         best_val = math.nan
+    if trainer.is_global_zero:  # a resumed run's test is redone whole (a stop in the baselines)
+        drop_phase_metrics(out_dir, "test/")
     with Waiting(f"testing {kept or 'the last weights'} on {dm.rows['test']:,} test rows"):
         test = trainer.test(module, datamodule=dm, ckpt_path=best, verbose=False)[0]
     results = {
@@ -188,7 +192,14 @@ def after_fit(cfg: DictConfig, dm: TaskDataModule, module: FinetuneModule, train
     return results
 
 
-FINETUNING_RUN = Entry(FINETUNING, RESUME_USE, build, after_fit, ("data", "train.py"))
+def finished(cfg: DictConfig, step: int) -> bool:
+    """Whether the run folder's `results.json` is that of the fit that ended at `step`: a run
+    stopped in its test or baselines wrote none (or left an earlier part's)."""
+    results = Path(cfg.paths.output_dir) / "results.json"
+    return results.is_file() and json.loads(results.read_text()).get("steps") == step
+
+
+FINETUNING_RUN = Entry(FINETUNING, RESUME_USE, build, after_fit, finished, ("data", "train.py"))
 
 
 def finetune(cfg: DictConfig) -> dict | None:

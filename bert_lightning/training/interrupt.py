@@ -15,6 +15,7 @@ from bert_lightning.training.lightning_api import (
     defer_save,
     log_step_row,
     save_deferred,
+    validates_after_step,
     validation_progress,
 )
 
@@ -30,7 +31,9 @@ class SaveOnInterrupt(L.Callback):
     is abandoned at its next batch, its metrics unlogged (a validation can take minutes, more
     than a scheduler waits): the state saved is the one it began from, and the resumed run
     redoes it at that step before training goes on, so that its metrics, the best checkpoint
-    and early stopping are the uninterrupted run's.
+    and early stopping are the uninterrupted run's. A signal at a step that a validation
+    follows stops the run at that validation's first batch, the same way: saved at the step's
+    end, the resumed run would skip that validation (Lightning counts it as done).
 
     Several processes agree on the step: after each optimizer step and before each
     validation batch they take the largest signal number any rank received (one scalar
@@ -61,7 +64,8 @@ class SaveOnInterrupt(L.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         stepped, self.seen_step = trainer.global_step != self.seen_step, trainer.global_step
-        if stepped:  # not while accumulating: the step is not done yet
+        # not while accumulating (the step is not done yet), nor before a validation
+        if stepped and not validates_after_step(trainer):
             self._stop_if_signalled(trainer, step_end=(outputs, batch, batch_idx))
 
     def on_validation_start(self, trainer, pl_module):
@@ -126,12 +130,18 @@ class SaveOnInterrupt(L.Callback):
             self.stops.replaced_back()
 
     def on_fit_end(self, trainer, pl_module):
-        """What follows the fit (testing, baselines, export) stops at once again."""
-        stops, self.stops = self.stops, None
+        """What follows the fit (testing, baselines, export) stops at once again, its line
+        naming the resume that runs it from its start (the fit, done, does nothing: resume.py
+        `already_done`). The run's `Stops` even when the fit trained no step (a resume of a
+        fit that ended), whose line would say that training had not begun."""
+        self.stops, stops = None, active_stops()
         if stops is not None:
+            ckpt = trainer.checkpoint_callback
+            last = ckpt.last_model_path if ckpt is not None else None
+            again = f"; the same command with ckpt_path={last} runs it" if last else ""
             stops.resume(
                 f"after training ended at step {trainer.global_step}, its checkpoints written: "
-                "what follows the fit did not run"
+                f"what follows the fit did not run{again}"
             )
 
     def on_exception(self, trainer, pl_module, exception):

@@ -49,6 +49,15 @@ def validation_progress(trainer):
     return _private(trainer, "fit_loop", "epoch_loop", "val_loop", "batch_progress")
 
 
+def validates_after_step(trainer) -> bool:
+    """Whether the fit validates once this training batch is done: Lightning decides it after
+    the callbacks' `on_train_batch_end`, in a private method of its epoch loop (on its private
+    data fetcher), and skips it when a checkpoint saved before it is resumed."""
+    loop = _private(trainer, "fit_loop", "epoch_loop")
+    fetcher = _private(trainer, "fit_loop", "_data_fetcher")
+    return _private(loop, "_should_check_val_fx")(fetcher) and not _private(loop, "_skip_next_val")
+
+
 def log_step_row(trainer, outputs, batch, batch_idx: int) -> None:
     """What Lightning does after the callbacks' `on_train_batch_end`, which a stop raised there
     skips: the module's hook (it logs the row's step), then the step's row to the loggers, which

@@ -74,11 +74,18 @@ def after_fit(cfg: DictConfig, dm, module, trainer) -> float | None:
     return float(val_loss) if val_loss is not None else None
 
 
+def finished(cfg: DictConfig, step: int) -> bool:
+    """Always: what follows a pretraining fit writes nothing (`after_fit` reads its last
+    validation), so a fit that ended leaves nothing to redo."""
+    return True
+
+
 PRETRAINING_RUN = Entry(
     PRETRAINING,
     "ckpt_path (resuming a pretraining run)",
     build,
     after_fit,
+    finished,
     ("task", "finetune.py"),
 )
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import lightning as L
@@ -37,11 +38,18 @@ class StepSeed(L.Callback):
         )
 
 
-def already_done(cfg: DictConfig, start: ResumePoint | None) -> bool:
-    """True when the checkpoint a run resumes already reached `trainer.max_steps`: says so in
-    one line and writes nothing (the folder Hydra made for the run, if new, is removed)."""
+def already_done(
+    cfg: DictConfig, start: ResumePoint | None, finished: Callable[[DictConfig, int], bool]
+) -> bool:
+    """True when the checkpoint a run resumes already reached `trainer.max_steps` and what
+    follows its fit ran to its end (`finished(cfg, step)`): says so in one line and writes
+    nothing (the folder Hydra made for the run, if new, is removed). A run stopped after its
+    fit (in fine-tuning's test) is not done: resumed, its fit does nothing, and what follows
+    it runs again from its start."""
     max_steps = cfg.trainer.max_steps
     if start is None or max_steps is None or max_steps < 0 or start.step < max_steps:
+        return False
+    if not finished(cfg, start.step):  # its fit ended: resumed, it trains nothing
         return False
     print(
         f"{cfg.ckpt_path} already reached max_steps={max_steps}: nothing to do "

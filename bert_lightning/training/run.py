@@ -1,7 +1,7 @@
 """`run(cfg, entry)`: the one skeleton of a pretraining and of a fine-tuning run, so that both
 refuse, resume, seed, keep their metrics and fail in the same order. An `Entry` gives what
 differs: which checkpoint `ckpt_path=` continues, how the three Lightning objects are built,
-and what follows the fit."""
+and what follows the fit (and whether it ran)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,9 @@ class Entry:
     """`checkpoint`: what `ckpt_path=` must be (`checkpoint.PRETRAINING`, ...), `use`: what
     reads it, for the message of another one; `build(cfg, start)`: data module, module and
     trainer, before any step (`start`: the checkpoint a resumed run continues, else None);
-    `after_fit(cfg, dm, module, trainer)`: what the run returns; `foreign`: a top-level key
+    `after_fit(cfg, dm, module, trainer)`: what the run returns; `finished(cfg, step)`: whether
+    `after_fit` ran to its end after the fit that ended at `step` (else a resume of that fit
+    runs it again: resume.py `already_done`); `foreign`: a top-level key
     that only the other entry point's configs have, and that entry point (an experiment of
     the other one composes, and would run its settings half-applied)."""
 
@@ -37,6 +39,7 @@ class Entry:
     use: str
     build: Callable[[DictConfig, ResumePoint | None], Built]
     after_fit: Callable[[DictConfig, L.LightningDataModule, L.LightningModule, L.Trainer], Any]
+    finished: Callable[[DictConfig, int], bool]
     foreign: tuple[str, str]
 
 
@@ -57,7 +60,7 @@ def run(cfg: DictConfig, entry: Entry) -> Any:
     ):
         required(cfg)
         start = resume_point(cfg.ckpt_path, entry.checkpoint, entry.use) if cfg.ckpt_path else None
-        if already_done(cfg, start):
+        if already_done(cfg, start, entry.finished):
             return None
         L.seed_everything(cfg.seed, workers=True)
         dm, module, trainer = entry.build(cfg, start)
