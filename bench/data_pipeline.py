@@ -214,7 +214,9 @@ def headroom(tok, work: Path, repeats: int) -> dict:
     batch = next(iter(loader))
 
     def step():
-        out = model(batch["input_ids"], None, None, batch["labels"])
+        out = model(
+            batch["input_ids"], labels=batch["labels"], mlm_positions=batch["mlm_positions"]
+        )
         out.loss.backward()
         opt.step()
         opt.zero_grad()

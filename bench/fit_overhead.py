@@ -51,8 +51,7 @@ class AlternateBareStep(L.Callback):
         self.device = pl_module.device
         model = self.model.to(self.device).train()
         mode = compile_mode(pl_module.hparams.get("compile", False), self.device)
-        if mode is not None:  # the bare step compiled as the fit's model is
-            model.bert.unpad = False
+        if mode is not None:  # the bare step compiled as the fit's model is (padded batches padded)
             model = torch.compile(model, mode=mode)
         batch = {k: v.to(self.device) for k, v in self.batch.items()}
         self.step = make_step(model, self.optim(model, run_steps=1)["optimizer"], batch, self.dtype)

@@ -1,5 +1,5 @@
-"""Padded batches, timed side by side: our encoder on the real tokens alone (`BertModel.unpad`,
-the default), the same model computing every pad position (`unpad=False`), and `transformers`
+"""Padded batches, timed side by side: our encoder on the real tokens alone (the default), the
+same model computing every pad position (its forward's `unpad=False`), and `transformers`
 (sdpa) on the same weights and batches.
 
     python bench/padded_step.py                          # every workload, fp32 and bf16, CPU
@@ -50,7 +50,7 @@ from steps import (
 from bert_lightning.config import configured
 from bert_lightning.data.tokenizer import special_ids
 from bert_lightning.interop import ours_to_hf
-from bert_lightning.model import BertConfig, BertForPreTraining, BertModel
+from bert_lightning.model import BertConfig, BertForPreTraining
 from bert_lightning.model.heads import BertBiEncoder, BertForSequenceClassification
 
 MINILM = BertConfig(
@@ -183,10 +183,15 @@ def workload(name: str, n: int, batch: int, g):
     return {"ours": ours, "ours_padded": ours, "transformers": hf_model(ours)}, batches
 
 
-def set_unpad(model, flag: bool) -> None:
-    for m in model.modules():
-        if isinstance(m, BertModel):
-            m.unpad = flag
+def inputs(mode: str, model, batch: dict) -> dict:
+    """What a mode's model is called with: `transformers` without our `mlm_positions`; our
+    padded path with `unpad=False` (packed_isolated's "padded" column, `Across`, is about
+    position ids: its blocks have no padding)."""
+    if mode == "transformers":
+        return without_positions(batch)
+    if mode == "ours_padded" and not isinstance(model, Across):
+        return batch | {"unpad": False}
+    return batch
 
 
 def bench(name: str, args, device, dtype) -> dict:
@@ -197,11 +202,9 @@ def bench(name: str, args, device, dtype) -> dict:
     for mode, model in models.items():
         model.to(device).train()
         opt = configured("optim", ["optim.lr=1e-5"])(model, 1)["optimizer"]
-        theirs = mode == "transformers"
-        fns = [make_step(model, opt, without_positions(b) if theirs else b, dtype) for b in batches]
+        fns = [make_step(model, opt, inputs(mode, model, b), dtype) for b in batches]
 
-        def step(fns=fns, model=model, unpad=mode == "ours"):
-            set_unpad(model, unpad)
+        def step(fns=fns):
             step.i = (step.i + 1) % len(fns)
             fns[step.i]()
 

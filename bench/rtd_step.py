@@ -20,7 +20,8 @@ from contextlib import nullcontext
 import torch
 from steps import model_config
 
-from bert_lightning.model import BertForPreTraining, ElectraForPreTraining, picked_positions
+from bert_lightning.data.masking import picked_positions
+from bert_lightning.model import BertForPreTraining, ElectraForPreTraining
 from bert_lightning.model.electra import sample_tokens
 
 

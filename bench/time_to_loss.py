@@ -64,9 +64,7 @@ class Trainee:
 
 def ours_loss(model, batch: dict, reduction: str = "mean") -> torch.Tensor:
     """Our head runs on the picked positions only."""
-    out = model(
-        batch["input_ids"], labels=batch["labels"], mlm_positions=batch.get("mlm_positions")
-    )
+    out = model(batch["input_ids"], labels=batch["labels"], mlm_positions=batch["mlm_positions"])
     return out.mlm_loss if reduction == "mean" else out.mlm_loss * (out.mlm_labels != -100).sum()
 
 

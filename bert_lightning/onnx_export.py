@@ -18,7 +18,6 @@ from bert_lightning.checkpoint import FINETUNING, read_checkpoint
 from bert_lightning.choices import EXPORT_POOLING
 from bert_lightning.errors import UserError
 from bert_lightning.inference import load_embedder, load_finetuned, pooling_of
-from bert_lightning.model import BertModel
 from bert_lightning.model.heads import BertBiEncoder
 from bert_lightning.ort import INPUTS, SPEC, BiEncoderSide, Embedder, onnx_runtime
 
@@ -75,9 +74,6 @@ def export_onnx(
         spec = {"use": "embed", "pooling": pooling, "normalize": normalize}
     spec |= {"output": output, "max_seq_length": length}
     spec |= {"quantized": quantize, "fp32_top": fp32_top, "source": str(path)}
-    for m in model.modules():
-        if isinstance(m, BertModel):
-            m.unpad = False  # the padded path: no shape that depends on the mask's values
     ids = torch.full((2, 8), 5, dtype=torch.long)  # any ids: shapes are what is traced
     mask = torch.ones_like(ids)
     mask[1, 5:] = 0

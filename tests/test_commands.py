@@ -11,6 +11,7 @@ from bert_lightning.checkpoint import read_checkpoint
 from bert_lightning.cli import main
 from bert_lightning.commands.embed import embed, read_texts
 from bert_lightning.commands.fill_mask import fill_mask
+from bert_lightning.data.masking import picked_positions
 from bert_lightning.data.tables import DataError
 from bert_lightning.model import BertForPreTraining
 from finetune_fixtures import (
@@ -66,7 +67,7 @@ def test_fill_mask_gives_the_mlm_head_probabilities(tmp_path, tok):
     ids = torch.tensor([tok.encode(text).ids])
     labels = torch.where(ids == tok.token_to_id("[MASK]"), ids, -100)
     with torch.no_grad():
-        out = model(ids, labels=labels)
+        out = model(ids, labels=labels, mlm_positions=picked_positions(labels))
         probs = out.mlm_logits[out.mlm_labels != -100].softmax(-1)  # (2, V)
     for m, p in zip(masks, probs, strict=True):
         top = p.topk(3)

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 from bert_lightning.checkpoint import Checkpoint, read_checkpoint
 from bert_lightning.config import compose
+from bert_lightning.data.masking import picked_positions
 from bert_lightning.errors import UserError
 from bert_lightning.interop import hf_to_ours, ours_to_hf
 from bert_lightning.model import BertConfig, distill_flops
@@ -86,6 +87,7 @@ def batch():
     return {
         "input_ids": ids.masked_fill(picked, 4),
         "labels": labels,
+        "mlm_positions": picked_positions(labels),  # (B, T): room for every position
         "attention_mask": mask,
         "token_type_ids": torch.zeros_like(ids),
     }, ids
@@ -237,7 +239,7 @@ def test_distill_flops_match_torch_flop_counter(weights):
     with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
         m(b)["loss"].backward()
     tokens = int(b["attention_mask"].sum())
-    # no `mlm_positions`: the heads run on every position (B x T), of which P are picked
+    # `mlm_positions` with room for every position: the heads run on B x T, of which P picked
     ran = distill_flops(m.model.config, m.teacher.config, 3, 10, 3 * 10, m.weights, tokens)
     assert ran == counter.get_total_flops()
     P = int((b["labels"] != -100).sum())
@@ -276,9 +278,11 @@ def padded(rows):
     T = max(len(ids) for ids, _ in rows)
     pad = lambda x, v: F.pad(x, (0, T - len(x)), value=v)  # noqa: E731
     ids = torch.stack([pad(x, 0) for x, _ in rows])  # (B, T)
+    labels = torch.stack([pad(y, -100) for _, y in rows])  # (B, T)
     return {
         "input_ids": ids,
-        "labels": torch.stack([pad(y, -100) for _, y in rows]),  # (B, T)
+        "labels": labels,
+        "mlm_positions": picked_positions(labels),  # (B, T)
         "attention_mask": torch.stack([pad(torch.ones_like(x), 0) for x, _ in rows]),  # (B, T)
         "token_type_ids": torch.zeros_like(ids),
     }

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from bert_lightning.checkpoint import load_hf_folder, read_checkpoint
+from bert_lightning.data.masking import picked_positions
 from bert_lightning.data.tokenizer import special_ids
 from bert_lightning.interop import export_hf_folder, load_into
 from bert_lightning.model import BertConfig, BertForPreTraining, BertModel
@@ -92,7 +93,14 @@ def test_export_pretraining_loads_cleanly_and_matches(tmp_path, pretrained, tiny
     labels = ids.masked_fill(mask == 0, -100)
     with torch.no_grad():
         theirs = hf(ids, token_type_ids=types, attention_mask=mask, output_hidden_states=True)
-        ours = pretrained(ids, types, mask, labels, torch.zeros(3, dtype=torch.long))
+        ours = pretrained(
+            ids,
+            types,
+            mask,
+            labels=labels,
+            mlm_positions=picked_positions(labels),
+            next_sentence_label=torch.zeros(3, dtype=torch.long),
+        )
         hidden = pretrained.bert(ids, types, mask, output_hidden_states=True).hidden_states
     real = mask.bool()
     at = ours.mlm_logits[ours.mlm_labels != -100]  # (P, V) the picks, in position order
@@ -222,7 +230,8 @@ def test_cli_exports_a_trained_checkpoint(tmp_path):
     hf = transformers.BertForPreTraining.from_pretrained(out).eval()
     ids, types, mask = batch(ours.config.vocab_size, ours.config.pad_token_id)
     with torch.no_grad():
-        out = model(ids, types, mask, ids.masked_fill(mask == 0, -100))
+        labels = ids.masked_fill(mask == 0, -100)
+        out = model(ids, types, mask, labels=labels, mlm_positions=picked_positions(labels))
         mine = out.mlm_logits[out.mlm_labels != -100]  # (P, V) the picks, in position order
         theirs = hf(ids, token_type_ids=types, attention_mask=mask).prediction_logits
     assert (mine - theirs[mask.bool()]).abs().max() <= 1e-5

@@ -6,6 +6,7 @@ import logging
 import pytest
 import torch
 
+from bert_lightning.data.masking import picked_positions
 from bert_lightning.errors import UserError
 from bert_lightning.inference import (
     embed_texts,
@@ -43,7 +44,8 @@ def test_fill_masks_of_a_padded_batch_are_those_of_each_text_alone(tmp_path, tok
         ids = torch.tensor([enc.ids])  # (1, T)
         picked = ids == tok.token_to_id("[MASK]")
         with torch.no_grad():
-            out = model(ids, labels=torch.where(picked, ids, -100))
+            labels = torch.where(picked, ids, -100)
+            out = model(ids, labels=labels, mlm_positions=picked_positions(labels))
             probs = out.mlm_logits[out.mlm_labels != -100].softmax(-1)  # (M, V)
         top = probs.topk(3)  # (M, 3)
         assert [[e["token"] for e in m] for m in masks] == [

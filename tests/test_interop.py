@@ -10,6 +10,7 @@ from bert_lightning.cli import main
 from bert_lightning.commands.export_hf import export_hf
 from bert_lightning.config import compose
 from bert_lightning.data.corpus import iter_documents
+from bert_lightning.data.masking import picked_positions
 from bert_lightning.data.tokenizer import SPECIAL_TOKENS, load_tokenizer, train_wordpiece
 from bert_lightning.errors import UserError
 from bert_lightning.inference import embed_texts, load_embedder, load_finetuned, score_rows
@@ -52,7 +53,7 @@ def test_import_hf_folder_gives_same_logits(tmp_path, legacy):
     labels = torch.where(mask.bool(), ids, -100)
     with torch.no_grad():
         theirs = hf(ids, attention_mask=mask)
-        out = ours(ids, attention_mask=mask, labels=labels)
+        out = ours(ids, attention_mask=mask, labels=labels, mlm_positions=picked_positions(labels))
     torch.testing.assert_close(
         out.mlm_logits[out.mlm_labels != -100],
         theirs.prediction_logits[mask.bool()],

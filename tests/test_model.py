@@ -5,6 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from bert_lightning.config import compose
+from bert_lightning.data.masking import picked_positions
 from bert_lightning.interop import hf_to_ours
 from bert_lightning.model import (
     BertConfig,
@@ -12,7 +13,6 @@ from bert_lightning.model import (
     BertModel,
     encoder_parameter_formula,
     num_parameters,
-    picked_positions,
     pretraining_flops,
 )
 from helpers import TINY_MODEL
@@ -61,8 +61,8 @@ def test_padding_does_not_change_real_token_outputs(pre_ln):
 def test_sparse_mlm_head_equals_dense_head(pre_ln, causal, padded):
     """The head and the last layer run on [CLS] and K positions a row only (`mlm_positions`,
     static (B, K), padded with unpicked positions): the loss equals the dense head's on
-    every position (fp32, 1e-5), the logits at the picks are the dense head's, and without
-    `mlm_positions` (room for every position) the loss is the same."""
+    every position (fp32, 1e-5), the logits at the picks are the dense head's, and with room
+    for every position (K = T) the loss is the same."""
     config = BertConfig(**TINY_MODEL, pre_layer_norm=pre_ln, is_decoder=causal)
     model = BertForPreTraining(config).eval()
     ids = torch.randint(5, 97, (4, 16))
@@ -82,11 +82,17 @@ def test_sparse_mlm_head_equals_dense_head(pre_ln, causal, padded):
     picked = out.mlm_labels != -100
     assert torch.equal(out.mlm_labels[picked], labels[labels != -100])
     torch.testing.assert_close(out.mlm_logits[picked], dense_logits[labels != -100])
-    roomy = model(ids, attention_mask=mask, labels=labels)  # no positions: every one has room
+    roomy = model(ids, attention_mask=mask, labels=labels, mlm_positions=picked_positions(labels))
     assert abs(roomy.mlm_loss.item() - dense_loss.item()) < 1e-5
     nsp = model.cls.seq_relationship(model.bert(ids, attention_mask=mask).pooler_output)
     zeros = torch.zeros(4, dtype=torch.long)
-    out = model(ids, attention_mask=mask, labels=labels, next_sentence_label=zeros)
+    out = model(
+        ids,
+        attention_mask=mask,
+        labels=labels,
+        mlm_positions=picked_positions(labels),
+        next_sentence_label=zeros,
+    )
     torch.testing.assert_close(out.nsp_logits, nsp)
 
 
@@ -112,7 +118,14 @@ def test_same_outputs_as_transformers_bert():
     nsp = torch.tensor([0, 1])
     with torch.no_grad():
         theirs = hf(ids, attention_mask=mask, token_type_ids=types)
-        out = ours(ids, types, mask, labels=labels, next_sentence_label=nsp)
+        out = ours(
+            ids,
+            types,
+            mask,
+            labels=labels,
+            mlm_positions=picked_positions(labels),
+            next_sentence_label=nsp,
+        )
     ours_at = out.mlm_logits[out.mlm_labels != -100]  # (P, V) the picks, in position order
     theirs_at = theirs.prediction_logits[labels != -100]
     torch.testing.assert_close(ours_at, theirs_at, atol=1e-5, rtol=0)
@@ -127,7 +140,7 @@ def test_model_learns_a_fixed_batch():
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     first = None
     for _ in range(60):
-        loss = model(inputs, labels=labels).loss
+        loss = model(inputs, labels=labels, mlm_positions=picked_positions(labels)).loss
         first = first if first is not None else loss.item()
         opt.zero_grad()
         loss.backward()
@@ -137,7 +150,8 @@ def test_model_learns_a_fixed_batch():
 
 def test_nothing_picked_gives_zero_loss():
     model = BertForPreTraining(BertConfig(**TINY_MODEL))
-    out = model(torch.randint(5, 97, (2, 8)), labels=torch.full((2, 8), -100))
+    labels = torch.full((2, 8), -100)
+    out = model(torch.randint(5, 97, (2, 8)), labels=labels, mlm_positions=picked_positions(labels))
     assert out.loss.item() == 0.0
     out.loss.backward()  # still part of the graph
 

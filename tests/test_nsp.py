@@ -3,6 +3,7 @@ import random
 import pytest
 import torch
 
+from bert_lightning.data.masking import picked_positions
 from bert_lightning.data.nsp import document_pairs, frame_pair, split_sentences
 from helpers import OPTIM, TINY_BERT, data_module, write_corpus
 
@@ -136,10 +137,12 @@ def test_objective_selects_the_nsp_loss():
     from bert_lightning.training.pretrain_module import BertPretrainModule
 
     config = dict(TINY_BERT, vocab_size=50, num_hidden_layers=1)
+    labels = torch.randint(5, 50, (4, 10))
     batch = {
         "input_ids": torch.randint(5, 50, (4, 10)),
         "token_type_ids": torch.zeros(4, 10, dtype=torch.long),
-        "labels": torch.randint(5, 50, (4, 10)),
+        "labels": labels,
+        "mlm_positions": picked_positions(labels),  # (B, T)
         "next_sentence_label": torch.tensor([0, 1, 0, 1]),
     }
     both = BertPretrainModule(config, OPTIM, nsp=True)

@@ -6,6 +6,7 @@ import re
 import torch
 from hydra.utils import instantiate
 
+from bert_lightning.data.masking import picked_positions
 from bert_lightning.model import BertConfig, BertForPreTraining
 from bert_lightning.training.callbacks import device_peak_flops
 from helpers import OPTIM
@@ -25,9 +26,11 @@ def test_adamw_is_fused_and_decays_matrices_only():
         p.ndim == 1 for p in no_decay["params"]
     )
     before = model.bert.pooler.dense.weight.detach().clone()
+    labels = torch.randint(5, 50, (2, 8))
     model(
         torch.randint(5, 50, (2, 8)),
-        labels=torch.randint(5, 50, (2, 8)),
+        labels=labels,
+        mlm_positions=picked_positions(labels),
         next_sentence_label=torch.tensor([0, 1]),
     ).loss.backward()
     opt.step()

@@ -5,7 +5,7 @@ what it would alone."""
 import pytest
 import torch
 
-from bert_lightning.data.masking import document_positions
+from bert_lightning.data.masking import document_positions, picked_positions
 from bert_lightning.model import BertConfig, BertForPreTraining, BertModel
 from helpers import TINY_NO_DROPOUT
 
@@ -55,8 +55,10 @@ def test_a_tokens_mlm_logits_do_not_change_with_another_document():
     changed = ids.clone()
     changed[0, 8:12] = torch.tensor([50, 51, 52, 53])  # inside the second document
     with torch.no_grad():
+        positions = picked_positions(labels)  # (B, T)
         a, b = (
-            model(x, attention_mask=mask, labels=labels, position_ids=pos) for x in (ids, changed)
+            model(x, attention_mask=mask, labels=labels, mlm_positions=positions, position_ids=pos)
+            for x in (ids, changed)
         )
         a, b = (out.mlm_logits[out.mlm_labels != -100] for out in (a, b))  # (P, V) each
     first, third = labels[0, :7] != -100, labels[0, 12:] != -100

@@ -12,9 +12,9 @@ import torch.nn.functional as F
 
 from bert_lightning.checkpoint import read_checkpoint
 from bert_lightning.config import compose
+from bert_lightning.data.masking import picked_positions
 from bert_lightning.errors import UserError
 from bert_lightning.model import BertConfig, ElectraForPreTraining, generator_config, rtd_flops
-from bert_lightning.model.bert import picked_positions
 from bert_lightning.model.electra import corrupt, sample_tokens
 from bert_lightning.training.pretrain import train
 from helpers import TINY_BERT, tiny_overrides, write_corpus
@@ -60,11 +60,12 @@ def test_both_losses_equal_a_dense_computation_of_their_own():
     model = ElectraForPreTraining(CONFIG, 0.5, 50.0).eval()
     masked, labels, mask, original = masked_batch()
     sampler = torch.Generator().manual_seed(3)
-    out = model(masked, None, mask, labels, sampler=sampler)
+    out = model(
+        masked, None, mask, labels=labels, mlm_positions=picked_positions(labels), sampler=sampler
+    )
     assert out.loss.item() == pytest.approx(out.gen_loss.item() + 50.0 * out.disc_loss.item())
 
     gen, bert = model.generator, model.bert
-    bert.unpad = False
     with torch.no_grad():
         ext = mask[:, None, None, :].bool()
         h = gen.embeddings_project(bert.embeddings(masked))  # (B, T, Hg)
@@ -81,7 +82,8 @@ def test_both_losses_equal_a_dense_computation_of_their_own():
         corrupted = original.clone()
         corrupted[picked] = sampled.view(B, T)[picked.gather(1, order)]
         y = (corrupted != original)[mask.bool()].float()
-        z = model.discriminator_predictions(bert(corrupted, None, mask).last_hidden_state)
+        h = bert(corrupted, None, mask, unpad=False).last_hidden_state  # (B, T, H)
+        z = model.discriminator_predictions(h)
         p = torch.sigmoid(z[mask.bool()])
         disc_loss = -(y * p.log() + (1 - y) * (1 - p).log()).mean()
     assert torch.equal(out.corrupted, corrupted)
@@ -132,8 +134,10 @@ def test_rtd_flops_match_torch_flop_counter():
     masked, labels, mask, _ = masked_batch()
     B, T = masked.shape
     with FlopCounterMode(display=False) as counter:
-        model(masked, None, mask, labels).loss.backward()
-    P, R = B * T, B * (1 + T)  # no `mlm_positions`: room for every position
+        model(
+            masked, None, mask, labels=labels, mlm_positions=picked_positions(labels)
+        ).loss.backward()
+    P, R = B * T, B * (1 + T)  # `mlm_positions` with room for every position
     g = model.generator.config
     expected = rtd_flops(CONFIG, g, B, T, P, R, tokens=int(mask.sum()))
     assert expected == counter.get_total_flops()
@@ -246,7 +250,10 @@ def test_the_discriminator_learns_past_the_share_of_originals_where_context_tell
     ids = (torch.randint(5, 400, (16, 1)) + torch.arange(32)) % 495 + 5  # (16, 32)
     for _ in range(300):
         picked = torch.rand(ids.shape) < 0.3
-        out = model(torch.where(picked, MASK_ID, ids), None, None, torch.where(picked, ids, -100))
+        labels = torch.where(picked, ids, -100)
+        out = model(
+            torch.where(picked, MASK_ID, ids), labels=labels, mlm_positions=picked_positions(labels)
+        )
         out.loss.backward()
         opt.step()
         opt.zero_grad()

@@ -1,10 +1,11 @@
-"""The unpadded encoder (`BertModel.unpad`, on by default): a padded batch runs its Linears,
+"""The unpadded encoder (the forward's `unpad`, on by default): a padded batch runs its Linears,
 LayerNorms and dropout on the real tokens alone; every output a head reads, the losses and the
-gradients equal the padded path's."""
+gradients equal the padded path's. A captured graph (torch.compile) runs the padded path."""
 
 import pytest
 import torch
 
+from bert_lightning.data.masking import picked_positions
 from bert_lightning.model import BertConfig, BertForPreTraining, BertModel
 from bert_lightning.model.bert import Unpadded
 from bert_lightning.model.heads import (
@@ -25,15 +26,12 @@ def ragged_batch(B: int = 5, T: int = 19, seed: int = 0):
     return ids, types, mask
 
 
-def both(model, fn):
-    """fn(model) on the padded path, then on the unpadded one, from the same weights."""
+def both(fn):
+    """fn(unpad) on the padded path, then on the unpadded one, from the same weights."""
     results = []
-    for flag in (False, True):
-        for m in model.modules():
-            if isinstance(m, BertModel):
-                m.unpad = flag
+    for unpad in (False, True):
         torch.manual_seed(0)
-        results.append(fn(model))
+        results.append(fn(unpad))
     return results
 
 
@@ -49,7 +47,9 @@ def test_encoder_outputs_at_real_tokens_equal_the_padded_path(pre_ln, causal):
         BertConfig(**TINY_NO_DROPOUT, pre_layer_norm=pre_ln, is_decoder=causal)
     ).eval()
     ids, types, mask = ragged_batch()
-    padded, unpadded = both(model, lambda m: m(ids, types, mask, output_hidden_states=True))
+    padded, unpadded = both(
+        lambda unpad: model(ids, types, mask, output_hidden_states=True, unpad=unpad)
+    )
     real = mask.bool()
     torch.testing.assert_close(
         unpadded.last_hidden_state[real], padded.last_hidden_state[real], atol=1e-5, rtol=0
@@ -69,13 +69,21 @@ def test_pretraining_losses_logits_and_gradients_equal_the_padded_path(pre_ln):
     labels = torch.where((torch.rand(ids.shape) < 0.3) & mask.bool(), ids, -100)
     nsp = torch.tensor([0, 1, 0, 1, 1])
 
-    def step(m):
-        m.zero_grad()
-        out = m(ids, types, mask, labels=labels, next_sentence_label=nsp)
+    def step(unpad):
+        model.zero_grad()
+        out = model(
+            ids,
+            types,
+            mask,
+            labels=labels,
+            mlm_positions=picked_positions(labels),
+            next_sentence_label=nsp,
+            unpad=unpad,
+        )
         out.loss.backward()
-        return out, grads(m)
+        return out, grads(model)
 
-    (a, ga), (b, gb) = both(model, step)
+    (a, ga), (b, gb) = both(step)
     for x, y in [(a.mlm_loss, b.mlm_loss), (a.nsp_loss, b.nsp_loss)]:
         torch.testing.assert_close(y, x, atol=1e-5, rtol=0)
     at = a.mlm_labels != -100  # the picks (the rest of the (B x K) rows: no prediction)
@@ -99,13 +107,13 @@ def test_fine_tuning_heads_equal_the_padded_path(make):
     model = make(BertConfig(**TINY_NO_DROPOUT))
     ids, types, mask = ragged_batch()
 
-    def step(m):
-        m.zero_grad()
-        out = m(ids, types, mask)  # (B, ...) or (B, T, labels)
+    def step(unpad):
+        model.zero_grad()
+        out = model(ids, types, mask, unpad=unpad)  # (B, ...) or (B, T, labels)
         (out[mask.bool()] if out.dim() == 3 else out).float().pow(2).sum().backward()
-        return out, grads(m)
+        return out, grads(model)
 
-    (a, ga), (b, gb) = both(model, step)
+    (a, ga), (b, gb) = both(step)
     real = mask.bool()
     torch.testing.assert_close(
         b[real] if b.dim() == 3 else b, a[real] if a.dim() == 3 else a, atol=1e-5, rtol=0
@@ -128,3 +136,19 @@ def test_the_mask_decides_the_path_without_being_read(monkeypatch):
     model(ids, types, mask)
     assert len(calls) == 2
     torch.testing.assert_close(full, model(ids, types).last_hidden_state, atol=1e-5, rtol=0)
+
+
+def test_a_captured_graph_runs_padded_batches_padded(monkeypatch):
+    """torch.compile (as `model_compile` runs a step) and the ONNX tracer capture one graph for
+    every batch: no shape there may depend on how many tokens are real, so a padded batch runs
+    the padded path (`fullgraph=True`: unpadding's read would break the graph)."""
+    model = BertModel(BertConfig(**TINY_NO_DROPOUT)).eval()
+    ids, types, mask = ragged_batch()
+    calls, of = [], Unpadded.of
+    monkeypatch.setattr(Unpadded, "of", lambda m: calls.append(m) or of(m))
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="eager", fullgraph=True)
+    out = compiled(ids, types, mask).last_hidden_state  # (B, T, H)
+    assert calls == []
+    padded = model(ids, types, mask, unpad=False).last_hidden_state  # (B, T, H)
+    torch.testing.assert_close(out, padded, atol=1e-5, rtol=0)

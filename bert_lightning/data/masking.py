@@ -15,7 +15,6 @@ from tokenizers import Tokenizer
 
 from bert_lightning.data.tokenizer import special_ids
 from bert_lightning.errors import UserError
-from bert_lightning.model.bert import picked_positions
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,6 +44,18 @@ def max_predictions(masking: MaskingConfig, length: int) -> int:
     count by a word: twice the room, and a cap."""
     k = math.ceil(masking.mlm_probability * length)
     return min(length, 2 * k if masking.whole_word else k)
+
+
+def picked_positions(labels: torch.Tensor, K: int | None = None) -> torch.Tensor:
+    """(B, T) labels (-100: not picked) -> (B, K) each row's picked positions in order, then
+    its unpicked ones (labels -100 there): a fixed number of rows for the model's heads,
+    whatever a row's count, read by `gather` and not by a boolean selection, whose size the
+    host would have to wait for. K at least the most picks of a row (the collator's
+    `max_predictions`); None: T, room for every position, for labels masked outside the
+    collator (tests, benches, inference)."""
+    picked = (labels != -100).int()  # (B, T)
+    order = torch.sort(picked, dim=1, descending=True, stable=True).indices  # (B, T)
+    return order if K is None else order[:, :K]  # (B, K)
 
 
 def mask_tokens(

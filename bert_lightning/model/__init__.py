@@ -10,7 +10,6 @@ from bert_lightning.model.bert import (
     EncoderOutput,
     PreTrainingOutput,
     init_weights,
-    picked_positions,
 )
 from bert_lightning.model.electra import ElectraForPreTraining, RTDOutput, generator_config
 from bert_lightning.model.flops import (
@@ -34,7 +33,6 @@ __all__ = [
     "init_weights",
     "num_parameters",
     "pretraining_flops",
-    "picked_positions",
     "generator_config",
     "rtd_flops",
 ]

@@ -111,6 +111,19 @@ class Unpadded:
         return slot.view(self.B, self.T).gather(1, rows)  # (B, R)
 
 
+def gather_positions(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """(B, T, ...) at (B, K) positions -> (B, K, ...): the rows the heads read (the collator's
+    `mlm_positions`, the last layer's rows), by `gather`, a static shape."""
+    index = positions.view(*positions.shape, *(1,) * (x.dim() - 2))  # (B, K, 1...)
+    return x.gather(1, index.expand(*positions.shape, *x.shape[2:]))  # (B, K, ...)
+
+
+def captured() -> bool:
+    """Whether this forward is being captured into a graph (torch.compile, torch.export, the
+    ONNX tracer): none of its shapes may then depend on the data's values."""
+    return torch.compiler.is_compiling() or torch.jit.is_tracing()
+
+
 class BertEmbeddings(nn.Module):
     def __init__(self, config: BertConfig):
         super().__init__()
@@ -233,7 +246,7 @@ class BertLayer(nn.Module):
                 return t
             if unpadded is not None:
                 return t[rows]
-            return t.gather(1, rows[..., None].expand(-1, -1, t.size(-1)))
+            return gather_positions(t, rows)
 
         if self.pre_ln:
             ln = att_out.LayerNorm(x)
@@ -368,9 +381,6 @@ class BertModel(nn.Module):
         self.embeddings = BertEmbeddings(config)
         self.encoder = BertEncoder(config)
         self.pooler = BertPooler(config) if add_pooling_layer else None
-        # run the encoder on the real tokens alone when a batch has padding (Unpadded); a
-        # runtime choice, not a property of the weights, so not in BertConfig
-        self.unpad = True
         init_weights(self, config.initializer_range)
         if config.position_embedding_init == "sinusoidal":
             table = self.embeddings.position_embeddings.weight  # (P, H)
@@ -387,27 +397,32 @@ class BertModel(nn.Module):
         output_hidden_states=False,
         last_rows=None,
         position_ids=None,
+        unpad=True,
     ) -> EncoderOutput:
         """`last_rows` (B, R) positions, first column 0 ([CLS], for the pooler): the last layer
         runs on those only and `last_hidden_state` is (B, R, H). `position_ids` (B, T), as
         Hugging Face's, except that where they restart at 0 a new document starts, and
-        attention stays within each document (packed rows of several documents)."""
-        unpadded, mask = self.attention_inputs(input_ids, attention_mask, position_ids)
+        attention stays within each document (packed rows of several documents). `unpad`:
+        see `attention_inputs`."""
+        unpadded, mask = self.attention_inputs(input_ids, attention_mask, position_ids, unpad)
         x = self.embeddings(input_ids, token_type_ids, unpadded, position_ids)  # (B, T, H) | (N, H)
         x, hidden_states = self.encoder(x, mask, output_hidden_states, last_rows, unpadded)
         pooled = self.pooler(x) if self.pooler is not None else None
         return EncoderOutput(x, pooled, hidden_states)
 
     def attention_inputs(
-        self, input_ids, attention_mask=None, position_ids=None
+        self, input_ids, attention_mask=None, position_ids=None, unpad=True
     ) -> tuple[Unpadded | None, torch.Tensor | None]:
-        """Where the real tokens are (None: no `attention_mask`, or `unpad` off) and the
-        attention mask the encoder's layers take: padding, documents (`position_ids`), causal
-        (`is_decoder`). Shared with a second encoder on the same inputs (the RTD generator).
-        A mask is the data's say that rows are padded: it is not read to find out (unpadding
-        reads the count of real tokens, the one size a padded batch cannot know ahead)."""
+        """Where the real tokens are (Unpadded; None: the padded path) and the attention mask
+        the encoder's layers take: padding, documents (`position_ids`), causal (`is_decoder`).
+        Shared with a second encoder on the same inputs (the RTD generator).
+        A mask is the data's say that rows are padded (the collator's `padded`): it is not read
+        to find out. Such a batch runs on its real tokens alone, unless `unpad=False` (the
+        padded path, to compare) or the forward is `captured()`: unpadding reads the count of
+        real tokens, the one size a padded batch cannot know ahead, so a compiled step or an
+        ONNX graph runs padded batches padded."""
         unpadded = None
-        if self.unpad and attention_mask is not None:
+        if unpad and attention_mask is not None and not captured():
             unpadded = Unpadded.of(attention_mask)
         mask = extended_attention_mask(attention_mask)  # (B, 1, 1, T) or None
         if position_ids is not None:
@@ -460,15 +475,6 @@ class PreTrainingOutput:
     nsp_logits: torch.Tensor | None  # (B, 2)
 
 
-def picked_positions(labels: torch.Tensor, K: int) -> torch.Tensor:
-    """(B, T) labels (-100: not picked) -> (B, K) each row's picked positions in order, then
-    its unpicked ones (labels -100 there): a fixed number of rows for the heads, whatever a
-    row's count, read by `gather` and not by a boolean selection, whose size the host would
-    have to wait for. K at least the most picks of a row (the collator's `max_predictions`)."""
-    picked = (labels != -100).int()  # (B, T)
-    return torch.sort(picked, dim=1, descending=True, stable=True).indices[:, :K]  # (B, K)
-
-
 def mlm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Cross-entropy of (P, V) logits, the mean over the labels that are not -100 (zero, still
     in the graph, when there are none), in fp32. The count stays on the device."""
@@ -502,23 +508,27 @@ class BertForPreTraining(nn.Module):
         input_ids,
         token_type_ids=None,
         attention_mask=None,
-        labels=None,
+        *,
+        labels,
+        mlm_positions,
         next_sentence_label=None,
         position_ids=None,
-        mlm_positions=None,
+        unpad=True,
     ) -> PreTrainingOutput:
-        """`mlm_positions` (B, K): where the MLM head predicts (`picked_positions`, the
-        collator's); None: found from `labels` with room for every position."""
-        if labels is None:
-            labels = torch.full_like(input_ids, -100)
-        if mlm_positions is None:  # every position may be picked: right, and slow
-            mlm_positions = picked_positions(labels, labels.size(1))
+        """`labels` (B, T): the original ids at the picked positions, -100 elsewhere;
+        `mlm_positions` (B, K): where the MLM head predicts, the collator's (data/masking.py
+        `picked_positions`), never found here: K fixes the heads' shape."""
         rows = F.pad(mlm_positions, (1, 0))  # (B, 1 + K): [CLS] first, for the pooler
         out = self.bert(
-            input_ids, token_type_ids, attention_mask, last_rows=rows, position_ids=position_ids
+            input_ids,
+            token_type_ids,
+            attention_mask,
+            last_rows=rows,
+            position_ids=position_ids,
+            unpad=unpad,
         )
         h = out.last_hidden_state[:, 1:].flatten(0, 1)  # (B * K, H)
-        mlm_labels = labels.gather(1, mlm_positions).flatten()  # (B * K,), -100 past the picks
+        mlm_labels = gather_positions(labels, mlm_positions).flatten()  # (B * K,), -100 past picks
         mlm_logits = self.cls.predictions(h)  # (B * K, V)
         mlm = mlm_loss(mlm_logits, mlm_labels)
         nsp_logits = nsp_loss = None

@@ -26,6 +26,23 @@ from bert_lightning.errors import UserError
 from bert_lightning.model.bert import BertModel
 from bert_lightning.model.heads import pool_tokens
 
+# the losses that read the last layer's output; MiniLM's (attention, value_relation) read only
+# its input, and then the last layer runs on [CLS] alone
+READS_LAST = ("hidden", "embedding", "soft_mlm", "mlm")
+# the losses on the MLM head: they read the masked text, at the picked positions; the others
+# read the original text
+MASKED = ("soft_mlm", "mlm")
+
+
+def reads_last(weights: dict[str, float]) -> bool:
+    """Whether a loss of these weights reads the last hidden states (`READS_LAST`)."""
+    return any(weights[k] for k in READS_LAST)
+
+
+def reads_masked(weights: dict[str, float]) -> bool:
+    """Whether a loss of these weights runs the MLM head on the masked text (`MASKED`)."""
+    return any(weights[k] for k in MASKED)
+
 
 def last_layer_qkv(bert: BertModel, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """The last layer's queries, keys and values (3 x (B, T, H)) from its input `x` (B, T, H),

@@ -27,9 +27,9 @@ from bert_lightning.model.bert import (
     BertEncoder,
     BertModel,
     LayerNorm,
+    gather_positions,
     init_weights,
     mlm_loss,
-    picked_positions,
 )
 
 
@@ -130,8 +130,8 @@ def corrupt(input_ids, labels, positions, sampled) -> tuple[torch.Tensor, torch.
     (B, K), and (B, T) bool which tokens now differ from the original: a sample equal to the
     original token counts as original, as in ELECTRA."""
     original = torch.where(labels != -100, labels, input_ids)  # (B, T)
-    kept = original.gather(1, positions)  # (B, K)
-    new = torch.where(labels.gather(1, positions) != -100, sampled, kept)  # (B, K)
+    kept = gather_positions(original, positions)  # (B, K)
+    new = torch.where(gather_positions(labels, positions) != -100, sampled, kept)  # (B, K)
     corrupted = original.scatter(1, positions, new)  # (B, T)
     return corrupted, corrupted != original
 
@@ -160,22 +160,22 @@ class ElectraForPreTraining(nn.Module):
         input_ids,
         token_type_ids=None,
         attention_mask=None,
-        labels=None,
+        *,
+        labels,
+        mlm_positions,
         position_ids=None,
         sampler: torch.Generator | None = None,
-        mlm_positions=None,
+        unpad=True,
     ) -> RTDOutput:
         """`input_ids` (B, T): the masked text (MLMCollator's), `labels` (B, T): the original
         ids at the picked positions, -100 elsewhere; `mlm_positions` (B, K) where the generator
         predicts (as `BertForPreTraining`'s). `sampler`: the generator's draws from it instead
         of the global RNG (fixed draws for a comparable validation loss)."""
-        if mlm_positions is None:  # every position may be picked: right, and slow
-            mlm_positions = picked_positions(labels, labels.size(1))
         rows = F.pad(mlm_positions, (1, 0))  # (B, 1 + K): [CLS] first, as BertForPreTraining
-        unpadded, mask = self.bert.attention_inputs(input_ids, attention_mask, position_ids)
+        unpadded, mask = self.bert.attention_inputs(input_ids, attention_mask, position_ids, unpad)
         embedded = self.bert.embeddings(input_ids, token_type_ids, unpadded, position_ids)
         h = self.generator(embedded, mask, rows, unpadded)[:, 1:]  # (B, K, Hg)
-        gen_labels = labels.gather(1, mlm_positions)  # (B, K), -100 past a row's picks
+        gen_labels = gather_positions(labels, mlm_positions)  # (B, K), -100 past a row's picks
         gen_logits = self.generator.logits(h.flatten(0, 1))  # (B * K, V)
         gen_loss = mlm_loss(gen_logits, gen_labels.flatten())
         with torch.no_grad():
@@ -183,7 +183,9 @@ class ElectraForPreTraining(nn.Module):
         corrupted, replaced = corrupt(
             input_ids, labels, mlm_positions, sampled.view_as(mlm_positions)
         )  # (B, T) each
-        out = self.bert(corrupted, token_type_ids, attention_mask, position_ids=position_ids)
+        out = self.bert(
+            corrupted, token_type_ids, attention_mask, position_ids=position_ids, unpad=unpad
+        )
         real = (
             torch.ones_like(corrupted, dtype=torch.bool)
             if attention_mask is None

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from bert_lightning.model.bert import BertConfig
+from bert_lightning.model.distill import reads_last, reads_masked
 
 
 def num_parameters(module: nn.Module) -> int:
@@ -55,17 +56,17 @@ def encoder_flops(
 def step_counts(batch: dict) -> dict:
     """What the FLOPs of a pretraining step depend on, from its batch, as device tensors (the
     formulas are linear in them, so nothing is read to the host): `batch_size`, `seq_len`,
-    `num_picked`, `last_rows` (the last layer's: [CLS] and the K `mlm_positions` of a row, or
-    every position without them) and `tokens` (the real ones, which the unpadded encoder runs
+    `num_picked`, `last_rows` (the last layer's: [CLS] and the K `mlm_positions` of a row, the
+    rows the model runs it on) and `tokens` (the real ones, which the unpadded encoder runs
     on; None without padding)."""
     B, T = batch["input_ids"].shape
-    positions = batch.get("mlm_positions")  # (B, K)
+    K = batch["mlm_positions"].size(1)  # of (B, K)
     mask: torch.Tensor | None = batch.get("attention_mask")
     return {
         "batch_size": B,
         "seq_len": T,
         "num_picked": (batch["labels"] != -100).sum(),
-        "last_rows": B * (1 + (T if positions is None else positions.size(1))),
+        "last_rows": B * (1 + K),
         "tokens": None if mask is None else mask.sum(),
     }
 
@@ -137,7 +138,7 @@ def distill_flops(
     `num_picked` positions where an MLM loss reads it; the student's projections to the
     teacher's width (on every position, padding too)."""
     B, T = batch_size, seq_len
-    reads_last = any(weights[k] for k in ("hidden", "embedding", "soft_mlm", "mlm"))
+    last = reads_last(weights)
     relations = bool(weights["attention"]) + bool(weights["value_relation"])
 
     def extra(c: BertConfig, mlm_head: bool) -> int:  # what the losses add, forward
@@ -146,15 +147,15 @@ def distill_flops(
         return qkv + (2 * num_picked * (H * H + H * c.vocab_size) if mlm_head else 0)
 
     def forward(c: BertConfig) -> int:  # the encoder as run, and the pooler
-        rows = None if reads_last else B
+        rows = None if last else B
         return encoder_flops(c, B, T, rows, tokens) + 2 * B * c.hidden_size**2
 
     last_off = replace(s, num_hidden_layers=s.num_hidden_layers - 1)
-    differentiated = encoder_flops(s if reads_last else last_off, B, T, None, tokens)
+    differentiated = encoder_flops(s if last else last_off, B, T, None, tokens)
     rows = (
         bool(weights["hidden"]) * (s.num_hidden_layers + 1) * B * T + bool(weights["embedding"]) * B
     )
     projections = 2 * s.hidden_size * t.hidden_size * rows
-    mlm = bool(weights["soft_mlm"] or weights["mlm"])
+    mlm = reads_masked(weights)
     student = forward(s) + 2 * differentiated + 3 * (extra(s, mlm) + projections)
     return student + forward(t) + extra(t, bool(weights["soft_mlm"]))

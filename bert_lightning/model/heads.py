@@ -58,8 +58,9 @@ class BertForSequenceClassification(nn.Module):
         self.classifier = nn.Linear(config.hidden_size, num_labels)
         init_weights(self.classifier, config.initializer_range)
 
-    def forward(self, input_ids, token_type_ids=None, attention_mask=None):
-        out = self.bert(input_ids, token_type_ids, attention_mask)
+    def forward(self, input_ids, token_type_ids=None, attention_mask=None, unpad=True):
+        """`unpad`: as `BertModel.attention_inputs`'s."""
+        out = self.bert(input_ids, token_type_ids, attention_mask, unpad=unpad)
         if self.pooling == "cls":
             pooled = out.pooler_output  # (B, H)
         else:
@@ -79,8 +80,10 @@ class BertForTokenClassification(nn.Module):
         self.classifier = nn.Linear(config.hidden_size, num_labels)
         init_weights(self.classifier, config.initializer_range)
 
-    def forward(self, input_ids, token_type_ids=None, attention_mask=None):
-        h = self.bert(input_ids, token_type_ids, attention_mask).last_hidden_state  # (B, T, H)
+    def forward(self, input_ids, token_type_ids=None, attention_mask=None, unpad=True):
+        """`unpad`: as `BertModel.attention_inputs`'s."""
+        out = self.bert(input_ids, token_type_ids, attention_mask, unpad=unpad)
+        h = out.last_hidden_state  # (B, T, H)
         return self.classifier(self.dropout(h))  # (B, T, num_labels)
 
 
@@ -106,24 +109,29 @@ class BertBiEncoder(nn.Module):
             self.classifier.weight.fill_(20.0)
             self.classifier.bias.fill_(-10.0)
 
-    def embed(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        out = self.bert(ids, torch.zeros_like(ids), mask)
+    def embed(self, ids: torch.Tensor, mask: torch.Tensor, unpad=True) -> torch.Tensor:
+        """`unpad`: as `BertModel.attention_inputs`'s."""
+        out = self.bert(ids, torch.zeros_like(ids), mask, unpad=unpad)
         if self.pooling == "cls":
             return out.pooler_output  # (B, H)
         return pool_tokens(out.last_hidden_state, mask, self.pooling)  # (B, H)
 
-    def forward(self, input_ids, token_type_ids=None, attention_mask=None):
-        return self.score(*self.pair_embeddings(input_ids, token_type_ids, attention_mask))
+    def forward(self, input_ids, token_type_ids=None, attention_mask=None, unpad=True):
+        return self.score(*self.pair_embeddings(input_ids, token_type_ids, attention_mask, unpad))
 
     def score(self, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """(B, 1) logits of pooled queries `u` and ads `v` (B, H)."""
         cos = F.cosine_similarity(u.float(), v.float(), dim=-1)  # (B,)
         return self.classifier(cos[:, None].to(self.classifier.weight.dtype))  # (B, 1)
 
-    def pair_embeddings(self, input_ids, token_type_ids=None, attention_mask=None):
+    def pair_embeddings(self, input_ids, token_type_ids=None, attention_mask=None, unpad=True):
         """(u, v), (B, H) each: the pooled query and ad of `[CLS] query [SEP] ad [SEP]` rows
         (what an in-batch contrastive loss compares across rows)."""
-        return pair_embeddings(self.embed, input_ids, token_type_ids, attention_mask)
+
+        def embed(ids, mask):  # (B, T) each -> (B, H)
+            return self.embed(ids, mask, unpad)
+
+        return pair_embeddings(embed, input_ids, token_type_ids, attention_mask)
 
     def cosine(self, input_ids, token_type_ids=None, attention_mask=None) -> torch.Tensor:
         """(B,) cosine of the pooled query and ad of `[CLS] query [SEP] ad [SEP]` rows."""

@@ -9,13 +9,15 @@ from torch import nn
 from bert_lightning.checkpoint import Checkpoint, load_into
 from bert_lightning.errors import UserError
 from bert_lightning.model import BertConfig, BertForPreTraining, distill_flops
-from bert_lightning.model.bert import mlm_loss, picked_positions
+from bert_lightning.model.bert import gather_positions, mlm_loss
 from bert_lightning.model.distill import (
     embedding_cosine,
     hidden_mse,
     last_layer_qkv,
     layer_map,
     mean_pool,
+    reads_last,
+    reads_masked,
     relation_kl,
     relation_logits,
     soft_mlm,
@@ -127,8 +129,7 @@ class DistillModule(MovesKept, EncoderModule):
         queries, keys and values (MiniLM's attention losses end there)."""
         m = self.model
         frozen = [m.bert.pooler, m.cls.seq_relationship]
-        w = self.weights
-        if not (w["soft_mlm"] or w["mlm"]):
+        if not self.masked:
             frozen.append(m.cls.predictions.transform)
             m.cls.predictions.bias.requires_grad_(False)
         if not self.reads_last:
@@ -153,17 +154,16 @@ class DistillModule(MovesKept, EncoderModule):
         if self.device_mesh is not None:
             raise UserError("objective=distill runs with DDP (trainer=ddp), not trainer=fsdp")
         super().configure_model()
-        self.teacher.bert.unpad = self.model.bert.unpad  # compiled: both run padded batches padded
 
     @property
     def reads_last(self) -> bool:
-        """Whether a loss reads the last hidden states (every loss but MiniLM's)."""
-        return any(self.weights[k] for k in ("hidden", "embedding", "soft_mlm", "mlm"))
+        """Whether a loss reads the last hidden states (model/distill.py `READS_LAST`)."""
+        return reads_last(self.weights)
 
     @property
     def masked(self) -> bool:
-        """Whether the models read the masked text: only an MLM loss needs it."""
-        return bool(self.weights["soft_mlm"] or self.weights["mlm"])
+        """Whether the models read the masked text (model/distill.py `MASKED`)."""
+        return reads_masked(self.weights)
 
     def forward(self, batch: dict) -> dict[str, torch.Tensor]:
         """Each loss with a weight (student and teacher on the same tokens), and `loss`, their
@@ -229,13 +229,11 @@ class DistillModule(MovesKept, EncoderModule):
         """The MLM heads' losses on the static (B, K) `mlm_positions`, as pretraining's:
         DistilBERT's KL to the teacher's softened distribution (`soft_mlm`) and the student's
         own cross-entropy (`mlm`)."""
-        labels, positions = batch["labels"], batch.get("mlm_positions")
-        if positions is None:
-            positions = picked_positions(labels, labels.size(1))  # room for every one
-        picked = labels.gather(1, positions).flatten()  # (B * K,), -100 past the picks
+        positions = batch["mlm_positions"]  # (B, K), the collator's
+        picked = gather_positions(batch["labels"], positions).flatten()  # (B * K,), -100 past
 
         def at_positions(h):  # (B, T, H) -> (B * K, H)
-            return h.gather(1, positions[..., None].expand(-1, -1, h.size(-1))).flatten(0, 1)
+            return gather_positions(h, positions).flatten(0, 1)
 
         logits = self.model.cls.predictions(at_positions(s.last_hidden_state))  # (B * K, V)
         losses = {}

@@ -110,8 +110,7 @@ class EncoderModule(L.LightningModule):
             fully_shard(self.model, mesh=mesh)
         device = self.trainer.strategy.root_device  # where it will run (it is not there yet)
         mode = compile_mode(self.hparams.get("compile", False), device)
-        if mode is not None:  # padded batches then run padded: unpadding's size is data's
-            self.model.bert.unpad = False
+        if mode is not None:  # padded batches then run padded (BertModel.attention_inputs)
             self.model.compile(mode=mode)
 
     def trained(self) -> torch.nn.Module:

@@ -55,10 +55,10 @@ class BertPretrainModule(EncoderModule):
             batch["input_ids"],
             batch.get("token_type_ids"),
             batch.get("attention_mask"),
-            batch.get("labels"),
-            batch.get("next_sentence_label") if self.nsp else None,
-            batch.get("position_ids"),  # packed_isolated: the documents of each row
-            batch.get("mlm_positions"),
+            labels=batch["labels"],
+            mlm_positions=batch["mlm_positions"],  # (B, K), the collator's
+            next_sentence_label=batch.get("next_sentence_label") if self.nsp else None,
+            position_ids=batch.get("position_ids"),  # packed_isolated: the documents of each row
         )
 
     def flops_per_batch(self, batch: dict) -> torch.Tensor:

@@ -54,10 +54,10 @@ class RTDPretrainModule(EncoderModule):
             batch["input_ids"],
             batch.get("token_type_ids"),
             batch.get("attention_mask"),
-            batch["labels"],
-            batch.get("position_ids"),
-            sampler,
-            batch.get("mlm_positions"),
+            labels=batch["labels"],
+            mlm_positions=batch["mlm_positions"],  # (B, K), the collator's
+            position_ids=batch.get("position_ids"),
+            sampler=sampler,
         )
 
     def flops_per_batch(self, batch: dict) -> torch.Tensor:

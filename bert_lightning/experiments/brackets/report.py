@@ -24,7 +24,7 @@ from bert_lightning.data.brackets import (
     to_input_ids,
     write_grammar_data,
 )
-from bert_lightning.data.masking import MaskingConfig, MLMCollator
+from bert_lightning.data.masking import MaskingConfig, MLMCollator, picked_positions
 from bert_lightning.inference import load_mlm
 from bert_lightning.model import BertForPreTraining
 from bert_lightning.training.callbacks import save_figure
@@ -111,7 +111,7 @@ def evaluate(
     picked = labels != -100  # (n, 17)
     if not picked.any():
         return {}
-    out = model(inputs, labels=labels)
+    out = model(inputs, labels=labels, mlm_positions=picked_positions(labels))
     at = out.mlm_labels != -100  # (B * K,) the picks, in row-major order
     correct = out.mlm_logits[at].argmax(-1) == out.mlm_labels[at]  # (P,)
     rows, pos = picked.nonzero(as_tuple=True)  # (P,), (P,)
