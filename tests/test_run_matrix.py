@@ -25,6 +25,7 @@ from run_matrix import (
     run_case,
 )
 
+from bert_lightning.data.masking import picked_positions
 from helpers import ROOT, run_in_session, subprocess_env
 
 
@@ -120,7 +121,11 @@ def test_fp16_scaler_unscales_before_clipping_with_a_non_fused_adamw(tmp_path):
     ids = torch.randint(5, 60, (8, 12), generator=torch.Generator().manual_seed(0))  # (B, T)
     labels = torch.full_like(ids, -100)
     labels[:, 3] = ids[:, 3]
-    rows = [{"input_ids": i, "labels": y} for i, y in zip(ids, labels, strict=True)]
+    positions = picked_positions(labels, 1)  # (8, 1): the collator's
+    rows = [
+        {"input_ids": i, "labels": y, "mlm_positions": p}
+        for i, y, p in zip(ids, labels, positions, strict=True)
+    ]
     scale = 1024.0
     probe = GradProbe()
     trainer = L.Trainer(

@@ -71,7 +71,7 @@ class EarlyStopping(lightning_callbacks.EarlyStopping):
     def load_state_dict(self, state_dict):
         patience = self.patience
         super().load_state_dict(state_dict)
-        if state_dict.get("patience", patience) != patience:
+        if state_dict["patience"] != patience:  # Lightning writes it
             log.info(
                 "early stopping: patience %d (callbacks.early_stopping.patience), the "
                 "checkpoint's run had %d",
