@@ -209,7 +209,11 @@ def outcome(run: Path) -> dict:
             "validations": [r for r in rows if any(r[k] for k in r if k.startswith("val/"))],
             "metrics.csv": rows,
             "checkpoints": sorted(p.name for p in checkpoints.iterdir()),
-            "best": (best.name, kept["best_model_score"], torch.load(best)["state_dict"]),
+            "best": (
+                best.name,
+                kept["best_model_score"],
+                torch.load(best, weights_only=True)["state_dict"],
+            ),
             "last.ckpt": uncounted(last),
             "results.json": json.loads(results.read_text()) if results.exists() else None,
         },
