@@ -114,17 +114,17 @@ class FirstBatch(L.Callback):
 
 
 class SignalMidValidation(L.Callback):
-    """Sends `sig` as batch `batch` of the first validation of the fit after step 0 starts, to
-    this process or (`group`) to every process of the run, and writes when into `signalled` in
-    the run folder."""
+    """Sends `sig` as batch `batch` of the fit's first validation at step `step` or later
+    starts, to this process or (`group`) to every process of the run, and writes when into
+    `signalled` in the run folder."""
 
-    def __init__(self, batch: int, sig: str = "SIGTERM", group: bool = False):
-        self.batch, self.sig, self.group, self.sent = batch, sig, group, False
+    def __init__(self, batch: int, sig: str = "SIGTERM", group: bool = False, step: int = 1):
+        self.batch, self.sig, self.group, self.step, self.sent = batch, sig, group, step, False
 
     def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, *args):
         import time
 
-        if trainer.state.fn != "fit" or trainer.global_step == 0 or self.sent:
+        if trainer.state.fn != "fit" or trainer.global_step < self.step or self.sent:
             return
         if batch_idx == self.batch:
             self.sent = True

@@ -350,15 +350,16 @@ def test_new_words_need_a_start_of_their_own(tmp_path, capsys):
         (["optim.lr=1e-3"], 1e-3, None, 0.06),  # adamw.yaml's value, typed
         (["optim.warmup_steps=1", "optim.warmup_ratio=null"], 1e-4, 1, None),
         (["optim=continued", "optim.warmup_steps=1", "optim.warmup_ratio=null"], 1e-4, 1, None),
+        (["optim=adamw"], 1e-3, 50, None),  # the group default, named
     ],
-    ids=["adamw's lr typed", "warmup in steps", "optim=continued named"],
+    ids=["adamw's lr typed", "warmup in steps", "optim=continued named", "optim=adamw named"],
 )
 def test_a_value_the_command_line_gives_stands_even_at_adamws_value(
     tmp_path, mlm_start, extra, lr, steps, ratio
 ):
     """`python train.py init_from=...`: continued.yaml replaces only what nothing set; a value
     typed on the command line stands even where it equals adamw.yaml's, and a group named
-    (`optim=continued`) is taken as it composes."""
+    (`optim=continued`, or the default `optim=adamw`) is taken as it composes."""
     write_corpus(tmp_path / "corpus.jsonl")
     over = tiny_overrides(tmp_path, f"init_from={mlm_start[0]}", "trainer.max_steps=1", *extra)
     run_script("train.py", over, tmp_path)

@@ -5,6 +5,7 @@ wherever a fine-tuned checkpoint does."""
 
 import json
 import logging
+import math
 import re
 
 import pandas as pd
@@ -161,6 +162,26 @@ def test_an_interpolated_checkpoint_scores_exports_and_serves(runs, tmp_path):
     pairs = [{"query": q, "ad": a} for q, a in ROWS]
     reply = api.predict([api.decode_request(PairsRequest(pairs=pairs))])[0]
     assert reply.body["scores"] == pytest.approx(want.tolist(), abs=1e-5)
+
+
+def test_a_nan_score_is_never_the_best_alpha(runs, tmp_path, capsys, monkeypatch):
+    """alpha 0 scored NaN (a degenerate metric) and the others 0.9 down to 0.0: 0.1 is picked,
+    where `max` would keep a leading NaN; all NaN is one line."""
+    tmp, ckpts = runs
+    ckpt, out = ckpts["cross_encoder"], tmp_path / "best.ckpt"
+    scores = iter([math.nan, *reversed(ALPHAS[:-1])])
+    monkeypatch.setattr(command, "table_metrics", lambda model, table: {"spearman": next(scores)})
+    main(["interpolate", str(ckpt), str(out)])
+    assert capsys.readouterr().out.splitlines()[-1].startswith("alpha 0.10 from ")
+    assert torch.load(out, weights_only=True)["interpolation"]["alpha"] == 0.1
+    monkeypatch.setattr(command, "table_metrics", lambda model, table: {"spearman": math.nan})
+    err = cli_error(capsys, "interpolate", str(ckpt), str(tmp_path / "none.ckpt"))
+    assert re.fullmatch(
+        r"error: validation spearman is NaN at every alpha \(\d+ rows of the run's validation "
+        r"split\): none to pick",
+        err,
+    )
+    assert not (tmp_path / "none.ckpt").exists()
 
 
 def test_a_start_that_is_not_known_or_not_the_start_is_one_line(runs, tmp_path, capsys):

@@ -6,7 +6,8 @@ with its step); the checkpoints kept, the best one by name, score and weights; `
 (weights, optimizer, schedule, step, callbacks' state) bit for bit; `results.json`.
 
 What follows a fit (fine-tuning's test, its baselines) cannot be continued half-way: the
-resumed run redoes it from its start, as the stop's line says. Pretraining jobs train 8 steps,
+resumed run redoes it from its start, as the stop's line says. A stop in the fit's last
+validation lets it finish (no step is left to redo it at). Pretraining jobs train 8 steps,
 validating and checkpointing every 4; fine-tuning ones 8 steps validating every 2, or epochs
 of 8 steps validated at their end with early stopping."""
 
@@ -119,6 +120,8 @@ def probe(target: str, **args) -> list[str]:
 
 AT_STEP = probe("probe.SignalRank", step=1, rank=0, sig="SIGTERM")  # saved at step 2
 IN_VALIDATION = probe("probe.SignalMidValidation", batch=1)  # its second batch
+AT_LAST_STEP = probe("probe.SignalRank", step=7, rank=0, sig="SIGTERM")  # a validation follows
+IN_LAST_VALIDATION = probe("probe.SignalMidValidation", batch=1, step=8)  # the fit's end
 IN_TEST = probe("probe.SignalAtTest")
 BASELINES = "baselines"  # SIGTERM as the BM25 baseline starts (a patch, not a callback)
 
@@ -128,9 +131,13 @@ END = -1
 CASES = {
     **{(job, "at a step"): (AT_STEP, Interrupted, 2) for job in PRETRAINING},
     **{(job, "in a validation"): (IN_VALIDATION, Interrupted, 4) for job in PRETRAINING},
+    ("mlm", "at the last step"): (AT_LAST_STEP, Interrupted, 8),
+    ("mlm", "in the last validation"): (IN_LAST_VALIDATION, Interrupted, 8),
     ("mlm", "in the data pass"): ("data pass", Interrupted, None),
     ("finetune steps", "at a step"): (AT_STEP, Interrupted, 2),
     ("finetune steps", "in a validation"): (IN_VALIDATION, Interrupted, 2),
+    ("finetune steps", "at the last step"): (AT_LAST_STEP, Interrupted, 8),
+    ("finetune steps", "in the last validation"): (IN_LAST_VALIDATION, Interrupted, 8),
     ("finetune steps", "in the test"): (IN_TEST, Interrupted, END),
     ("finetune steps", "in the baselines"): (BASELINES, Interrupted, END),
     # mid-epoch 0: the resume continues that epoch's shuffle at its fourth batch
@@ -307,23 +314,10 @@ def stopped(job, folder, wholes, stop, monkeypatch):
     pytest.fail("the run was not stopped")
 
 
-OPEN = dict.fromkeys(  # the differences left (issue #61): strict, so that a fix shows
-    [("finetune steps", "in the test"), ("finetune steps", "in the baselines")],
-    "the redone test's metrics.csv row is at step 7 of epoch 1 (the run never stopped: 8 of 2): "
-    "last.ckpt was saved at the last step before Lightning counted its batch and epoch done, "
-    "and a resumed fit that trains nothing leaves its counters there",
-)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "job, phase",
-    [
-        pytest.param(*case, marks=pytest.mark.xfail(strict=True, reason=OPEN[case]))
-        if case in OPEN
-        else case
-        for case in CASES
-    ],
+    list(CASES),
     ids=[f"{j}, {p}" for j, p in CASES],
 )
 def test_a_run_stopped_and_resumed_in_its_folder_is_the_run_never_stopped(

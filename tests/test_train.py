@@ -127,3 +127,23 @@ def test_tensorboard_logger_writes_event_files(tmp_path):
     acc.Reload()
     assert "train/loss" in acc.Tags()["scalars"]
     assert (out / "metrics.csv").is_file()  # the CSV logger still runs beside it
+
+
+@pytest.mark.parametrize("every", [4, 3])
+def test_the_best_checkpoint_is_the_best_validation_with_its_weights(tmp_path, every):
+    """With last.ckpt every N steps (crash recovery), the best checkpoint is still the step of
+    the lowest validation loss, holding that step's weights and score: a step's save never
+    ranks the weights by an earlier validation's score, nor hides the validation at its step."""
+    write_corpus(tmp_path / "corpus.jsonl")
+    over = ["trainer.max_steps=12", "trainer.val_check_interval=4", "validate_before_fit=false"]
+    ckpt = [f"callbacks.model_checkpoint.every_n_train_steps={every}"]
+    train(compose(overrides=tiny_overrides(tmp_path, *over, *ckpt)))
+    scored = {int(r["step"]): float(r["val/loss"]) for r in metric_rows(tmp_path) if r["val/loss"]}
+    assert list(scored) == [4, 8, 12]
+    step = min(scored, key=scored.get)
+    [best] = (tmp_path / "checkpoints").glob("best-step*.ckpt")
+    assert best.name == f"best-step{step}.ckpt"
+    assert torch.load(best, weights_only=True)["global_step"] == step
+    last = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
+    [state] = [v for k, v in last["callbacks"].items() if k.startswith("ModelCheckpoint")]
+    assert float(state["best_model_score"]) == pytest.approx(scored[step], abs=1e-6)

@@ -11,6 +11,7 @@ checkpoint records it started from (a start that went on training since is refus
 from __future__ import annotations
 
 import logging
+import math
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -171,7 +172,10 @@ def interpolate(
                 model = load_finetuned(ckpt_path, pre=interpolated(ft, begin, a))
                 scores[a] = table_metrics(model, table)[metric]
             print(f"alpha {a:.1f}: validation {metric} {scores[a]:.4f}", flush=True)
-        alpha = max(ALPHAS, key=lambda a: (sign * scores[a], a))  # a tie: nearer fine-tuned
+        scored = [a for a in ALPHAS if not math.isnan(scores[a])]  # NaN: never the best
+        if not scored:
+            raise UserError(f"validation {metric} is NaN at every alpha ({data}): none to pick")
+        alpha = max(scored, key=lambda a: (sign * scores[a], a))  # a tie: nearer fine-tuned
         report |= {"metric": metric, "data": data, "validation": scores}
     report |= {"alpha": alpha, "written": not swept or alpha != 1.0 or write_anyway}
     if report["written"]:

@@ -13,6 +13,7 @@ import logging
 import lzma
 import math
 import re
+import unicodedata
 import zipfile
 import zlib
 from collections.abc import Iterator
@@ -354,9 +355,25 @@ def cell_text(v) -> str:
 
 
 def group_keys(values: list) -> list[str]:
-    """Each cell as the group its row belongs to: case and spacing aside (`Book 1`, `book  1 `
-    and `BOOK 1` are one), what every grouping (a split, the cross-file check) compares."""
-    return [" ".join(cell_text(v).casefold().split()) for v in values]
+    """Each cell as the group its row belongs to, what every grouping (a split, the cross-file
+    check) compares: as an uncased WordPiece tokenizer reads it, so that one written two ways
+    stays on one side (`Café Book.1`, `cafe\u0301  book . 1` and `CAFE BOOK .1` are one): Unicode
+    compatibility forms, accents, case, invisible format characters and the spacing around
+    punctuation aside."""
+    return [_group_key(cell_text(v)) for v in values]
+
+
+def _group_key(text: str) -> str:
+    chars = unicodedata.normalize("NFKD", text).casefold()
+    kept = (c for c in chars if unicodedata.category(c) not in ("Mn", "Cf"))
+    spaced = (f" {c} " if _is_punctuation(c) else c for c in kept)
+    return " ".join("".join(spaced).split())
+
+
+def _is_punctuation(c: str) -> bool:
+    """BERT's: Unicode punctuation, and every ASCII symbol (`$`, `+`, `^`, ...)."""
+    symbol = c.isascii() and c.isprintable() and not (c.isalnum() or c.isspace())
+    return symbol or unicodedata.category(c).startswith("P")
 
 
 def _is_number(v) -> bool:

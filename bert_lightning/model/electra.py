@@ -115,14 +115,35 @@ class RTDOutput:
     corrupted: torch.Tensor  # (B, T) the discriminator's input
 
 
-def sample_tokens(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+def sample_tokens(probs: torch.Tensor, u: torch.Tensor | None = None) -> torch.Tensor:
     """(P, V) distributions -> (P,) one draw from each, by inverse CDF: one uniform number per
-    row (`torch.multinomial` draws V exponentials per row, several times slower on a CPU at a
-    vocabulary's width). A token of probability 0 is never drawn."""
+    row (`u`, (P,) in [0, 1), else the global RNG's; `torch.multinomial` draws V exponentials
+    per row, several times slower on a CPU at a vocabulary's width). A token of probability 0
+    is never drawn."""
     cdf = probs.cumsum(-1)  # (P, V)
-    u = torch.rand(probs.size(0), 1, generator=generator, device=probs.device)  # (P, 1)
-    drawn = torch.searchsorted(cdf, u * cdf[:, -1:], right=True)  # (P, 1)
+    u = torch.rand(probs.size(0), device=probs.device) if u is None else u  # (P,)
+    drawn = torch.searchsorted(cdf, u[:, None] * cdf[:, -1:], right=True)  # (P, 1)
     return drawn.squeeze(1).clamp_(max=probs.size(1) - 1)  # (P,)
+
+
+_P, _A = 2_147_483_629, 48_271  # a prime under 2**31 and a multiplier: products fit in int64
+
+
+def row_uniforms(original: torch.Tensor, real: torch.Tensor, k: int, seed: int) -> torch.Tensor:
+    """(B, T) token ids and (B, T) bool real -> (B, k) numbers in [0, 1), each a hash of its
+    row's real tokens, its pick's index and `seed` alone: a row draws the same tokens in a
+    batch of any size, on any rank (a validation loss that no batching changes)."""
+    T, powers = original.size(1), [1]
+    for _ in range(T - 1):
+        powers.append(powers[-1] * _A % _P)
+    weights = torch.tensor(powers, device=original.device)  # (T,)
+    tokens = (original.long() + 1) * real  # (B, T), 0 at padding
+    row = (tokens * weights % _P).sum(-1) % _P  # (B,)
+    picks = torch.arange(1, k + 1, device=original.device)  # (k,)
+    x = (row[:, None] * _A + picks * 16_807 + seed % _P) % _P  # (B, k)
+    for _ in range(3):  # mixed: neighbouring picks and rows draw apart
+        x = (x * _A + 12_345) % _P
+    return x.double() / _P  # (B, k)
 
 
 def corrupt(input_ids, labels, positions, sampled) -> tuple[torch.Tensor, torch.Tensor]:
@@ -164,13 +185,13 @@ class ElectraForPreTraining(nn.Module):
         labels,
         mlm_positions,
         position_ids=None,
-        sampler: torch.Generator | None = None,
+        seed: int | None = None,
         unpad=True,
     ) -> RTDOutput:
         """`input_ids` (B, T): the masked text (MLMCollator's), `labels` (B, T): the original
         ids at the picked positions, -100 elsewhere; `mlm_positions` (B, K) where the generator
-        predicts (as `BertForPreTraining`'s). `sampler`: the generator's draws from it instead
-        of the global RNG (fixed draws for a comparable validation loss)."""
+        predicts (as `BertForPreTraining`'s). `seed`: the generator's draws fixed by each row and
+        the seed (`row_uniforms`), instead of the global RNG's (a comparable validation loss)."""
         rows = F.pad(mlm_positions, (1, 0))  # (B, 1 + K): [CLS] first, as BertForPreTraining
         unpadded, mask = self.bert.attention_inputs(input_ids, attention_mask, position_ids, unpad)
         embedded = self.bert.embeddings(input_ids, token_type_ids, unpadded, position_ids)
@@ -178,19 +199,23 @@ class ElectraForPreTraining(nn.Module):
         gen_labels = gather_positions(labels, mlm_positions)  # (B, K), -100 past a row's picks
         gen_logits = self.generator.logits(h.flatten(0, 1))  # (B * K, V)
         gen_loss = mlm_loss(gen_logits, gen_labels.flatten())
+        real = (
+            torch.ones_like(input_ids, dtype=torch.bool)
+            if attention_mask is None
+            else attention_mask.bool()
+        )  # (B, T)
         with torch.no_grad():
-            sampled = sample_tokens(gen_logits.float().softmax(-1), sampler)  # (B * K,)
+            original = torch.where(labels != -100, labels, input_ids)  # (B, T)
+            u = None
+            if seed is not None:
+                u = row_uniforms(original, real, mlm_positions.size(1), seed).flatten()  # (B*K,)
+            sampled = sample_tokens(gen_logits.float().softmax(-1), u)  # (B * K,)
         corrupted, replaced = corrupt(
             input_ids, labels, mlm_positions, sampled.view_as(mlm_positions)
         )  # (B, T) each
         out = self.bert(
             corrupted, token_type_ids, attention_mask, position_ids=position_ids, unpad=unpad
         )
-        real = (
-            torch.ones_like(corrupted, dtype=torch.bool)
-            if attention_mask is None
-            else attention_mask.bool()
-        )  # (B, T)
         disc_logits = self.discriminator_predictions(out.last_hidden_state)  # (B, T)
         bce = F.binary_cross_entropy_with_logits(
             disc_logits.float(), replaced.float(), reduction="none"

@@ -15,6 +15,7 @@ from bert_lightning.training.lightning_api import (
     defer_save,
     log_step_row,
     save_deferred,
+    save_last,
     validates_after_step,
     validation_progress,
 )
@@ -33,7 +34,9 @@ class SaveOnInterrupt(L.Callback):
     redoes it at that step before training goes on, so that its metrics, the best checkpoint
     and early stopping are the uninterrupted run's. A signal at a step that a validation
     follows stops the run at that validation's first batch, the same way: saved at the step's
-    end, the resumed run would skip that validation (Lightning counts it as done).
+    end, the resumed run would skip that validation (Lightning counts it as done). The fit's
+    last validation, after which no step is left, runs to its end before the stop
+    (`fit_ends_after`).
 
     Several processes agree on the step: after each optimizer step and before each
     validation batch they take the largest signal number any rank received (one scalar
@@ -73,7 +76,7 @@ class SaveOnInterrupt(L.Callback):
             self.validation_began = validation_progress(trainer).state_dict()
 
     def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
-        if self.validation_began is not None:
+        if self.validation_began is not None and not fit_ends_after(trainer):
             self._stop_if_signalled(trainer, self.validation_began)
 
     def on_validation_end(self, trainer, pl_module):
@@ -84,7 +87,11 @@ class SaveOnInterrupt(L.Callback):
         self.validation_began = None
 
     def _stop_if_signalled(
-        self, trainer, validation_began: dict | None = None, step_end: tuple | None = None
+        self,
+        trainer,
+        validation_began: dict | None = None,
+        step_end: tuple | None = None,
+        at_end: bool = False,
     ) -> None:
         """Saves the step and raises Interrupted if a rank received a signal. A validation in
         progress (`validation_began`: its loop's progress as it began) is abandoned, saved as
@@ -93,7 +100,8 @@ class SaveOnInterrupt(L.Callback):
         runs whole. `last.ckpt` is recorded as ModelCheckpoint's last checkpoint, which the
         resumed run then overwrites (else it versions its own, `last-v1.ckpt`). A stop after a
         step (`step_end`: its hook's arguments) logs the step's training row first, as Lightning
-        would after the hook."""
+        would after the hook. At the fit's end (`at_end`), `last.ckpt` is ModelCheckpoint's own
+        save of the end (kept if it saved at that step), the one the run never stopped writes."""
         if self.stops is None:
             return
         signum = self.stops.received
@@ -116,16 +124,20 @@ class SaveOnInterrupt(L.Callback):
         path = Path(ckpt.dirpath) / f"{ckpt.CHECKPOINT_NAME_LAST}{ckpt.FILE_EXTENSION}"
         ckpt.last_model_path = str(path)  # before the save: the callback's state holds it
         self.save_waits = validation_began is not None and save_deferred(ckpt)
-        trainer.save_checkpoint(path, weights_only=False)  # the full state a resume needs
+        if at_end and ckpt.save_last:
+            save_last(ckpt, trainer)
+        else:
+            trainer.save_checkpoint(path, weights_only=False)  # the full state a resume needs
         raise self.stops.stop(
             f"at step {trainer.global_step}: {path} written; "
             f"the same command with ckpt_path={path} continues the run"
         )
 
     def on_train_end(self, trainer, pl_module):
-        """A signal after the last step's check, saved here; the Trainer's handlers back for
-        its teardown, the signals still deferred while ModelCheckpoint writes the last step."""
-        self._stop_if_signalled(trainer)
+        """A signal after the last step's check or in the fit's last validation, saved here
+        as ModelCheckpoint saves the fit's end; the Trainer's handlers back for its teardown,
+        the signals still deferred while ModelCheckpoint writes the last step."""
+        self._stop_if_signalled(trainer, at_end=True)
         if self.stops is not None:
             self.stops.replaced_back()
 
@@ -150,6 +162,23 @@ class SaveOnInterrupt(L.Callback):
             self.stops.replaced_back()
         self.stops, self.validation_began = None, None
         shut_down_workers(trainer)
+
+
+def fit_ends_after(trainer) -> bool:
+    """Whether the fit ends after this validation (its last step is done, or its last epoch's
+    last batch): a stop there lets it finish, and saves at the fit's end. Abandoned, its
+    resumed run would not redo it: Lightning skips a fit whose `max_steps` or `max_epochs`
+    is reached, and the validation's figures, best checkpoint and early-stopping check with
+    it."""
+    if 0 <= trainer.max_steps <= trainer.global_step:
+        return True
+    epochs = trainer.max_epochs
+    return (
+        epochs is not None
+        and epochs >= 0
+        and trainer.current_epoch + 1 >= epochs
+        and (trainer.is_last_batch)
+    )
 
 
 def shut_down_workers(trainer) -> None:

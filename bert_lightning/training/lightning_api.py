@@ -58,6 +58,20 @@ def validates_after_step(trainer) -> bool:
     return _private(loop, "_should_check_val_fx")(fetcher) and not _private(loop, "_skip_next_val")
 
 
+def count_the_fit_done(trainer) -> None:
+    """Counts a resumed fit that had no step left as the fit that ran to its end counted
+    itself. Its checkpoint was saved at the last step, before Lightning counted that batch
+    and its epoch done; a fit with nothing to run skips the restart's corrections, so what
+    follows it (a test) would be logged a step and an epoch early. The counters are private:
+    the batches that stepped (one per step of the one optimizer every run has) and the epoch's
+    progress."""
+    loop = _private(trainer, "fit_loop", "epoch_loop")
+    _private(loop, "_batches_that_stepped")
+    loop._batches_that_stepped = trainer.global_step
+    epochs = _private(trainer, "fit_loop", "epoch_progress", "current")
+    epochs.processed = epochs.completed = epochs.started
+
+
 def log_step_row(trainer, outputs, batch, batch_idx: int) -> None:
     """What Lightning does after the callbacks' `on_train_batch_end`, which a stop raised there
     skips: the module's hook (it logs the row's step), then the step's row to the loggers, which
@@ -104,6 +118,25 @@ def save_last(callback, trainer) -> None:
     if _private(callback, "_last_global_step_saved") != trainer.global_step:
         candidates = _private(callback, "_monitor_candidates")(trainer)
         _private(callback, "_save_last_checkpoint")(trainer, candidates)
+
+
+def saves_every_n_steps(callback) -> bool:
+    """Whether a ModelCheckpoint saves every `every_n_train_steps` steps: it keeps the setting
+    in a private attribute (0: never)."""
+    return _private(callback, "_every_n_train_steps") >= 1
+
+
+def save_ranked(callback, trainer) -> None:
+    """A ModelCheckpoint's top-k save by the metrics just validated, and `last.ckpt`, unless it
+    saved at this step already: what Lightning's own hook does at a validation's end for a save
+    it put off (private methods that only its hooks call)."""
+    if _private(callback, "_should_skip_saving_checkpoint")(trainer):
+        return
+    candidates = _private(callback, "_monitor_candidates")(trainer)
+    _private(callback, "_save_topk_checkpoint")(trainer, candidates)
+    _private(callback, "_save_last_checkpoint")(trainer, candidates)
+    _private(callback, "_defer_save_until_validation")
+    callback._defer_save_until_validation = False
 
 
 def summary_table(*args) -> str:

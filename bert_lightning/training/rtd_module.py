@@ -6,7 +6,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from bert_lightning.data.sampling import hash_seed
 from bert_lightning.errors import UserError
 from bert_lightning.model import BertConfig, ElectraForPreTraining, rtd_flops
 from bert_lightning.model.flops import step_counts
@@ -49,7 +48,7 @@ class RTDPretrainModule(EncoderModule):
         self.val_loss = ValidationLoss(gen=1.0, disc=disc_weight)
         self.val_gen_loss, self.val_disc_loss = ValidationLoss(gen=1.0), ValidationLoss(disc=1.0)
 
-    def forward(self, batch: dict, sampler: torch.Generator | None = None):
+    def forward(self, batch: dict, seed: int | None = None):
         return self.model(
             batch["input_ids"],
             batch.get("token_type_ids"),
@@ -57,7 +56,7 @@ class RTDPretrainModule(EncoderModule):
             labels=batch["labels"],
             mlm_positions=batch["mlm_positions"],  # (B, K), the collator's
             position_ids=batch.get("position_ids"),
-            sampler=sampler,
+            seed=seed,
         )
 
     def flops_per_batch(self, batch: dict) -> torch.Tensor:
@@ -71,11 +70,10 @@ class RTDPretrainModule(EncoderModule):
         return out.loss
 
     def validation_step(self, batch, batch_idx):
-        """The generator's draws are seeded by the batch, as the masks are (`mask_once`): the
-        validation loss is comparable across evaluations."""
-        seed = hash_seed(self.hparams.data["seed"] if self.hparams.data else 0, batch_idx)
-        sampler = torch.Generator(self.device).manual_seed(seed)
-        out = self(batch, sampler)
+        """The generator's draws are fixed by each row and the data's seed, as the masks are
+        (`mask_once`): the validation loss is comparable across evaluations, and the same at
+        any batch size and number of processes."""
+        out = self(batch, self.hparams.data["seed"] if self.hparams.data else 0)
         B, picked, real = batch["input_ids"].size(0), (out.gen_labels != -100).sum(), out.real.sum()
         for metric in (self.val_loss, self.val_gen_loss):
             metric.update("gen", out.gen_loss, picked)

@@ -19,6 +19,7 @@ from bert_lightning.errors import UserError
 from bert_lightning.run_folder import failure_marked, keep_metrics_through, own_checkpoints_expected
 from bert_lightning.signals import stops_on_signals
 from bert_lightning.training.instantiate import required
+from bert_lightning.training.lightning_api import count_the_fit_done
 from bert_lightning.training.resume import already_done
 
 Built = tuple[L.LightningDataModule, L.LightningModule, L.Trainer]
@@ -72,4 +73,6 @@ def run(cfg: DictConfig, entry: Entry) -> Any:
             trainer.validate(module, datamodule=dm, verbose=not cfg.trainer.enable_progress_bar)
         with own_checkpoints_expected(cfg.ckpt_path):
             trainer.fit(module, datamodule=dm, ckpt_path=cfg.ckpt_path)
+        if start is not None and trainer.global_step == start.step:  # nothing was left to train
+            count_the_fit_done(trainer)
         return entry.after_fit(cfg, dm, module, trainer)

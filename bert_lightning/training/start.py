@@ -221,7 +221,8 @@ def continued_schedule(cfg: DictConfig) -> None:
     (a published recipe: a lower peak rate, its own warmup) is its optimizer group, not the
     from-scratch adamw.yaml, whose rate would undo what the start learned. Hydra composed the
     group default (adamw) under what else sets the schedule (`optim=`, an experiment, a
-    `schedule=` file, the command line): unless another group was chosen, each of
+    `schedule=` file, the command line): unless a group was named (`optim=adamw` on the
+    command line too) or another one chosen, each of
     continued.yaml's own keys the command line does not set and that is still at adamw.yaml's
     value takes continued.yaml's, as if `optim=continued` had been the group default. One log
     line says which came from where."""
@@ -229,10 +230,10 @@ def continued_schedule(cfg: DictConfig) -> None:
     scratch = group_defaults("optim", "adamw")
     own = {k: v for k, v in group_defaults("optim", "continued").items() if v != scratch[k]}
     typed = {k for k in own if command_line(f"optim.{k}")}
+    named = any(o.partition("=")[0] == "optim" for o in command_line("optim"))
+    default = choice in (None, "adamw") and not named
     taken = {
-        k: v
-        for k, v in own.items()
-        if choice in (None, "adamw") and k not in typed and cfg.optim[k] == scratch[k]
+        k: v for k, v in own.items() if default and k not in typed and cfg.optim[k] == scratch[k]
     }
     for k, v in taken.items():
         cfg.optim[k] = v
