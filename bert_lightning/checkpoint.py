@@ -30,6 +30,7 @@ from bert_lightning.interop import (
     WORD_EMBEDDINGS,
     bert_config,
     config_from_hf,
+    has_mlm_head,
     hf_to_ours,
     join_qkv,
     load_into,
@@ -41,12 +42,14 @@ RTD_KEY = "generator_hidden_size"  # in the hyper-parameters of an RTD pretraini
 DATA_RECORD = "data_record"  # the checkpoint key of what the run trained on (module_base.py)
 
 
-def objective_of(hparams) -> str:
+OBJECTIVES = ("mlm", "rtd", "distill")  # conf/objective/'s, each its module's `OBJECTIVE`
+
+
+def objective_of(hparams) -> str | None:
     """What pretrained a module of these hyper-parameters (or what an `objective` config
-    trains): `distill` (it has a teacher), `rtd` (a generator's width) or `mlm`."""
-    if hparams.get("teacher"):
-        return "distill"
-    return "rtd" if hparams.get(RTD_KEY) is not None else "mlm"
+    trains): the name its pretraining module records (`objective`); None for another module
+    (fine-tuning's) or a Hugging Face folder."""
+    return hparams.get("objective")
 
 
 @dataclass
@@ -63,6 +66,10 @@ class Checkpoint:
         """Pretrained by replaced-token detection (`objective=rtd`): `state_dict` holds its
         discriminator, the encoder; the generator stays in the `.ckpt`."""
         return objective_of(self.hparams) == "rtd"
+
+    @property
+    def has_mlm_head(self) -> bool:
+        return has_mlm_head(self.state_dict)
 
     @property
     def origin(self) -> str:
@@ -85,6 +92,7 @@ RECORD_TYPES = {
     **dict.fromkeys(("attention", "value_relation", "hidden", "embedding"), NUMBER),
     **dict.fromkeys(("soft_mlm", "mlm"), NUMBER),
     "teacher": (str,),
+    "objective": (str,),
     "teacher_digest": (str, NONE),
     "relation_heads": (int, NONE),
     "student_layers": (list, NONE),
@@ -135,6 +143,11 @@ def check_record(raw: dict, path) -> None:
             expected = " or ".join("null" if t is NONE else t.__name__ for t in types)
             raise UserError(f"{path}: hyper_parameters.{key}: expected {expected}, got {value!r}")
         check_plain(value, f"hyper_parameters.{key}", path, HYDRA_KEYS.get(key))
+    if "objective" in hparams and hparams["objective"] not in OBJECTIVES:
+        raise UserError(
+            f"{path}: hyper_parameters.objective={hparams['objective']!r}; expected one of "
+            f"{', '.join(OBJECTIVES)}"
+        )
     check_plain(raw.get(DATA_RECORD), DATA_RECORD, path)
     for key, state in (raw.get("callbacks") or {}).items():
         if str(key).startswith("ModelCheckpoint"):
@@ -421,6 +434,15 @@ def read_checkpoint(path: str | Path, origin: str | None = None, use: str = "") 
         ckpt = Checkpoint(config, state, tokenizer, hparams, f"checkpoint {path}", step)
     check_origin(path, ckpt, origin, use)
     return ckpt
+
+
+PRETRAINED_PARTS = ("bert.", "cls.")  # the encoder and its pretraining heads, not a task's
+
+
+def load_weights(model: torch.nn.Module, ckpt: Checkpoint, parts=PRETRAINED_PARTS) -> None:
+    """`ckpt`'s tensors under `parts` (state-dict prefixes) into `model`, which must have a
+    place for each (`load_into`): what a model takes from a checkpoint, said in one place."""
+    load_into(model, {k: v for k, v in ckpt.state_dict.items() if k.startswith(parts)})
 
 
 def load_encoder(model: torch.nn.Module, ckpt: Checkpoint) -> None:

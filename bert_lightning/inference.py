@@ -21,6 +21,7 @@ from bert_lightning.checkpoint import (
     Checkpoint,
     encoder_from,
     load_encoder,
+    load_weights,
     read_checkpoint,
 )
 from bert_lightning.choices import (
@@ -52,7 +53,6 @@ ST_POOLING_KEYS = {
     "pooling_mode_weightedmean_tokens": "weightedmean",
     "pooling_mode_lasttoken": "lasttoken",
 }
-MLM_HEAD = "cls.predictions.transform.dense.weight"
 # what a fine-tuned checkpoint that stores no max_seq_length is truncated to: the shipped one
 DEFAULT_MAX_SEQ_LENGTH = FINETUNE.max_seq_length
 
@@ -116,7 +116,7 @@ def check_mlm_head(path, pre: Checkpoint, use: str = "fill-mask") -> None:
             f"pretraining, not a masked language model, so {use} does not serve it (fine-tune, "
             "embed or export-hf its encoder)"
         )
-    if MLM_HEAD not in pre.state_dict:
+    if not pre.has_mlm_head:
         raise UserError(
             f"{path}: no MLM head (cls.predictions.*) in these weights; {use} needs one"
         )
@@ -126,15 +126,10 @@ def load_mlm(path, pre: Checkpoint | None = None) -> tuple[BertForPreTraining, T
     """(BertForPreTraining in eval mode, tokenizer) of a checkpoint with an MLM head (`pre`: it,
     read already). A fine-tuned checkpoint's task head (`classifier.*`) has no place there."""
     pre = pre or read_checkpoint(path)
+    check_mlm_head(path, pre)
     model = BertForPreTraining(pre.config)
-    load_into(model, mlm_state(path, pre))
+    load_weights(model, pre)
     return model.eval(), pre.tokenizer
-
-
-def mlm_state(path, pre: Checkpoint, use: str = "fill-mask") -> dict[str, torch.Tensor]:
-    """The encoder and pretraining heads' weights of a checkpoint with an MLM head."""
-    check_mlm_head(path, pre, use)
-    return {k: v for k, v in pre.state_dict.items() if k.startswith(("bert.", "cls."))}
 
 
 def load_embedder(

@@ -149,6 +149,17 @@ HF_ARCHITECTURES = (
 )
 
 
+# an MLM head's own tensors (its decoder is tied to the word embeddings)
+MLM_HEAD = ("cls.predictions.transform.dense.weight", "cls.predictions.bias")
+
+
+def has_mlm_head(keys) -> bool:
+    """Whether state-dict keys (our key space) hold an MLM head: the one test of it, for
+    fill-mask, evaluate, a distillation's soft targets, an export's architecture and an
+    `init_from=` start."""
+    return all(k in keys for k in MLM_HEAD)
+
+
 def hf_architecture(state: dict[str, torch.Tensor]) -> str:
     """The `transformers` class a state dict (our key space) loads into without missing keys,
     told apart by its heads: a task head is `classifier.*`, on a pooler for HF's sequence
@@ -158,7 +169,7 @@ def hf_architecture(state: dict[str, torch.Tensor]) -> str:
         if "bert.pooler.dense.weight" not in keys:
             return "BertForTokenClassification"
         return "BertForSequenceClassification"
-    if "cls.predictions.bias" in keys:
+    if has_mlm_head(keys):
         has_nsp = "cls.seq_relationship.weight" in keys and "bert.pooler.dense.weight" in keys
         return "BertForPreTraining" if has_nsp else "BertForMaskedLM"
     return "BertModel"

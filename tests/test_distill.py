@@ -406,6 +406,7 @@ def test_a_student_from_the_teachers_layers_exports_and_fine_tunes(tmp_path, tea
     ckpt = out / "checkpoints" / "last.ckpt"
     student, teacher = read_checkpoint(ckpt), read_checkpoint(teacher_run)
     assert student.config.num_hidden_layers == 1 and student.origin == "pretraining"
+    assert student.hparams["objective"] == "distill"
     assert student.tokenizer.get_vocab() == teacher.tokenizer.get_vocab()
     assert all(k.startswith(("bert.", "cls.")) for k in student.state_dict)
     assert "cls.predictions.bias" in student.state_dict  # soft_mlm trained the MLM head

@@ -206,7 +206,8 @@ def test_an_rtd_checkpoint_exports_its_discriminator_as_a_bert_model(rtd_run, tm
     transformers = pytest.importorskip("transformers")
     ckpt = rtd_run / "checkpoints" / "last.ckpt"
     pre = read_checkpoint(ckpt)
-    assert pre.rtd and all(k.startswith("bert.") for k in pre.state_dict)
+    assert pre.rtd and pre.hparams["objective"] == "rtd"
+    assert all(k.startswith("bert.") for k in pre.state_dict)
     out = tmp_path / "hf"
     subprocess.run(
         [sys.executable, "-m", "bert_lightning", "export-hf", str(ckpt), str(out)], check=True

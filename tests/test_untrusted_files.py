@@ -14,8 +14,15 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from hydra.utils import get_object
 
-from bert_lightning.checkpoint import RECORD_TYPES, check_record, read_checkpoint, torch_load
+from bert_lightning.checkpoint import (
+    OBJECTIVES,
+    RECORD_TYPES,
+    check_record,
+    read_checkpoint,
+    torch_load,
+)
 from bert_lightning.config import compose
 from bert_lightning.errors import UserError
 from bert_lightning.training.distill_module import DistillModule
@@ -196,6 +203,7 @@ def test_a_finetuning_resume_runs_nothing_its_optim_record_names(finetuned, tmp_
         (lambda h: h["config"].update(hidden_size={"_target_": "os.getcwd"}), "config"),
         (lambda h: h.update(nsp="yes"), "hyper_parameters.nsp"),
         (lambda h: h["optim"].update(betas=[{"_args_": [1]}, 0.9]), "optim.betas[0]._args_"),
+        (lambda h: h.update(objective="os.system"), "hyper_parameters.objective='os.system'"),
     ],
 )
 def test_any_reader_refuses_a_record_with_keys_or_values_a_run_never_writes(
@@ -280,6 +288,17 @@ def test_every_hyper_parameter_a_module_records_is_in_the_record_schema(module):
     recorded = set(inspect.signature(module.__init__).parameters)
     recorded -= {"self", "tokenizer_json", "teacher_ckpt"}
     assert recorded <= set(RECORD_TYPES)
+
+
+def test_a_pretraining_checkpoint_names_its_objective(pretrained):
+    """The objective a checkpoint was trained with is recorded by name (its module's, as
+    conf/objective/ names them), the one answer every reader takes, not inferred from which
+    other settings it records."""
+    raw = torch_load(pretrained / "checkpoints" / "last.ckpt")
+    assert raw["hyper_parameters"]["objective"] == "mlm"
+    for name in OBJECTIVES:
+        path = Path(__file__).parents[1] / "conf" / "objective" / f"{name}.yaml"
+        assert name == get_object(yaml.safe_load(path.read_text())["_target_"]).OBJECTIVE
 
 
 @pytest.fixture

@@ -43,14 +43,13 @@ def evaluate_mlm(
     its checkpoint records (`validation_settings`; each given value overrides them; a
     checkpoint without the record, e.g. a Hugging Face folder, takes `conf/data`'s defaults),
     so the same files give the run's numbers. `pre`: the checkpoint at `path`, read already."""
-    from bert_lightning.checkpoint import read_checkpoint
+    from bert_lightning.checkpoint import load_weights, read_checkpoint
     from bert_lightning.config import compose
     from bert_lightning.data.brackets import BracketsDataModule
     from bert_lightning.data.nsp import NSPDataModule
     from bert_lightning.data.pretraining import PretrainDataModule
     from bert_lightning.data.streaming import StreamingDataModule
-    from bert_lightning.inference import mlm_state
-    from bert_lightning.interop import load_into
+    from bert_lightning.inference import check_mlm_head
     from bert_lightning.training.instantiate import check_types, instantiate
     from bert_lightning.training.pretrain import VALIDATION_KEYS, validation_settings
     from bert_lightning.training.pretrain_module import BertPretrainModule
@@ -98,7 +97,8 @@ def evaluate_mlm(
             f"{max_len} tokens (--packing document frames every document, however short)"
         )
     module = BertPretrainModule(asdict(pre.config), {}, pre.tokenizer.to_str(), nsp=dm.nsp)
-    load_into(module.model, mlm_state(path, pre, "evaluate"))
+    check_mlm_head(path, pre, "evaluate")
+    load_weights(module.model, pre)
     metrics = evaluation_trainer(progress).validate(module, dm.val_dataloader(), verbose=False)[0]
     out = {"examples": len(dm.val_set)}
     return out | {k.removeprefix("val/"): float(v) for k, v in metrics.items() if "/" in k}

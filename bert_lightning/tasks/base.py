@@ -365,8 +365,8 @@ def load_splits(task: Task, seed: int) -> tuple[Task, dict[str, dict]]:
 
 def check_apart(task: Task, table: dict, train: dict) -> None:
     """No group (query) of a validation or test file given apart is in the train file, as
-    read (`group_keys`: as an uncased tokenizer reads it): its rows would be scored on what was trained
-    on, as a split of one file never does."""
+    read (`group_keys`: as an uncased tokenizer reads it): its rows would be scored on what
+    was trained on, as a split of one file never does."""
     if task.groups_named is None:
         return
     one, many = task.groups_named

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from bert_lightning.checkpoint import Checkpoint, load_into
+from bert_lightning.checkpoint import Checkpoint, load_weights
 from bert_lightning.errors import UserError
 from bert_lightning.model import BertConfig, BertForPreTraining, distill_flops
 from bert_lightning.model.bert import gather_positions, mlm_loss
@@ -42,14 +42,13 @@ def projection(width: int, teacher_width: int) -> nn.Linear:
 def frozen_teacher(ckpt: Checkpoint, soft_mlm: float) -> BertForPreTraining:
     """A teacher's encoder and MLM head (not a task's head) in eval mode, without gradient;
     `soft_mlm` takes its targets from the head."""
-    if soft_mlm and "cls.predictions.bias" not in ckpt.state_dict:
+    if soft_mlm and not ckpt.has_mlm_head:
         raise UserError(
             f"objective.soft_mlm={soft_mlm}: {ckpt.source} has no MLM head "
             "(cls.predictions.*) to take soft targets from"
         )
     model = BertForPreTraining(ckpt.config)
-    heads = ("bert.", "cls.")
-    load_into(model, {k: v for k, v in ckpt.state_dict.items() if k.startswith(heads)})
+    load_weights(model, ckpt)
     return model.eval().requires_grad_(False)
 
 
@@ -66,6 +65,7 @@ class DistillModule(MovesKept, EncoderModule):
     `conf/objective/distill.yaml`'s. The other arguments as `BertPretrainModule`'s; NSP labels
     (`nsp`, `data=c4_nsp`) are not used."""
 
+    OBJECTIVE = "distill"
     kept = ("teacher",)  # moved to the student's device and dtype (MovesKept)
 
     def __init__(
@@ -94,6 +94,7 @@ class DistillModule(MovesKept, EncoderModule):
         if student_layers is not None:  # a plain list: checkpoints load weights-only
             student_layers = [int(i) for i in student_layers]
         self.save_hyperparameters(ignore=["tokenizer_json", "teacher_ckpt"])
+        self.hparams["objective"] = self.OBJECTIVE
         self.weights = {k: float(self.hparams[k]) for k in LOSSES}
         if not any(self.weights.values()):
             raise UserError(f"objective: every loss weight is 0; set one of {list(LOSSES)}")

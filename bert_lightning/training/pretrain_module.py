@@ -18,7 +18,10 @@ class BertPretrainModule(EncoderModule):
     `nsp`: loss = MLM + NSP (the data module decides, `data.nsp`), else MLM alone, under which
     the pooler and NSP head get no gradient and are frozen, so that DDP finds no unused
     parameters.
-    `compile`: torch.compile the model in place (a GPU lever; parameter names unchanged)."""
+    `compile`: torch.compile the model in place (a GPU lever; parameter names unchanged).
+    A checkpoint records the objective by name (`OBJECTIVE`, checkpoint.objective_of)."""
+
+    OBJECTIVE = "mlm"
 
     def __init__(
         self,
@@ -34,6 +37,7 @@ class BertPretrainModule(EncoderModule):
         masking), recorded in the checkpoint so that `evaluate` reproduces its validation."""
         super().__init__()
         self.save_hyperparameters(ignore=["tokenizer_json"])
+        self.hparams["objective"] = self.OBJECTIVE
         self.model = BertForPreTraining(BertConfig(**config))
         self.nsp = nsp
         if not self.nsp:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import lightning as L
 import torch
+from hydra.utils import get_object
 from omegaconf import DictConfig
 
 from bert_lightning.checkpoint import RTD_KEY, ResumePoint, objective_of
@@ -64,15 +65,14 @@ FREE_ON_RESUME = ("hidden_dropout_prob", "attention_probs_dropout_prob", "initia
 TASK_MODEL_KEYS = ("kind", "architecture", "pooling", "labels")  # the task's part of the model
 
 
-def objective_name(hparams) -> str:
-    """What a run's module hyper-parameters (or its `objective` config) train: objects that
-    other modules build, so a resumed run keeps it."""
-    objective = objective_of(hparams)
-    if objective == "distill":
-        return f"objective=distill from teacher {hparams['teacher']}"
-    if objective == "rtd":
-        return f"objective=rtd with generator_hidden_size={hparams[RTD_KEY]}"
-    return "objective=mlm"
+def objective_name(name: str | None, settings) -> str:
+    """The objective `name` (a checkpoint's record, or what an `objective` config's module
+    trains) with the settings that other modules build from: a resumed run keeps them."""
+    if name == "distill":
+        return f"objective=distill from teacher {settings['teacher']}"
+    if name == "rtd":
+        return f"objective=rtd with generator_hidden_size={settings[RTD_KEY]}"
+    return f"objective={name}"
 
 
 # the hyper-parameter in which a distillation keeps its teacher's contents (`teacher`: its path)
@@ -89,10 +89,12 @@ def check_same_objective(
     thing. Not `resume_with_new_data`'s to allow: continued, the run would be neither."""
     if start is None:
         return
-    if objective_name(start.hparams) != objective_name(objective):
+    trained = objective_name(objective_of(start.hparams), start.hparams)
+    asked = objective_name(get_object(objective["_target_"]).OBJECTIVE, objective)
+    if trained != asked:
         raise UserError(
-            f"{ckpt_path}: trained with {objective_name(start.hparams)}, this run asks for "
-            f"{objective_name(objective)}; a resumed run keeps its objective"
+            f"{ckpt_path}: trained with {trained}, this run asks for {asked}; a resumed run "
+            "keeps its objective"
         )
     saved = start.hparams
     differ = [

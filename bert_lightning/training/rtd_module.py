@@ -21,6 +21,8 @@ class RTDPretrainModule(EncoderModule):
     examples train NSP too (`data.nsp`); RTD takes MLM examples only. The other arguments as
     `BertPretrainModule`'s."""
 
+    OBJECTIVE = "rtd"
+
     def __init__(
         self,
         config: dict,
@@ -40,6 +42,7 @@ class RTDPretrainModule(EncoderModule):
                 "(data=c4_nsp: data.nsp=false gives its pairs without NSP)"
             )
         self.save_hyperparameters(ignore=["tokenizer_json"])
+        self.hparams["objective"] = self.OBJECTIVE
         self.model = ElectraForPreTraining(BertConfig(**config), generator_hidden_size, disc_weight)
         self.tokenizer_json = tokenizer_json
         self.shares = nn.ModuleDict(  # "{stage}_{name}": the shares `_log` logs

@@ -43,8 +43,6 @@ from bert_lightning.weights import (
 
 log = logging.getLogger(__name__)
 
-MLM_HEAD = "cls.predictions."  # the state-dict keys of an MLM head
-
 
 @dataclass(frozen=True)
 class Start:
@@ -251,7 +249,7 @@ def check_mlm_head(cfg: DictConfig, begin: Checkpoint, vocab_size: int) -> None:
     near that of a uniform guess, or above, not where the encoder's quality would put it. One
     line says so, so that a first loss above ln(vocabulary) reads as expected."""
     mlm = issubclass(get_object(cfg.objective._target_), BertPretrainModule)
-    if mlm and not any(k.startswith(MLM_HEAD) for k in begin.state_dict):
+    if mlm and not begin.has_mlm_head:
         log.info(
             "init_from=%s: no MLM head; the head starts random, so the loss starts near "
             "ln(%d) = %.2f or above",
