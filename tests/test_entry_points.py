@@ -41,21 +41,28 @@ def test_each_entry_names_its_job(entry, job, tmp_path, monkeypatch, capsys):
 
 
 HEAVY = ("torch", "lightning", "hydra", "transformers")
+SCRIPTS = ("train.py", "finetune.py")
 
 
 def test_every_help_builds_without_torch_lightning_hydra_or_transformers():
     """`bert-lightning --help` and each argparse command's `--help` (in a fresh interpreter)
-    import none of the heavy packages: they answer at once. `pretrain`/`finetune --help` are
-    Hydra's own help: Hydra, but no torch."""
+    import none of the heavy packages: they answer at once. `pretrain`/`finetune --help` and
+    train.py's and finetune.py's are Hydra's help: Hydra, but no torch."""
     probe = f"""
-import contextlib, io, sys
+import contextlib, io, runpy, sys
 from bert_lightning import cli
 last = sorted(cli.COMMANDS, key=lambda c: c in cli.HYDRA_COMMANDS)  # Hydra stays imported
-for argv in [["--help"]] + [[c.replace("_", "-"), "--help"] for c in last]:
-    hydra = argv[0] in cli.HYDRA_COMMANDS
+helps = [["--help"]] + [[c.replace("_", "-"), "--help"] for c in last]
+for argv in helps + [[script, "--help"] for script in {SCRIPTS!r}]:
+    script = argv[0] in {SCRIPTS!r}
+    hydra = script or argv[0] in cli.HYDRA_COMMANDS
+    sys.argv = argv
     try:
         with contextlib.redirect_stdout(io.StringIO()):
-            cli.main(argv)
+            if script:
+                runpy.run_path({str(ROOT)!r} + "/" + argv[0], run_name="__main__")
+            else:
+                cli.main(argv)
     except SystemExit as e:
         assert e.code == 0, (argv, e.code)
     loaded = [m for m in {HEAVY!r} if m in sys.modules and not (hydra and m == "hydra")]
@@ -64,4 +71,29 @@ for argv in [["--help"]] + [[c.replace("_", "-"), "--help"] for c in last]:
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-3000:]
     lines = out.stdout.splitlines()
-    assert len(lines) == 15 and all(line.endswith(" []") for line in lines), lines
+    assert len(lines) == 17 and all(line.endswith(" []") for line in lines), lines
+
+
+@pytest.mark.parametrize(
+    ("entry", "argv"),
+    [("train.py", ["model=bert_base", "--help"]), ("bert-lightning finetune", ["-h"])],
+)
+def test_help_is_hydras_own_text_without_hydras_slow_way(entry, argv, monkeypatch, capsys):
+    """A Hydra entry's `--help` is answered before Hydra runs (`cli.hydra_help`: the groups read
+    off conf/ instead of a config composed per group), with the text Hydra prints: the groups
+    and their options, the config the overrides make, how to override."""
+
+    def run() -> None:
+        monkeypatch.setattr("sys.argv", [entry, *argv])
+        if entry.endswith(".py"):
+            runpy.run_path(str(ROOT / entry), run_name="__main__")
+        else:
+            main([entry.split()[1], *argv])
+
+    run()
+    ours = capsys.readouterr().out
+    monkeypatch.setattr("bert_lightning.cli.hydra_help", lambda *_: False)
+    with pytest.raises(SystemExit, match="0"):
+        run()
+    assert ours == capsys.readouterr().out
+    assert "model: _bert_defaults, bert_base," in ours  # a group and its options

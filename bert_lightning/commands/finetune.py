@@ -21,7 +21,11 @@ def task(cfg: DictConfig) -> float | None:
 
 def main(job: str | None = None) -> None:
     """The Hydra entry (`config.hydra_main`), made when it runs: Hydra is imported then, not
-    when `bert-lightning --help` builds this command's parser."""
+    when `bert-lightning --help` builds this command's parser. `--help` is answered first."""
+    from bert_lightning.cli import hydra_help
+
+    if hydra_help("finetune", job or "finetune"):
+        return
     from bert_lightning.config import hydra_main
 
     hydra_main("finetune")(task)(job)

@@ -257,8 +257,10 @@ def interleaved(docs: datasets.Dataset) -> np.ndarray:
     """Row indices of `docs` (`read_documents`' rows, in any order) in reading order with the
     files interleaved: the first document of each file, then the second of each, ..., as
     `corpus.interleave_documents` reads files."""
-    pos = np.lexsort((np.asarray(docs["doc"]), np.asarray(docs["file"])))  # (rows,) as read
-    file = np.asarray(docs["file"])[pos]  # (rows,)
+    # both columns read at once as arrays: np.asarray of a datasets Column reads row by row
+    columns = docs.select_columns(["file", "doc"]).with_format("numpy")[:]
+    pos = np.lexsort((columns["doc"], columns["file"]))  # (rows,) as read
+    file = columns["file"][pos]  # (rows,)
     by_file = np.argsort(file, kind="stable")  # (rows,)
     rank = np.empty(len(file), np.int64)  # (rows,) the row's place within its file
     rank[by_file] = np.arange(len(file)) - np.searchsorted(file[by_file], file[by_file])

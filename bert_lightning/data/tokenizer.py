@@ -19,7 +19,7 @@ from tokenizers.trainers import WordPieceTrainer
 
 from bert_lightning.atomic import atomic_path
 from bert_lightning.errors import MissingFileError, UserError
-from bert_lightning.progress import progress
+from bert_lightning.progress import Waiting, progress
 from bert_lightning.shipped import group_defaults
 
 log = logging.getLogger(__name__)
@@ -184,9 +184,10 @@ def train_wordpiece(
     start = time.monotonic()
     chars = ContinuationChars(norm)
     docs = 0
-    for text in progress(islice(texts(), max_docs), "tokenizer, pass 1 of 2", max_docs):
-        docs += 1
-        chars.add(text)
+    with Waiting("tokenizer, pass 1 of 2") as wait:
+        for text in counted(texts, max_docs, wait, max_docs):
+            docs += 1
+            chars.add(text)
     if not docs:  # it would hold the special tokens only
         raise ValueError("no documents to train a WordPiece tokenizer on")
     alphabet = sorted("##" + c for c in chars.found)
@@ -199,8 +200,8 @@ def train_wordpiece(
         special_tokens=SPECIAL_TOKENS + alphabet,
         show_progress=False,
     )
-    second = progress(islice(texts(), max_docs), "tokenizer, pass 2 of 2", docs)
-    trainable.train_from_iterator(second, trainer)
+    with Waiting("tokenizer, pass 2 of 2") as wait:  # and the vocabulary made after it
+        trainable.train_from_iterator(counted(texts, max_docs, wait, docs), trainer)
     vocab = trainable.get_vocab()
     took = time.monotonic() - start
     log.info(
@@ -210,6 +211,20 @@ def train_wordpiece(
         took,
     )
     return _bert_tokenizer(vocab)
+
+
+def counted(
+    texts: Callable[[], Iterator[str]], max_docs: int | None, wait: Waiting, total: int | None
+) -> Iterator[str]:
+    """The first `max_docs` of `texts()` through `progress` (whose `Ticks` speak on a document
+    alone), the documents read so far named in `wait`'s line, which comes every SECONDS off a
+    terminal also while no document does (before the first, while `texts()` orders the files'
+    rows, and after the last, while the vocabulary is made)."""
+    what, of = wait.what, f" of {total:,}" if total else ""
+    wait.what = f"{what}, 0{of} documents read"
+    for n, text in enumerate(progress(islice(texts(), max_docs), what, total), 1):
+        wait.what = f"{what}, {n:,}{of} documents read"
+        yield text
 
 
 def extend_wordpiece(
