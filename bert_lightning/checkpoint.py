@@ -169,17 +169,21 @@ def check_record(raw: dict, path) -> None:
 
 def check_counts(state, where: str, path) -> None:
     """A resumed EarlyStopping's or Timer's state: the counts it restores, each a finite
-    number >= 0 (a negative or unbounded elapsed time is a run that never ends, or ends at
-    once; a wait beyond any patience one that stops at its first validation); EarlyStopping's
-    best score one number (inf before its first validation)."""
+    number >= 0 (a negative or unbounded training time is a run that never ends, or ends at
+    once; a wait beyond any patience one that stops at its first validation), the Timer's
+    other stages' times finite (it restores training's alone; a stop inside a validation
+    records that stage's as begun after it ended: negative); EarlyStopping's best score one
+    number (inf before its first validation)."""
     if not isinstance(state, dict) or not isinstance(state.get("time_elapsed", {}), dict):
         raise UserError(f"{path}: {where}: expected the callback's state")
     counts = {k: state[k] for k in ("wait_count", "stopped_epoch", "patience") if k in state}
     times = {f"time_elapsed.{k}": v for k, v in state.get("time_elapsed", {}).items()}
     for key, v in (counts | times).items():
         number = isinstance(v, int | float) and not isinstance(v, bool)
-        if not number or not math.isfinite(v) or v < 0:
-            raise UserError(f"{path}: {where}.{key}={v!r}; expected a finite number >= 0")
+        signed = key.startswith("time_elapsed.") and key != "time_elapsed.train"
+        if not number or not math.isfinite(v) or (v < 0 and not signed):
+            at_least = "" if signed else " >= 0"
+            raise UserError(f"{path}: {where}.{key}={v!r}; expected a finite number{at_least}")
     best = state.get("best_score")
     one = isinstance(best, torch.Tensor) and best.numel() == 1 and best.is_floating_point()
     if best is not None and (not (one or isinstance(best, float)) or math.isnan(float(best))):

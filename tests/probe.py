@@ -139,3 +139,34 @@ class SignalAtTest(L.Callback):
     def on_test_batch_start(self, trainer, pl_module, batch, batch_idx, *args):
         if batch_idx == 1:
             os.kill(os.getpid(), signal.SIGTERM)
+
+
+class RunOutOfTimeAt(L.Callback):
+    """As if `trainer.max_time` ran out during optimizer step `step`: at that step's batch end
+    (before the Timer's own check) the Timer's clock moves past its duration."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        from lightning.pytorch.callbacks import Timer
+
+        if trainer.global_step == self.step:
+            timer = next(c for c in trainer.callbacks if isinstance(c, Timer))
+            timer._offset += timer._duration
+
+
+class LastAtValidation(L.Callback):
+    """Appends, as each validation of the fit starts, its step and the step `last.ckpt` holds
+    then (None: none yet) to `last_at_validation.jsonl` in the run folder."""
+
+    def on_validation_start(self, trainer, pl_module):
+        import torch
+
+        if trainer.state.fn != "fit" or trainer.sanity_checking:
+            return
+        run = Path(trainer.default_root_dir)
+        last = run / "checkpoints" / "last.ckpt"
+        saved = torch.load(last, weights_only=True)["global_step"] if last.exists() else None
+        with open(run / "last_at_validation.jsonl", "a") as f:
+            f.write(json.dumps([trainer.global_step, saved]) + "\n")

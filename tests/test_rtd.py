@@ -6,9 +6,11 @@ import csv
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from scipy import stats
 
 from bert_lightning.checkpoint import read_checkpoint
 from bert_lightning.config import compose
@@ -121,6 +123,13 @@ def test_a_rows_validation_draws_are_its_own_in_any_batch():
     assert abs(u.mean().item() - 0.5) < 0.01 and abs(u.var().item() - 1 / 12) < 0.002
     tenths = torch.bincount((u * 10).long(), minlength=10).double() / u.numel()
     assert (tenths - 0.1).abs().max() < 0.01
+    # independent within a row: no correlation between picks, and six fair coins per row give
+    # a binomial count of heads (an affine hash put a row's picks on a lattice: never 0 or 6)
+    pairs = u.view(2_000, 16)
+    assert abs(np.corrcoef(pairs[:, 0], pairs[:, 1])[0, 1]) < 0.08
+    heads = (pairs[:, :6] < 0.5).sum(1)  # (2000,)
+    expected = 2_000 * stats.binom.pmf(range(7), 6, 0.5)
+    assert stats.chisquare(torch.bincount(heads, minlength=7).numpy(), expected).pvalue > 1e-3
     torch.manual_seed(0)
     model = ElectraForPreTraining(CONFIG, 0.5, 50.0).eval()
     with torch.no_grad():

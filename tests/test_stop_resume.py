@@ -93,6 +93,12 @@ JOBS = {
     "nsp": pretraining("data=c4_nsp"),
     "rtd": pretraining("objective=rtd"),
     "distill": distillation,
+    # trainer.max_time runs out at step 6 (a probe moves the Timer's clock): the fit validates
+    # there and ends, as schedule=time_budget's runs do
+    "mlm out of time": pretraining(
+        *("trainer.max_time=00:00:10:00", "+callbacks.deplete._target_=probe.RunOutOfTimeAt"),
+        "+callbacks.deplete.step=6",
+    ),
     # 8 steps, a validation every 2 (mid-epoch), last.ckpt every 4, ranked with baselines
     "finetune steps": fine_tuning(
         "ad_relevance",
@@ -134,6 +140,12 @@ CASES = {
     ("mlm", "at the last step"): (AT_LAST_STEP, Interrupted, 8),
     ("mlm", "in the last validation"): (IN_LAST_VALIDATION, Interrupted, 8),
     ("mlm", "in the data pass"): ("data pass", Interrupted, None),
+    ("mlm out of time", "in a validation"): (IN_VALIDATION, Interrupted, 4),
+    ("mlm out of time", "in the last validation"): (
+        probe("probe.SignalMidValidation", batch=1, step=6),
+        Interrupted,
+        6,
+    ),
     ("finetune steps", "at a step"): (AT_STEP, Interrupted, 2),
     ("finetune steps", "in a validation"): (IN_VALIDATION, Interrupted, 2),
     ("finetune steps", "at the last step"): (AT_LAST_STEP, Interrupted, 8),
@@ -193,8 +205,8 @@ def outcome(run: Path) -> dict:
     standalone validation loop's counters in `last.ckpt` (`validate_before_fit`'s, which only a
     fresh run does), nor the files' times in its data record (a resume does not compare them),
     nor ModelCheckpoint's `current_score` (the score of its last save by score, which Lightning
-    writes and never reads nor restores: a resumed run's is None until it saves one), nor the
-    loaders' counts (`uncounted`)."""
+    writes and never reads nor restores: a resumed run's is None until it saves one), nor a
+    Timer's elapsed times, nor the loaders' counts (`uncounted`)."""
     trained = dict(json.loads(line) for line in (run / SEEN).read_text().splitlines())
     with open(run / "metrics.csv", newline="") as f:
         rows = [{k: v for k, v in r.items() if not k.endswith(TIMING)} for r in csv.DictReader(f)]
@@ -206,6 +218,9 @@ def outcome(run: Path) -> dict:
     for key, value in last["data_record"].items():
         if is_stamps(value):
             last["data_record"][key] = [(os.path.basename(s[0]), s[1], *s[3:]) for s in value]
+    for key, state in last["callbacks"].items():
+        if key.startswith("Timer"):
+            del state["time_elapsed"]  # the clock's, not the run's
     kept = next(v for k, v in last["callbacks"].items() if k.startswith("ModelCheckpoint"))
     del kept["current_score"]
     best = Path(kept["best_model_path"])

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 import torch
 from scipy import stats
+from tokenizers import normalizers, pre_tokenizers
 
 from bert_lightning.data.tables import (
     DataError,
@@ -425,6 +426,19 @@ def variant_rows(kind: str) -> list[dict]:
                 text = {"sentence": f"the text {g} {i}"}
             rows.append(text | {"book": form, "label": i % 2})
     return rows
+
+
+def test_group_keys_part_only_what_the_tokenizer_reads_apart():
+    """One group for spellings BERT's uncased tokenizer reads as one (CJK with or without
+    spaces, control characters, accents composed or not); two where it reads two tokens
+    (`A-1`/`A1`, `C++`/`C`, `m²`/`m2`, full-width digits, ligatures)."""
+    norm = normalizers.BertNormalizer(strip_accents=True, lowercase=True)  # _bert_tokenizer's
+    words = lambda t: [w for w, _ in pre_tokenizers.BertPreTokenizer().pre_tokenize_str(t)]
+    same = [("东京大学", "东京 大学"), ("a\x07b", "ab"), ("Café", "cafe\u0301"), ("x ,y", "x, y")]
+    apart = [("A-1", "A1"), ("C++", "C"), ("m²", "m2"), ("１２", "12"), ("ﬁle", "file")]
+    for a, b in same + apart:
+        read_as_one = words(norm.normalize_str(a)) == words(norm.normalize_str(b))
+        assert (group_keys([a])[0] == group_keys([b])[0]) == read_as_one == ((a, b) in same)
 
 
 @pytest.mark.parametrize("kind", ["ad_relevance", "seq_classification"])

@@ -127,6 +127,7 @@ def sample_tokens(probs: torch.Tensor, u: torch.Tensor | None = None) -> torch.T
 
 
 _P, _A = 2_147_483_629, 48_271  # a prime under 2**31 and a multiplier: products fit in int64
+_MASK, _MIX = 2**31 - 1, (0x2C1B3C6D, 0x297A2D39, 0x1B873593)  # 31-bit hash steps
 
 
 def row_uniforms(original: torch.Tensor, real: torch.Tensor, k: int, seed: int) -> torch.Tensor:
@@ -141,9 +142,9 @@ def row_uniforms(original: torch.Tensor, real: torch.Tensor, k: int, seed: int) 
     row = (tokens * weights % _P).sum(-1) % _P  # (B,)
     picks = torch.arange(1, k + 1, device=original.device)  # (k,)
     x = (row[:, None] * _A + picks * 16_807 + seed % _P) % _P  # (B, k)
-    for _ in range(3):  # mixed: neighbouring picks and rows draw apart
-        x = (x * _A + 12_345) % _P
-    return x.double() / _P  # (B, k)
+    for m in _MIX:  # xor-shift and multiply (an affine map alone keeps picks on a lattice)
+        x = ((x ^ (x >> 15)) * m) & _MASK
+    return (x ^ (x >> 15)).double() / (_MASK + 1)  # (B, k)
 
 
 def corrupt(input_ids, labels, positions, sampled) -> tuple[torch.Tensor, torch.Tensor]:

@@ -26,7 +26,6 @@ from bert_lightning.training.lightning_api import (
     save_ranked,
     saves_every_n_steps,
     summary_table,
-    validates_after_step,
 )
 from bert_lightning.training.optim import budget_timer
 
@@ -43,16 +42,15 @@ class ModelCheckpoint(lightning_callbacks.ModelCheckpoint):
     Lightning's, so the state it keeps in a checkpoint has the same key. A resumed run whose
     folder moved keeps its best and last checkpoints (`run_folder.follow_moved_run`).
 
-    With `every_n_train_steps`, a step's save is `last.ckpt` alone, and the best checkpoint is
-    ranked at each validation's end, by its score: Lightning's ranks each step's save by the
-    last validation's score (the weights have moved since: `best-step11.ckpt` held step 12's
-    weights at step 8's score), and then skips the validation at a step it saved."""
+    With `every_n_train_steps`, a step's save is `last.ckpt` alone (a crash's recovery), and
+    the best checkpoint is ranked at each validation's end, by its score, `last.ckpt` saved
+    again after it: Lightning's ranks each step's save by the last validation's score (the
+    weights have moved since: `best-step11.ckpt` held step 12's weights at step 8's score),
+    and then skips the validation at a step it saved."""
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if self.monitor is None or not saves_every_n_steps(self):
             return super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
-        if validates_after_step(trainer):
-            return  # that validation's end saves this step, by its score
         top_k, self.save_top_k = self.save_top_k, 0  # last.ckpt alone
         try:
             super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)

@@ -16,6 +16,7 @@ from bert_lightning.training.lightning_api import (
     log_step_row,
     save_deferred,
     save_last,
+    saved_at_step,
     validates_after_step,
     validation_progress,
 )
@@ -123,7 +124,8 @@ class SaveOnInterrupt(L.Callback):
             raise self.stops.stop(f"at step {trainer.global_step}: nothing saved")
         path = Path(ckpt.dirpath) / f"{ckpt.CHECKPOINT_NAME_LAST}{ckpt.FILE_EXTENSION}"
         ckpt.last_model_path = str(path)  # before the save: the callback's state holds it
-        self.save_waits = validation_began is not None and save_deferred(ckpt)
+        waits = save_deferred(ckpt) or saved_at_step(ckpt, trainer)
+        self.save_waits = validation_began is not None and waits
         if at_end and ckpt.save_last:
             save_last(ckpt, trainer)
         else:
@@ -165,12 +167,12 @@ class SaveOnInterrupt(L.Callback):
 
 
 def fit_ends_after(trainer) -> bool:
-    """Whether the fit ends after this validation (its last step is done, or its last epoch's
-    last batch): a stop there lets it finish, and saves at the fit's end. Abandoned, its
-    resumed run would not redo it: Lightning skips a fit whose `max_steps` or `max_epochs`
-    is reached, and the validation's figures, best checkpoint and early-stopping check with
-    it."""
-    if 0 <= trainer.max_steps <= trainer.global_step:
+    """Whether the fit ends after this validation (its last step is done, its last epoch's last
+    batch, or the fit was told to stop: `trainer.max_time` reached): a stop there lets it
+    finish, and saves at the fit's end. Abandoned, its resumed run would not redo it:
+    Lightning skips a fit whose `max_steps`, `max_epochs` or time is reached, and the
+    validation's figures, best checkpoint and early-stopping check with it."""
+    if trainer.should_stop or 0 <= trainer.max_steps <= trainer.global_step:
         return True
     epochs = trainer.max_epochs
     return (

@@ -126,16 +126,24 @@ def saves_every_n_steps(callback) -> bool:
     return _private(callback, "_every_n_train_steps") >= 1
 
 
+def saved_at_step(callback, trainer) -> bool:
+    """Whether a ModelCheckpoint saved at this step already: its private record of the step."""
+    return _private(callback, "_last_global_step_saved") == trainer.global_step
+
+
 def save_ranked(callback, trainer) -> None:
-    """A ModelCheckpoint's top-k save by the metrics just validated, and `last.ckpt`, unless it
-    saved at this step already: what Lightning's own hook does at a validation's end for a save
-    it put off (private methods that only its hooks call)."""
-    if _private(callback, "_should_skip_saving_checkpoint")(trainer):
+    """At a fit's validation's end: a ModelCheckpoint's top-k save by the metrics just
+    validated, then `last.ckpt` again where a checkpoint was saved at this step (before the
+    validation, or the top-k one) or put off to here, so that it holds what the validation
+    decided. Lightning's own hook skips a step saved already, and ranks only a save it put
+    off; its save methods are private, called by its hooks alone."""
+    if trainer.fast_dev_run or trainer.sanity_checking or trainer.state.fn != "fit":
         return
+    deferred = _private(callback, "_defer_save_until_validation")
     candidates = _private(callback, "_monitor_candidates")(trainer)
     _private(callback, "_save_topk_checkpoint")(trainer, candidates)
-    _private(callback, "_save_last_checkpoint")(trainer, candidates)
-    _private(callback, "_defer_save_until_validation")
+    if deferred or saved_at_step(callback, trainer):
+        _private(callback, "_save_last_checkpoint")(trainer, candidates)
     callback._defer_save_until_validation = False
 
 
