@@ -351,6 +351,39 @@ def test_the_onnx_backends_bench_runs_each_backend(tmp_path):
     assert got["speedup_vs_torch"]["torch"] == {"batch 1": 1.0, "batch 32": 1.0}
 
 
+@pytest.mark.slow
+def test_the_int8_variants_bench_scores_each_variant(tmp_path):
+    """bench/int8_variants.py on a tiny fine-tuned checkpoint: each variant (every Linear, each
+    kind, each layer, 7-bit and unsigned weights, the weights alone rounded) scored against
+    PyTorch on the test file's rows, and timed against fp32."""
+    from finetune_fixtures import ad_rows, relevance_ckpt, write_csv, write_tokenizer
+
+    tok = write_tokenizer(tmp_path / "tokenizer.json")
+    ckpt, _ = relevance_ckpt(tmp_path, tok)
+    test = write_csv(
+        tmp_path / "test.csv", [{**r, "label": int(r["label"] >= 2)} for r in ad_rows(4)]
+    )
+    bench(
+        str(ROOT / "bench/int8_variants.py"),
+        *["--model", str(ckpt), "--test", str(test), "--speed", "1"],
+        *["--out", str(tmp_path / "o.json")],
+        cwd=tmp_path,
+    )
+    got = json.loads((tmp_path / "o.json").read_text())
+    kinds = [f"only {k} int8" for k in ("q/k/v", "attention output", "FFN in", "FFN out")]
+    layers = [f"only layer {i} int8" for i in range(2)]
+    assert got["rows"] == 12 and list(got["variants"]) == [
+        "every Linear int8 (--quantize int8)",
+        *kinds,
+        *layers,
+        "reduce_range (7-bit weights)",
+        "QUInt8 weights",
+        "weights rounded to int8, fp32 arithmetic",
+    ]
+    for r in got["variants"].values():
+        assert r["p50"] <= r["p99"] <= r["max"] and 0 <= r["across_0.5"] <= 1 and r["over_fp32"] > 0
+
+
 def test_the_onnx_speedup_is_the_median_of_each_rounds_ratio(monkeypatch):
     """A round where the machine ran slow slows both sides: the ratio within each round."""
     monkeypatch.syspath_prepend(str(ROOT / "bench"))
