@@ -142,16 +142,16 @@ class SignalAtTest(L.Callback):
 
 
 class RunOutOfTimeAt(L.Callback):
-    """As if `trainer.max_time` ran out during optimizer step `step`: at that step's batch end
-    (before the Timer's own check) the Timer's clock moves past its duration."""
+    """As if `trainer.max_time` ran out during optimizer step `step`: as that step's batch
+    starts, the Timer's clock moves past its duration (every hook of the step sees it)."""
 
     def __init__(self, step: int):
         self.step = step
 
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         from lightning.pytorch.callbacks import Timer
 
-        if trainer.global_step == self.step:
+        if trainer.global_step == self.step - 1:
             timer = next(c for c in trainer.callbacks if isinstance(c, Timer))
             timer._offset += timer._duration
 

@@ -113,6 +113,13 @@ JOBS = {
         *("batch_size=5", "eval_batch_size=4", "trainer.max_epochs=6"),
         *("task.monitor=loss", "task.mode=min", "callbacks.early_stopping.patience=1"),
     ),
+    # the same with last.ckpt every 4 steps (crash recovery): its last save at an epoch's end
+    "finetune epochs saved every 4": fine_tuning(
+        "seq_classification",
+        *("batch_size=5", "eval_batch_size=4", "trainer.max_epochs=6"),
+        *("task.monitor=loss", "task.mode=min", "callbacks.early_stopping.patience=1"),
+        "callbacks.model_checkpoint.every_n_train_steps=4",
+    ),
 }
 PRETRAINING = ("mlm", "nsp", "rtd", "distill")
 
@@ -141,6 +148,12 @@ CASES = {
     ("mlm", "in the last validation"): (IN_LAST_VALIDATION, Interrupted, 8),
     ("mlm", "in the data pass"): ("data pass", Interrupted, None),
     ("mlm out of time", "in a validation"): (IN_VALIDATION, Interrupted, 4),
+    # a signal during step 6, the step the time runs out at
+    ("mlm out of time", "at its last step"): (
+        probe("probe.SignalRank", step=5, rank=0, sig="SIGTERM"),
+        Interrupted,
+        6,
+    ),
     ("mlm out of time", "in the last validation"): (
         probe("probe.SignalMidValidation", batch=1, step=6),
         Interrupted,
@@ -173,6 +186,8 @@ CASES = {
         8,
     ),
     ("finetune epochs", "in the test"): (IN_TEST, Interrupted, END),
+    ("finetune epochs saved every 4", "at a step"): (AT_STEP, Interrupted, 2),
+    ("finetune epochs saved every 4", "in the test"): (IN_TEST, Interrupted, END),
 }
 
 

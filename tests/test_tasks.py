@@ -435,7 +435,10 @@ def test_group_keys_part_only_what_the_tokenizer_reads_apart():
     norm = normalizers.BertNormalizer(strip_accents=True, lowercase=True)  # _bert_tokenizer's
     words = lambda t: [w for w, _ in pre_tokenizers.BertPreTokenizer().pre_tokenize_str(t)]
     same = [("东京大学", "东京 大学"), ("a\x07b", "ab"), ("Café", "cafe\u0301"), ("x ,y", "x, y")]
+    same += [("café\ufffd menu", "café menu"), ("page\x0cbreak", "pagebreak"), ("ΟΔΟΣ", "οδοσ")]
+    same += [("a\U0002b920b", "a \U0002b920 b")]
     apart = [("A-1", "A1"), ("C++", "C"), ("m²", "m2"), ("１２", "12"), ("ﬁle", "file")]
+    apart += [("page\x0cbreak", "page break")]
     for a, b in same + apart:
         read_as_one = words(norm.normalize_str(a)) == words(norm.normalize_str(b))
         assert (group_keys([a])[0] == group_keys([b])[0]) == read_as_one == ((a, b) in same)

@@ -153,12 +153,12 @@ def test_the_best_checkpoint_is_the_best_validation_with_its_weights(tmp_path, e
 def test_a_step_a_validation_follows_is_saved_before_that_validation(tmp_path):
     """With last.ckpt every N steps, a step that a validation follows is in last.ckpt before
     the validation starts: a kill inside that validation (a long one, a scheduler's grace
-    period run out) resumes from that step, not from N steps earlier. (Before the first
-    validation there is no score yet: Lightning puts that step's save off to its end.)"""
+    period run out) resumes from that step, not from N steps earlier; before any validation
+    too (Lightning's would wait for a score)."""
     write_corpus(tmp_path / "corpus.jsonl")
     over = ["trainer.max_steps=8", "trainer.val_check_interval=4", "validate_before_fit=false"]
     probe = ["+callbacks.last._target_=probe.LastAtValidation"]
     ckpt = ["callbacks.model_checkpoint.every_n_train_steps=4"]
     train(compose(overrides=tiny_overrides(tmp_path, *over, *ckpt, *probe)))
     seen = (tmp_path / "last_at_validation.jsonl").read_text().splitlines()
-    assert [json.loads(line) for line in seen] == [[4, None], [8, 8]]
+    assert [json.loads(line) for line in seen] == [[4, 4], [8, 8]]

@@ -13,7 +13,6 @@ import logging
 import lzma
 import math
 import re
-import unicodedata
 import zipfile
 import zlib
 from collections.abc import Iterator
@@ -25,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
+from tokenizers import normalizers, pre_tokenizers
 from torch.utils.data import DataLoader
 
 from bert_lightning.atomic import atomic_path
@@ -356,34 +356,17 @@ def cell_text(v) -> str:
 
 def group_keys(values: list) -> list[str]:
     """Each cell as the group its row belongs to, what every grouping (a split, the cross-file
-    check) compares: as an uncased BERT tokenizer reads it, so that one written two ways stays
-    on one side (`Café Book.1`, `cafe\u0301  book . 1` and `CAFE BOOK .1` are one; `东京大学` and
-    `东京 大学` too): accents, case, control and invisible format characters, and the spacing
-    around punctuation and CJK ideographs aside."""
-    return [_group_key(cell_text(v)) for v in values]
+    check) compares: the words an uncased BERT tokenizer reads in it (its normalizer and
+    pre-tokenizer, `tokenizers`' own), so that one written two ways stays on one side
+    (`Café Book.1`, `cafe\u0301  book . 1` and `CAFE BOOK .1` are one; `东京大学` and `东京 大学`
+    too): accents, case, control and invisible characters, and the spacing around punctuation
+    and CJK ideographs aside."""
+    normalize, split = _BERT_NORMALIZER.normalize_str, _BERT_WORDS.pre_tokenize_str
+    return [" ".join(w for w, _ in split(normalize(cell_text(v)))) for v in values]
 
 
-def _group_key(text: str) -> str:
-    chars = unicodedata.normalize("NFD", text).lower()  # as BertNormalizer: not casefold
-    kept = (c for c in chars if c.isspace() or unicodedata.category(c) not in ("Mn", "Cf", "Cc"))
-    spaced = (f" {c} " if _is_punctuation(c) or _is_cjk(c) else c for c in kept)
-    return " ".join("".join(spaced).split())
-
-
-def _is_cjk(c: str) -> bool:
-    """BERT's: a CJK ideograph is a word of its own, spaced or not."""
-    cp = ord(c)
-    return any(a <= cp <= b for a, b in _CJK)
-
-
-_CJK = [(0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F)]
-_CJK += [(0x2B740, 0x2B81F), (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F)]
-
-
-def _is_punctuation(c: str) -> bool:
-    """BERT's: Unicode punctuation, and every ASCII symbol (`$`, `+`, `^`, ...)."""
-    symbol = c.isascii() and c.isprintable() and not (c.isalnum() or c.isspace())
-    return symbol or unicodedata.category(c).startswith("P")
+_BERT_NORMALIZER = normalizers.BertNormalizer(strip_accents=True, lowercase=True)
+_BERT_WORDS = pre_tokenizers.BertPreTokenizer()
 
 
 def _is_number(v) -> bool:

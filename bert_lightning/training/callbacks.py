@@ -20,11 +20,13 @@ from bert_lightning.atomic import atomic_path
 from bert_lightning.progress import eta_text, to_log_files
 from bert_lightning.run_folder import METRICS, follow_moved_run
 from bert_lightning.training.lightning_api import (
+    every_n_steps,
     learning_rates,
     logs_this_step,
+    ranks_at_epoch_end,
     save_last,
     save_ranked,
-    saves_every_n_steps,
+    saved_at_step,
     summary_table,
 )
 from bert_lightning.training.optim import budget_timer
@@ -49,18 +51,27 @@ class ModelCheckpoint(lightning_callbacks.ModelCheckpoint):
     and then skips the validation at a step it saved."""
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        if self.monitor is None or not saves_every_n_steps(self):
+        """Every N steps `last.ckpt`, needing no score (Lightning's would wait for the first
+        validation of a process, a resumed one's too)."""
+        n, step = every_n_steps(self), trainer.global_step
+        if self.monitor is None or not n:
             return super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
-        top_k, self.save_top_k = self.save_top_k, 0  # last.ckpt alone
-        try:
-            super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
-        finally:
-            self.save_top_k = top_k
+        if step and step % n == 0 and not saved_at_step(self, trainer) and not trainer.fast_dev_run:
+            save_last(self, trainer)
 
     def on_validation_end(self, trainer, pl_module):
-        if self.monitor is None or not saves_every_n_steps(self):
+        if self.monitor is None or not every_n_steps(self):
             return super().on_validation_end(trainer, pl_module)
-        save_ranked(self, trainer)
+        if not ranks_at_epoch_end(self, trainer):
+            save_ranked(self, trainer)
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        """An epoch-end validation is ranked here, after early stopping's decision, which
+        `last.ckpt` then holds."""
+        if self.monitor is None or not every_n_steps(self):
+            return super().on_train_epoch_end(trainer, pl_module)
+        if ranks_at_epoch_end(self, trainer):
+            save_ranked(self, trainer)
 
     def on_load_checkpoint(self, trainer, pl_module, checkpoint):
         state = (checkpoint.get("callbacks") or {}).get(self.state_key)

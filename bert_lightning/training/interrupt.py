@@ -8,6 +8,7 @@ from pathlib import Path
 
 import lightning as L
 import torch
+from lightning.pytorch.callbacks import Timer
 
 from bert_lightning.private_api import end_workers
 from bert_lightning.signals import Interrupted, Stops, active_stops
@@ -68,8 +69,9 @@ class SaveOnInterrupt(L.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         stepped, self.seen_step = trainer.global_step != self.seen_step, trainer.global_step
-        # not while accumulating (the step is not done yet), nor before a validation
-        if stepped and not validates_after_step(trainer):
+        # not while accumulating (the step is not done yet), nor before a validation, nor at
+        # the step the fit's time runs out at (it ends after it, validating)
+        if stepped and not validates_after_step(trainer) and not out_of_time(trainer):
             self._stop_if_signalled(trainer, step_end=(outputs, batch, batch_idx))
 
     def on_validation_start(self, trainer, pl_module):
@@ -164,6 +166,18 @@ class SaveOnInterrupt(L.Callback):
             self.stops.replaced_back()
         self.stops, self.validation_began = None, None
         shut_down_workers(trainer)
+
+
+def out_of_time(trainer) -> bool:
+    """Whether `trainer.max_time` is spent at this step: Lightning's Timer, whose hook runs
+    after this one's, then stops the fit, validating at this step first (a stop here would
+    lose that validation: the resumed fit, out of time, does nothing). Rank 0's clock, as the
+    Timer's."""
+    timers = [c for c in trainer.callbacks if isinstance(c, Timer)]
+    if not timers:
+        return False
+    spent = any(t.time_remaining() is not None and t.time_remaining() <= 0 for t in timers)
+    return bool(trainer.strategy.broadcast(spent))
 
 
 def fit_ends_after(trainer) -> bool:

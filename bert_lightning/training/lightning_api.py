@@ -120,10 +120,17 @@ def save_last(callback, trainer) -> None:
         _private(callback, "_save_last_checkpoint")(trainer, candidates)
 
 
-def saves_every_n_steps(callback) -> bool:
-    """Whether a ModelCheckpoint saves every `every_n_train_steps` steps: it keeps the setting
-    in a private attribute (0: never)."""
-    return _private(callback, "_every_n_train_steps") >= 1
+def every_n_steps(callback) -> int:
+    """A ModelCheckpoint's `every_n_train_steps` (0: none), which it keeps in a private
+    attribute."""
+    return max(_private(callback, "_every_n_train_steps"), 0)
+
+
+def ranks_at_epoch_end(callback, trainer) -> bool:
+    """Whether a ModelCheckpoint takes the validation at an epoch's end in `on_train_epoch_end`
+    (after early stopping decided there), not at the validation's end: Lightning decides it in
+    a private method."""
+    return _private(callback, "_should_save_on_train_epoch_end")(trainer)
 
 
 def saved_at_step(callback, trainer) -> bool:
