@@ -62,6 +62,13 @@ def pretraining(*objective: str):
     return run
 
 
+def by_epochs(folder: Path, wholes, *extra: str):
+    """MLM bound by 2 epochs (8 steps each), not by steps: its schedule counts the steps, so
+    its loader is built before Lightning restores the checkpoint's loops."""
+    epochs = ("trainer.max_steps=-1", "trainer.max_epochs=2")
+    return pretraining()(folder, wholes, *epochs, *extra)
+
+
 def distillation(folder: Path, wholes, *extra: str):
     """A student half the teacher's width; the teacher: the whole MLM run."""
     teacher = wholes("mlm") / "checkpoints" / "last.ckpt"
@@ -93,6 +100,7 @@ JOBS = {
     "nsp": pretraining("data=c4_nsp"),
     "rtd": pretraining("objective=rtd"),
     "distill": distillation,
+    "mlm by epochs": by_epochs,
     # trainer.max_time runs out at step 6 (a probe moves the Timer's clock): the fit validates
     # there and ends, as schedule=time_budget's runs do
     "mlm out of time": pretraining(
@@ -147,6 +155,12 @@ CASES = {
     ("mlm", "at the last step"): (AT_LAST_STEP, Interrupted, 8),
     ("mlm", "in the last validation"): (IN_LAST_VALIDATION, Interrupted, 8),
     ("mlm", "in the data pass"): ("data pass", Interrupted, None),
+    ("mlm by epochs", "at a step"): (AT_STEP, Interrupted, 2),  # mid-epoch 0
+    ("mlm by epochs", "in its second epoch"): (
+        probe("probe.SignalRank", step=9, rank=0, sig="SIGTERM"),
+        Interrupted,
+        10,
+    ),
     ("mlm out of time", "in a validation"): (IN_VALIDATION, Interrupted, 4),
     # a signal during step 6, the step the time runs out at
     ("mlm out of time", "at its last step"): (

@@ -18,6 +18,7 @@ from bert_lightning.data.tables import (
     grouped_split,
     read_conll,
     read_table,
+    text_values,
     write_table,
 )
 from bert_lightning.errors import UserError
@@ -475,6 +476,19 @@ def test_an_explicit_group_column_is_read_as_the_tokenizer_reads_it(tmp_path, ki
             for key in group_keys(t["text"]):
                 sides.setdefault(key, set()).add(k)
         assert len(sides) == 30 and all(len(s) == 1 for s in sides.values())
+
+
+def test_a_nullable_parquet_columns_missing_cells_are_missing(tmp_path):
+    """pandas' nullable dtypes (`convert_dtypes()`) write a missing cell that reads back as
+    `pd.NA` (a time's as `NaT`): a missing text, refused as the object dtype's None is, never
+    the text `<NA>`; a missing group, the empty key."""
+    frame = pd.DataFrame({"text": ["a", None, "c"], "group": ["x", None, "y"]}).convert_dtypes()
+    frame.to_parquet(tmp_path / "t.parquet")
+    df = read_table(tmp_path / "t.parquet")
+    assert group_keys(df["group"].tolist()) == ["x", "", "y"]
+    assert group_keys([pd.NaT]) == [""]
+    with pytest.raises(DataError, match=r"row 2, column 'text': missing text"):
+        text_values(df["text"].tolist(), tmp_path / "t.parquet", "text")
 
 
 def test_json_labels_of_one_number_are_one_class(tmp_path):

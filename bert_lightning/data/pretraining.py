@@ -96,6 +96,7 @@ class BertDataModule(L.LightningDataModule):
         given_tokenizer: Tokenizer | None,
     ):
         super().__init__()
+        self.train_loader_state: dict | None = None  # a resumed run's (`load_state_dict`)
         if packing not in PACKINGS:
             raise UserError(f"data.packing={packing!r}; expected one of {PACKINGS}")
         if max_seq_length < 3:
@@ -267,10 +268,27 @@ class BertDataModule(L.LightningDataModule):
         )
 
     def train_dataloader(self):
-        """Shuffled per epoch from the seed, this rank's share only (see data/sampling.py)."""
+        """Shuffled per epoch from the seed, this rank's share only (see data/sampling.py); a
+        resumed run's at the checkpoint's position."""
         world, rank = world_and_rank(self.trainer)
         sampler = EpochSampler(self.train_set, num_replicas=world, rank=rank, seed=self.seed)
-        return self._loader(SeededExamples(self.train_set, self.seed), sampler)
+        loader = self._loader(SeededExamples(self.train_set, self.seed), sampler)
+        if self.train_loader_state is not None:
+            loader.load_state_dict(self.train_loader_state)
+            self.train_loader_state = None
+        return loader
+
+    def state_dict(self) -> dict:
+        """The train loader's position, kept here as well as in Lightning's loop state: a run
+        bound by epochs builds its loader before the checkpoint's loops are restored (its
+        schedule counts the steps, `estimated_stepping_batches`), and Lightning then never
+        applies their copy (the resumed run began its epoch again); the data module's is
+        restored first. As fine-tuning's (tasks/datamodule.py)."""
+        loader = self.trainer.train_dataloader if self.trainer else None
+        return {"train_loader": loader.state_dict()} if loader is not None else {}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.train_loader_state = state.get("train_loader")
 
     def val_dataloader(self):
         """Each example once, whatever the number of processes (`EvalBatches`)."""

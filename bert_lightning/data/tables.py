@@ -312,7 +312,9 @@ def column(df: pd.DataFrame, name: str, path, key: str) -> list:
 
 
 def _missing(v) -> bool:
-    return v is None or (isinstance(v, float) and math.isnan(v))
+    """None, a float NaN, and pandas' missing scalars (`pd.NA` of its nullable dtypes, `NaT`),
+    which a Parquet file's nullable columns read back as (as text: `<NA>`)."""
+    return v is None or v is pd.NA or v is pd.NaT or (isinstance(v, float) and math.isnan(v))
 
 
 def text_values(values: list, path, name: str) -> list[str]:
