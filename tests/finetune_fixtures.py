@@ -46,7 +46,12 @@ def write_our_ckpt(path: Path, tok, **changes) -> dict:
     config = replace(tiny_config(tok.get_vocab_size()), **changes)
     model = BertForPreTraining(config)
     state = {f"model.{k}": v for k, v in model.state_dict().items()}
-    write_model(path, {"config": asdict(config), "optim": {"lr": 1e-3}}, state, tok.to_str())
+    write_model(
+        path,
+        {"config": asdict(config), "optim": {"lr": 1e-3}, "objective": "mlm"},
+        state,
+        tok.to_str(),
+    )
     return model.state_dict()
 
 
