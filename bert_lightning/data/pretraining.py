@@ -35,7 +35,7 @@ from bert_lightning.data.pipeline import (
     read_documents,
 )
 from bert_lightning.data.prepare import TokenBlocks, cache_folder, prepare
-from bert_lightning.data.sampling import EpochSampler, SeededExamples
+from bert_lightning.data.sampling import EpochSampler, KeepsTrainLoaderPosition, SeededExamples
 from bert_lightning.data.tables import EvalBatches
 from bert_lightning.data.tokenizer import (
     SPECIAL_TOKENS,
@@ -64,7 +64,7 @@ def world_and_rank(trainer) -> tuple[int, int]:
     return (trainer.world_size, trainer.global_rank) if trainer else (1, 0)
 
 
-class BertDataModule(L.LightningDataModule):
+class BertDataModule(KeepsTrainLoaderPosition, L.LightningDataModule):
     """Tokenizer, loaders and the once-built sets, from what it is given when built: the
     `data` config, the run folder (`out_dir`, where the tokenizer in use is saved; None: not
     saved) and a tokenizer to use as it is (`given_tokenizer`: a resumed checkpoint's, the
@@ -96,7 +96,6 @@ class BertDataModule(L.LightningDataModule):
         given_tokenizer: Tokenizer | None,
     ):
         super().__init__()
-        self.train_loader_state: dict | None = None  # a resumed run's (`load_state_dict`)
         if packing not in PACKINGS:
             raise UserError(f"data.packing={packing!r}; expected one of {PACKINGS}")
         if max_seq_length < 3:
@@ -272,23 +271,7 @@ class BertDataModule(L.LightningDataModule):
         resumed run's at the checkpoint's position."""
         world, rank = world_and_rank(self.trainer)
         sampler = EpochSampler(self.train_set, num_replicas=world, rank=rank, seed=self.seed)
-        loader = self._loader(SeededExamples(self.train_set, self.seed), sampler)
-        if self.train_loader_state is not None:
-            loader.load_state_dict(self.train_loader_state)
-            self.train_loader_state = None
-        return loader
-
-    def state_dict(self) -> dict:
-        """The train loader's position, kept here as well as in Lightning's loop state: a run
-        bound by epochs builds its loader before the checkpoint's loops are restored (its
-        schedule counts the steps, `estimated_stepping_batches`), and Lightning then never
-        applies their copy (the resumed run began its epoch again); the data module's is
-        restored first. As fine-tuning's (tasks/datamodule.py)."""
-        loader = self.trainer.train_dataloader if self.trainer else None
-        return {"train_loader": loader.state_dict()} if loader is not None else {}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.train_loader_state = state.get("train_loader")
+        return self.resumed(self._loader(SeededExamples(self.train_set, self.seed), sampler))
 
     def val_dataloader(self):
         """Each example once, whatever the number of processes (`EvalBatches`)."""

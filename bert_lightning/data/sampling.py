@@ -139,3 +139,26 @@ class _EpochPosition:
         self.epoch, self.yielded, self.left = state["epoch"], state["yielded"], None
         if self.epoch is not None and self.yielded >= self.sampler.num_samples:
             self.epoch, self.yielded = self.epoch + 1, 0
+
+
+class KeepsTrainLoaderPosition:
+    """A LightningDataModule's train loader position, kept in the data module's own state as
+    well as in Lightning's loop state: a run bound by epochs builds its loader before the
+    checkpoint's loops are restored (its schedule counts the steps, `estimated_stepping_
+    batches`), and Lightning then never applies their copy (the resumed run began its epoch
+    again); the data module's is restored first, and `resumed(loader)` applies it."""
+
+    train_loader_state: dict | None = None  # a resumed run's, until its loader is built
+
+    def resumed(self, loader):
+        if self.train_loader_state is not None:
+            loader.load_state_dict(self.train_loader_state)
+            self.train_loader_state = None
+        return loader
+
+    def state_dict(self) -> dict:
+        loader = self.trainer.train_dataloader if self.trainer else None
+        return {"train_loader": loader.state_dict()} if loader is not None else {}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.train_loader_state = state.get("train_loader")

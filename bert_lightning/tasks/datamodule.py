@@ -13,7 +13,7 @@ from tokenizers import Tokenizer
 from torch.utils.data import DataLoader
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from bert_lightning.data.sampling import ResumableShuffle
+from bert_lightning.data.sampling import KeepsTrainLoaderPosition, ResumableShuffle
 from bert_lightning.data.tables import GroupBatchSampler, collate, eval_loader
 from bert_lightning.data.tokenizer import special_ids
 from bert_lightning.fingerprints import file_digest, file_stamps
@@ -22,7 +22,7 @@ from bert_lightning.tasks.base import Task
 log = logging.getLogger(__name__)
 
 
-class TaskDataModule(L.LightningDataModule):
+class TaskDataModule(KeepsTrainLoaderPosition, L.LightningDataModule):
     """A task's tables by split (`load_splits`'s, read before the model is built: the train
     file fixes the head's label set and holds the texts a tokenizer may be trained on) and the
     tokenizer they are encoded with; `setup` encodes every split once (validate, fit and test
@@ -44,7 +44,6 @@ class TaskDataModule(L.LightningDataModule):
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
         self.max_seq_length = max_seq_length
         self.features: dict[str, list[dict]] = {}
-        self.train_loader_state: dict | None = None  # a resumed run's, until its loader is built
 
     def data_record(self) -> dict:
         """What the run's examples depend on, by config key (a resume compares it: training/
@@ -87,21 +86,7 @@ class TaskDataModule(L.LightningDataModule):
             loader = StatefulDataLoader(
                 rows, batch_size=self.batch_size, sampler=shuffle, collate_fn=self.collator()
             )
-        if self.train_loader_state is not None:
-            loader.load_state_dict(self.train_loader_state)
-            self.train_loader_state = None
-        return loader
-
-    def state_dict(self) -> dict:
-        """The train loader's position, kept here as well as in Lightning's loop state: a run
-        bound by epochs builds its loader before the checkpoint's loops are restored (its
-        schedule counts the steps, `estimated_stepping_batches`), and Lightning then never
-        applies their copy; the data module's is restored first."""
-        loader = self.trainer.train_dataloader if self.trainer else None
-        return {"train_loader": loader.state_dict()} if loader is not None else {}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.train_loader_state = state["train_loader"]
+        return self.resumed(loader)
 
     def val_dataloader(self) -> DataLoader:
         return self._eval_loader("validation")
