@@ -23,9 +23,10 @@ import torch
 from omegaconf import OmegaConf
 from steps import QUERY, TITLE, draw
 
-from bert_lightning.checkpoint import load_encoder, read_checkpoint, write_model
+from bert_lightning.checkpoint import read_checkpoint, write_model
 from bert_lightning.config import compose
 from bert_lightning.training.finetune_module import FinetuneModule
+from bert_lightning.weights import ENCODER, load_weights
 
 # one word piece each in all-MiniLM-L6-v2 (a model lacking one leaves it out)
 WORDS = (
@@ -55,7 +56,7 @@ def relevance_ckpt(folder: Path, out: Path) -> Path:
         tok,
         cfg.max_seq_length,
     )
-    load_encoder(module.model, pre)
+    load_weights(module.model, pre, ENCODER)
     write_model(out, dict(module.hparams), module.state_dict(), tok)
     return out
 

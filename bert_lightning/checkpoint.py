@@ -7,7 +7,7 @@ reads them (`check_record`): a checkpoint someone else made is data, and no name
 imported or built. Training reads a resumed run's tokenizer here, commands read models here.
 What is wrong with a checkpoint (not one, of the wrong origin, a tokenizer with ids the model
 has no embedding for) is found here, once, as a `UserError` naming the file. What a run does to
-the weights read here (layers, interpolation, new words, the load of its start) is
+the weights read here (layers, interpolation, new words) and their load into a model are
 weights.py's."""
 
 from __future__ import annotations
@@ -33,9 +33,8 @@ from bert_lightning.interop import (
     has_mlm_head,
     hf_to_ours,
     join_qkv,
-    load_into,
 )
-from bert_lightning.model import BertConfig, BertForPreTraining, BertModel
+from bert_lightning.model import BertConfig, BertForPreTraining
 
 PRETRAINING, FINETUNING, HUGGING_FACE = "pretraining", "fine-tuning", "Hugging Face"
 RTD_KEY = "generator_hidden_size"  # in the hyper-parameters of an RTD pretraining checkpoint
@@ -60,6 +59,7 @@ class Checkpoint:
     hparams: dict = field(default_factory=dict)  # the .ckpt's hyper_parameters ({} for HF)
     source: str = ""
     step: int = 0  # a .ckpt's global_step
+    data_record: dict | None = None  # a .ckpt's (the data module's `data_record()`)
 
     @property
     def rtd(self) -> bool:
@@ -84,7 +84,6 @@ NUMBER, NONE = (int, float), type(None)
 # module and compares), with the types of their values: any other key is refused
 RECORD_TYPES = {
     **dict.fromkeys(("config", "optim", "task", "start"), (dict,)),
-    "data": (dict, NONE),
     **dict.fromkeys(("nsp", "freeze_encoder", "embeddings_from_teacher"), (bool,)),
     "compile": (bool, str),
     "max_seq_length": (int, NONE),
@@ -98,9 +97,8 @@ RECORD_TYPES = {
     "student_layers": (list, NONE),
 }
 # the config sections recorded as composed, which keep Hydra's keys at their top: their values
-# are compared with the run's own config, never instantiated (`resume.continued_optim`,
-# `evaluate`)
-HYDRA_KEYS = {"optim": {"_target_": str, "_partial_": bool}, "data": {"_target_": str}}
+# are compared with the run's own config, never instantiated (`resume.continued_optim`)
+HYDRA_KEYS = {"optim": {"_target_": str, "_partial_": bool}}
 PLAIN = (str, int, float, bool, NONE, list, tuple, dict)  # what a record's values may be
 
 
@@ -279,7 +277,7 @@ class ResumePoint:
 def resume_point(path: str | Path, origin: str | None = None, use: str = "") -> ResumePoint:
     """`origin`, `use`: as `read_checkpoint`'s (a run resumes a run of its own entry point). A
     checkpoint that does not read (cut short) is an error naming the newest one beside it that
-    does. Its data record comes under this release's keys."""
+    does."""
     try:
         ckpt = read_checkpoint(path, origin, use)
     except UnreadableCheckpoint as e:
@@ -291,8 +289,9 @@ def resume_point(path: str | Path, origin: str | None = None, use: str = "") -> 
             f"{e}; the newest intact checkpoint beside it is {other} (step {step}): "
             f"ckpt_path={other} continues from there"
         ) from e
-    data = torch_load(path).get(DATA_RECORD)  # memory-mapped: the weights are not read again
-    return ResumePoint(ckpt.step, ckpt.hparams, ckpt.tokenizer.to_str(), data, str(path))
+    return ResumePoint(
+        ckpt.step, ckpt.hparams, ckpt.tokenizer.to_str(), ckpt.data_record, str(path)
+    )
 
 
 def _raw_ckpt(path: str | Path, need=("state_dict", "config", "tokenizer")) -> dict:
@@ -411,8 +410,7 @@ def load_hf_folder(folder: str | Path) -> Checkpoint:
 
 def read_checkpoint(path: str | Path, origin: str | None = None, use: str = "") -> Checkpoint:
     """A `.ckpt` of ours (weights-only) or a Hugging Face BERT folder. `origin` (PRETRAINING,
-    FINETUNING or HUGGING_FACE): the origin that `use` (the reader, named in the error) needs.
-    The `data` settings a pretraining run recorded come under this release's keys."""
+    FINETUNING or HUGGING_FACE): the origin that `use` (the reader, named in the error) needs."""
     path = Path(path)
     if path.is_dir():
         ckpt = load_hf_folder(path)
@@ -435,35 +433,10 @@ def read_checkpoint(path: str | Path, origin: str | None = None, use: str = "") 
         tokenizer = tokenizer_from_json(raw["tokenizer"], path)
         check_vocab(path, config.vocab_size, tokenizer)
         step = int(raw.get("global_step", 0))
-        ckpt = Checkpoint(config, state, tokenizer, hparams, f"checkpoint {path}", step)
+        source = f"checkpoint {path}"
+        ckpt = Checkpoint(config, state, tokenizer, hparams, source, step, raw.get(DATA_RECORD))
     check_origin(path, ckpt, origin, use)
     return ckpt
-
-
-PRETRAINED_PARTS = ("bert.", "cls.")  # the encoder and its pretraining heads, not a task's
-
-
-def load_weights(model: torch.nn.Module, ckpt: Checkpoint, parts=PRETRAINED_PARTS) -> None:
-    """`ckpt`'s tensors under `parts` (state-dict prefixes) into `model`, which must have a
-    place for each (`load_into`): what a model takes from a checkpoint, said in one place."""
-    load_into(model, {k: v for k, v in ckpt.state_dict.items() if k.startswith(parts)})
-
-
-def load_encoder(model: torch.nn.Module, ckpt: Checkpoint) -> None:
-    """The encoder weights (`bert.*`) into `model.bert`; heads stay at their initial values."""
-    state = {k: v for k, v in ckpt.state_dict.items() if k.startswith("bert.")}
-    if model.bert.pooler is None:
-        state = {k: v for k, v in state.items() if not k.startswith("bert.pooler.")}
-    load_into(model.bert, state, prefix="bert.")
-
-
-def encoder_from(ckpt: Checkpoint) -> BertModel:
-    """A bare `BertModel` (for embeddings) with whatever encoder weights `ckpt` holds."""
-    pooler = any(k.startswith("bert.pooler.") for k in ckpt.state_dict)
-    holder = torch.nn.Module()
-    holder.bert = BertModel(ckpt.config, add_pooling_layer=pooler)
-    load_encoder(holder, ckpt)
-    return holder.bert.eval()
 
 
 def write_model(path: str | Path, hparams: dict, state_dict: dict, tokenizer: str, **record):

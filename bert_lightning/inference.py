@@ -16,14 +16,7 @@ import torch
 from tokenizers import Encoding, Tokenizer
 from tqdm import tqdm
 
-from bert_lightning.checkpoint import (
-    FINETUNING,
-    Checkpoint,
-    encoder_from,
-    load_encoder,
-    load_weights,
-    read_checkpoint,
-)
+from bert_lightning.checkpoint import FINETUNING, Checkpoint, read_checkpoint
 from bert_lightning.choices import (
     EMBED_BATCH,
     EMBED_LENGTH,
@@ -34,12 +27,13 @@ from bert_lightning.choices import (
 from bert_lightning.data.tables import collate, eval_loader
 from bert_lightning.errors import MissingFileError, UserError
 from bert_lightning.fields import check_values, json_file, read_json
-from bert_lightning.interop import hf_folder_head, load_into
+from bert_lightning.interop import hf_folder_head
 from bert_lightning.model import BertForPreTraining, BertModel
 from bert_lightning.model.heads import HEAD_POOLINGS, ZERO_SHOT_POOLING, BertBiEncoder, pool
 from bert_lightning.ort import OrtModel, is_exported, load_exported
 from bert_lightning.tasks.base import Task, encode_rows, inputs, truncating
 from bert_lightning.tasks.kinds import make_task, stored_task
+from bert_lightning.weights import ENCODER, WHOLE, load_weights
 
 # of a sentence-transformers folder's modules (modules.json), what `embed_texts` computes
 ST_MODULES = ("Transformer", "Pooling", "Normalize")
@@ -99,7 +93,7 @@ def load_finetuned(path, use: str = "score", pre: Checkpoint | None = None) -> F
     pre = pre or read_checkpoint(path, FINETUNING, use)
     task = stored_task(pre.hparams["task"], str(path))
     model = task.build_model(pre.config)
-    load_into(model, pre.state_dict)
+    load_weights(model, pre, WHOLE)
     return Finetuned(model.eval(), task, pre.tokenizer.to_str(), fine_tuned_length(pre))
 
 
@@ -130,6 +124,15 @@ def load_mlm(path, pre: Checkpoint | None = None) -> tuple[BertForPreTraining, T
     model = BertForPreTraining(pre.config)
     load_weights(model, pre)
     return model.eval(), pre.tokenizer
+
+
+def encoder_from(ckpt: Checkpoint) -> BertModel:
+    """A bare `BertModel` (for embeddings) with whatever encoder weights `ckpt` holds."""
+    holder = torch.nn.Module()
+    pooler = any(k.startswith("bert.pooler.") for k in ckpt.state_dict)
+    holder.bert = BertModel(ckpt.config, add_pooling_layer=pooler)
+    load_weights(holder, ckpt, ENCODER)
+    return holder.bert.eval()
 
 
 def load_embedder(
@@ -217,7 +220,7 @@ def load_bi_encoder(path, max_seq_length: int, pooling: str) -> tuple[BertBiEnco
     starts from), in eval mode, with its tokenizer truncating a pair to `max_seq_length`."""
     pre = read_checkpoint(path)
     model = BertBiEncoder(pre.config, pooling)
-    load_encoder(model, pre)
+    load_weights(model, pre, ENCODER)
     return model.eval(), truncating(pre.tokenizer, max_seq_length)
 
 

@@ -1,9 +1,10 @@
 """What a run does to the weights it starts from, before they load: a teacher's layers for a
 DistilBERT student (`with_layers`), a fine-tuned model moved back towards its start
 (`interpolated`, WiSE-FT), a vocabulary grown by new words (`with_new_words`), a narrow
-student's embeddings from its teacher (`with_principal_embeddings`), and the load itself
-(`load_start`). Each takes a `Checkpoint` (checkpoint.py reads them) and gives another, in the
-same key space (interop.py's key map); none reads or writes a file."""
+student's embeddings from its teacher (`with_principal_embeddings`), and the one load of a
+`Checkpoint`'s tensors into a model (`load_weights`; `load_start` for a run's start). Each takes
+a `Checkpoint` (checkpoint.py reads them) and gives another, in the same key space (interop.py's
+key map); none reads or writes a file."""
 
 from __future__ import annotations
 
@@ -33,20 +34,41 @@ def parts(keys) -> list[str]:
     )
 
 
-def load_start(model: torch.nn.Module, ckpt: Checkpoint) -> None:
-    """The weights a run starts from (`init_from=`): every tensor of `ckpt` that `model` has
-    a place for, heads included (HF `cls.predictions.*`, `cls.seq_relationship.*`, ours);
-    what it lacks stays new, what `model` has no place for (a task head, a pooler that RTD's
-    encoder has not) is left out; the log says which."""
-    own = model.state_dict()
-    state = {k: v for k, v in ckpt.state_dict.items() if k in own}
+# the parts (state-dict prefixes) of a checkpoint a model takes
+PRETRAINED = ("bert.", "cls.")  # the encoder and its pretraining heads, not a task's
+ENCODER = ("bert.",)  # the encoder alone: a task's model or an embedder starts from it
+WHOLE = ("",)  # every tensor: a fine-tuned model as it was saved
+POOLER = "bert.pooler."
+
+
+def load_weights(model: torch.nn.Module, ckpt: Checkpoint, parts=PRETRAINED) -> list[str]:
+    """`ckpt`'s tensors under `parts` into `model`, which must have a place for each, of its
+    shape (`load_into` refuses the others); a pooler `model` was built without (an embedder,
+    RTD's encoder) is left out. What a model takes from a checkpoint is decided here only.
+    Returns the keys loaded."""
+    pooler = any(k.startswith(POOLER) for k in model.state_dict())
+    state = {
+        k: v
+        for k, v in ckpt.state_dict.items()
+        if k.startswith(parts) and (pooler or not k.startswith(POOLER))
+    }
     load_into(model, state)
+    return sorted(state)
+
+
+def load_start(model: torch.nn.Module, ckpt: Checkpoint) -> None:
+    """The weights a run starts from (`init_from=`): each part of `ckpt` (`bert.encoder`,
+    `cls.predictions`, ...) that `model` has too, heads included (HF `cls.predictions.*`,
+    `cls.seq_relationship.*`, ours); what it lacks stays new, a part `model` has not (a task
+    head, a pooler that RTD's encoder has not) is left out; the log says which."""
+    own = model.state_dict()
+    loaded = load_weights(model, ckpt, tuple(f"{p}." for p in parts(own)))
     said = {
-        "new": parts(set(own) - set(state) - {DECODER}),
-        "not used": parts(set(ckpt.state_dict) - set(state)),
+        "new": parts(set(own) - set(loaded) - {DECODER}),
+        "not used": parts(set(ckpt.state_dict) - set(loaded)),
     }
     rest = "".join(f"; {what} {keys}" for what, keys in said.items() if keys)
-    log.info("starting from %s: loaded %s%s", ckpt.source, parts(state) or "nothing", rest)
+    log.info("starting from %s: loaded %s%s", ckpt.source, parts(loaded) or "nothing", rest)
 
 
 def with_layers(ckpt: Checkpoint, layers: list[int]) -> Checkpoint:

@@ -7,7 +7,7 @@ import torch
 from omegaconf import OmegaConf
 from tokenizers import Tokenizer
 
-from bert_lightning.checkpoint import load_encoder, read_checkpoint
+from bert_lightning.checkpoint import read_checkpoint
 from bert_lightning.config import compose
 from bert_lightning.data.tables import collate
 from bert_lightning.data.tokenizer import special_ids
@@ -15,6 +15,7 @@ from bert_lightning.inference import zero_shot_cosines
 from bert_lightning.tasks.ad_relevance import bm25_scores, score_metrics
 from bert_lightning.tasks.base import baselines_table
 from bert_lightning.tasks.kinds import make_task
+from bert_lightning.weights import ENCODER, load_weights
 from finetune_fixtures import write_hf_folder, write_tokenizer
 
 QUERIES = ["red drill", "red drill", "red drill", "oak chair", "oak chair"]
@@ -101,7 +102,7 @@ def test_bi_encoder_starts_from_the_zero_shot_ranking(tmp_path):
     task = make_task(OmegaConf.to_container(cfg.task, resolve=True))
     pre = read_checkpoint(tmp_path / "hf")
     model = task.build_model(pre.config)
-    load_encoder(model, pre)
+    load_weights(model, pre, ENCODER)
     queries, ads = ["the good movie", "bob", "a"], ["a nice film", "bob in paris was great", "b"]
     table = {"text": queries, "pair": ads, "group": queries, "target": [1.0, 0.5, 0.0]}
     batch = collate(task.encode(table, tok, 32), special_ids(tok)["[PAD]"])

@@ -96,6 +96,36 @@ def test_load_into_refuses_misfits():
         load_into(model, {"cls.predictions.bias": torch.zeros(7)})
 
 
+def test_load_weights_takes_the_parts_asked_and_leaves_a_pooler_the_model_lacks(caplog):
+    """The one load from a checkpoint: only the parts named, every tensor equal; a pooler the
+    model was built without left out; a key of a named part with no place refused; a start
+    (`load_start`) takes each part both have and leaves out the task head."""
+    from dataclasses import replace as with_fields
+
+    from bert_lightning.checkpoint import Checkpoint
+    from bert_lightning.model import BertModel
+    from bert_lightning.weights import ENCODER, PRETRAINED, load_start, load_weights
+
+    config = BertConfig(**TINY)
+    trained = BertForPreTraining(config).state_dict()  # (pooler, MLM and NSP heads)
+    trained["classifier.weight"] = torch.ones(2, config.hidden_size)  # a task's head
+    ckpt = Checkpoint(config, trained, None, {}, "trained.ckpt")
+    holder = torch.nn.Module()
+    holder.bert = BertModel(config, add_pooling_layer=False)
+    loaded = load_weights(holder, ckpt, ENCODER)
+    assert loaded and all(k.startswith("bert.") and "pooler" not in k for k in loaded)
+    assert all(torch.equal(v, trained[k]) for k, v in holder.state_dict().items())
+    with pytest.raises(KeyError, match="classifier.weight"):
+        load_weights(BertForPreTraining(config), ckpt, ("bert.", "classifier."))
+    mlm = BertForPreTraining(config)
+    assert set(load_weights(mlm, ckpt, PRETRAINED)) == set(trained) - {"classifier.weight"}
+    start = BertForPreTraining(with_fields(config, hidden_dropout_prob=0.0))
+    with caplog.at_level("INFO", logger="bert_lightning.weights"):
+        load_start(start, ckpt)
+    assert all(torch.equal(v, trained[k]) for k, v in start.state_dict().items())
+    assert "not used ['classifier']" in caplog.text
+
+
 def test_a_checkpoint_of_ours_with_three_projections_still_reads(tmp_path, tiny_tokenizer):
     """A `.ckpt` written when query, key and value were apart reads into `qkv` unchanged."""
     config = BertConfig(**TINY | {"vocab_size": tiny_tokenizer.get_vocab_size()})

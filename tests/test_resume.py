@@ -271,6 +271,29 @@ def test_a_pretraining_resume_on_another_corpus_is_refused(tmp_path):
     assert torch.load(last, weights_only=True)["global_step"] == 6
 
 
+def test_a_pretraining_checkpoint_keeps_one_data_record_and_a_resume_keeps_its_batches(tmp_path):
+    """The data module's record is the checkpoint's one data record (no copy among the
+    hyper-parameters): the module that made the examples and the batch size whose batches'
+    seeds mask the validation rows are in it, so that a resume with another batch size (its
+    validations masked otherwise than the checkpoints it compares them with) is refused."""
+    out = tmp_path / "run"
+    write_corpus(out / "corpus.jsonl")
+    train(compose(overrides=tiny_overrides(out, "trainer.max_steps=2", "data.batch_size=4")))
+    last = out / "checkpoints" / "last.ckpt"
+    raw = torch.load(last, weights_only=True)
+    assert "data" not in raw["hyper_parameters"]
+    record = raw["data_record"]
+    assert record["data._target_"] == "bert_lightning.data.pretraining.PretrainDataModule"
+    assert record["data.batch_size"] == 4 and record["data.seed"] == 1234
+    again = tiny_overrides(out, "trainer.max_steps=4", "data.batch_size=8", f"ckpt_path={last}")
+    with pytest.raises(UserError) as e:
+        train(compose(overrides=again))
+    assert str(e.value) == (
+        f"{last}: trained on other data: data.batch_size 4 -> 8; resume_with_new_data=true "
+        "continues on these"
+    )
+
+
 def test_a_checkpoint_without_a_data_record_resumes_with_a_warning(tmp_path, caplog):
     """A checkpoint written before the record was kept: the data cannot be checked, and the
     log says so."""

@@ -109,12 +109,12 @@ def test_evaluate_runs_nothing_a_checkpoint_data_record_names(pretrained, tmp_pa
     ckpt = plant(
         pretrained / "checkpoints" / "last.ckpt",
         tmp_path / "crafted.ckpt",
-        lambda raw: raw["hyper_parameters"]["data"]["masking"].update(x=payload),
+        lambda raw: raw["data_record"]["data.masking"].update(x=payload),
     )
     line = cli_error(capsys, "evaluate", ckpt, pretrained / "corpus.jsonl")
     assert not marker.exists()
     assert line == (
-        f"error: {ckpt}: hyper_parameters.data.masking.x._target_: a key bert_lightning does "
+        f"error: {ckpt}: data_record.data.masking.x._target_: a key bert_lightning does "
         "not write (a checkpoint's record is data: nothing in it names code to run)"
     )
 
@@ -131,12 +131,12 @@ def test_evaluate_imports_no_module_a_checkpoint_names(pretrained, tmp_path, cap
         ckpt = plant(
             pretrained / "checkpoints" / "last.ckpt",
             tmp_path / "crafted.ckpt",
-            lambda raw: raw["hyper_parameters"]["data"].update(_target_="planted_module.X"),
+            lambda raw: raw["data_record"].update({"data._target_": "planted_module.X"}),
         )
         line = cli_error(capsys, "evaluate", ckpt, pretrained / "corpus.jsonl")
         assert not marker.exists()
         assert line.startswith(
-            f"error: {ckpt}: hyper_parameters.data._target_='planted_module.X': not a data "
+            f"error: {ckpt}: data_record data._target_='planted_module.X': not a data "
             "module of bert_lightning (bert_lightning.data.pretraining.PretrainDataModule, "
         )
     finally:

@@ -23,6 +23,14 @@ from bert_lightning.commands.options import (
 from bert_lightning.errors import UserError
 
 name = lambda c: f"{c.__module__}.{c.__qualname__}"  # as a record names a data module
+# the `data` settings a validation loss depends on: the data module that makes the examples,
+# how files are read, how examples are framed (NSP: paired) and masked (a batch's seed)
+VALIDATION_KEYS = (
+    "_target_",
+    *("text_unit", "max_doc_chars", "long_docs", "on_bad_record"),
+    *("max_seq_length", "packing", "short_seq_prob", "dupe_factor", "nsp"),
+    *("batch_size", "seed", "masking", "max_eval_samples"),
+)
 
 
 def evaluate_mlm(
@@ -40,10 +48,12 @@ def evaluate_mlm(
     """MLM loss, masked-token accuracy and perplexity of a checkpoint with an MLM head on a
     corpus (files, folders, globs), as its pretraining run validated: how files are read,
     length, framing (an NSP run's pairs and loss), batch size, seed and masking are the ones
-    its checkpoint records (`validation_settings`; each given value overrides them; a
+    its checkpoint's data record holds (`VALIDATION_KEYS`; each given value overrides them; a
     checkpoint without the record, e.g. a Hugging Face folder, takes `conf/data`'s defaults),
     so the same files give the run's numbers. `pre`: the checkpoint at `path`, read already."""
-    from bert_lightning.checkpoint import load_weights, read_checkpoint
+    from omegaconf import OmegaConf
+
+    from bert_lightning.checkpoint import read_checkpoint
     from bert_lightning.config import compose
     from bert_lightning.data.brackets import BracketsDataModule
     from bert_lightning.data.nsp import NSPDataModule
@@ -51,21 +61,17 @@ def evaluate_mlm(
     from bert_lightning.data.streaming import StreamingDataModule
     from bert_lightning.inference import check_mlm_head
     from bert_lightning.training.instantiate import check_types, instantiate
-    from bert_lightning.training.pretrain import VALIDATION_KEYS, validation_settings
     from bert_lightning.training.pretrain_module import BertPretrainModule
     from bert_lightning.training.trainer import evaluation_trainer
+    from bert_lightning.weights import load_weights
 
     # the data modules that frame files as a run's validation did; the others' runs (streamed
     # blocks, the toy corpus) are validated as `conf/data`'s default frames files
     framed = [name(c) for c in (PretrainDataModule, NSPDataModule)]
     recorded = [*framed, *map(name, (StreamingDataModule, BracketsDataModule))]
     pre = pre or read_checkpoint(path)
-    ran = dict(pre.hparams.get("data") or {})
-    if unknown := sorted(set(ran) - set(VALIDATION_KEYS)):
-        raise UserError(
-            f"{path}: hyper_parameters.data.{unknown[0]}: not a setting a run records; known: "
-            f"{', '.join(VALIDATION_KEYS)}"
-        )
+    record = pre.data_record or {}
+    ran = {k: record[f"data.{k}"] for k in VALIDATION_KEYS if f"data.{k}" in record}
     given = {
         "max_seq_length": max_seq_length,
         "packing": packing,
@@ -73,16 +79,20 @@ def evaluate_mlm(
         "batch_size": batch_size,
     }
     data = compose(overrides=["paths.output_dir=.", "trainer.accelerator=cpu"]).data
-    settings = validation_settings(data) | ran | {k: v for k, v in given.items() if v is not None}
+    values = {k: data[k] for k in VALIDATION_KEYS if k in data}  # `seed` read in place: ${seed}
+    shipped = {
+        k: OmegaConf.to_container(v) if OmegaConf.is_config(v) else v for k, v in values.items()
+    }
+    settings = shipped | ran | {k: v for k, v in given.items() if v is not None}
     # the data module the record names, compared with the package's own, never imported
     if (target := settings.pop("_target_")) not in recorded:
         raise UserError(
-            f"{path}: hyper_parameters.data._target_={target!r}: not a data module of "
+            f"{path}: data_record data._target_={target!r}: not a data module of "
             f"bert_lightning ({', '.join(recorded)})"
         )
     if target in framed:
         data._target_ = target
-    check_types(settings | {"_target_": data._target_}, f"{path}: hyper_parameters.data")
+    check_types(settings | {"_target_": data._target_}, f"{path}: data_record data")
     if mlm_probability is not None:
         settings["masking"] = {**settings["masking"], "mlm_probability": mlm_probability}
     max_len = min(settings["max_seq_length"], pre.config.max_position_embeddings)

@@ -133,11 +133,13 @@ class BracketsDataModule(L.LightningDataModule):
     def data_record(self) -> dict:
         """What the sentences depend on, by config key (as `BertDataModule.data_record`)."""
         return {
+            "data._target_": f"{type(self).__module__}.{type(self).__qualname__}",
             "data.n_train": self.n_train,
             "data.n_val": self.n_val,
             "data.pairs": self.pairs,
             "data.masking": asdict(self.masking),
             "data.seed": self.seed,
+            "data.batch_size": self.batch_size,
         }
 
     def setup(self, stage: str | None = None):

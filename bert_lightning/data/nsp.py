@@ -228,6 +228,7 @@ class NSPDataModule(PretrainDataModule):
     def data_record(self) -> dict:
         pairing = self.examples.keywords
         return super().data_record() | {
+            "data.nsp": self.nsp,
             "data.short_seq_prob": pairing["short_seq_prob"],
             "data.dupe_factor": pairing["dupe_factor"],
         }

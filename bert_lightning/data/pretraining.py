@@ -176,20 +176,22 @@ class BertDataModule(KeepsTrainLoaderPosition, L.LightningDataModule):
 
     def data_record(self) -> dict:
         """What the examples of a run depend on, each part under the config key that sets it
-        (plain values): a resumed run compares its checkpoint's record with its own and names
-        the parts that differ (training/resume.py), before it writes anything (the tokenizer:
-        the one built, else the one given)."""
+        (plain values), the checkpoint's one data record: a resumed run compares its
+        checkpoint's record with its own and names the parts that differ (training/resume.py),
+        before it writes anything (the tokenizer: the one built, else the one given);
+        `evaluate` frames and masks any files as the run framed its validation files."""
         tok = self.tokenizer or self.given_tokenizer
         return {
+            "data._target_": f"{type(self).__module__}.{type(self).__qualname__}",
             **self.source_record(),
             **{f"data.{k}": v for k, v in self.read_settings().items()},
             "data.tokenizer": fingerprint(tok.to_str()) if tok else None,
-            "data.nsp": self.nsp,
             "data.max_seq_length": self.max_seq_length,
             "data.packing": self.packing,
             "data.masking": asdict(self.masking),
             "data.max_eval_samples": self.max_eval_samples,
             "data.seed": self.seed,
+            "data.batch_size": self.batch_size,  # a batch's seed masks its rows
         }
 
     def source_record(self) -> dict:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from bert_lightning.checkpoint import Checkpoint, load_weights
+from bert_lightning.checkpoint import Checkpoint
 from bert_lightning.errors import UserError
 from bert_lightning.model import BertConfig, BertForPreTraining, distill_flops
 from bert_lightning.model.bert import gather_positions, mlm_loss
@@ -24,6 +24,7 @@ from bert_lightning.model.distill import (
 )
 from bert_lightning.private_api import MovesKept
 from bert_lightning.training.module_base import EncoderModule, ValidationLoss
+from bert_lightning.weights import load_weights
 
 LOSSES = ("attention", "value_relation", "hidden", "embedding", "soft_mlm", "mlm")
 
@@ -87,7 +88,6 @@ class DistillModule(MovesKept, EncoderModule):
         *,
         nsp: bool,
         compile: bool = False,
-        data: dict | None = None,
         teacher_ckpt: Checkpoint,
     ):
         super().__init__()

@@ -8,10 +8,11 @@ from dataclasses import asdict
 import torch
 from torch import nn
 
-from bert_lightning.checkpoint import Checkpoint, load_encoder
+from bert_lightning.checkpoint import Checkpoint
 from bert_lightning.model import BertConfig
 from bert_lightning.tasks.kinds import Task, make_task
 from bert_lightning.training.module_base import EncoderModule
+from bert_lightning.weights import ENCODER, load_weights
 
 
 class FinetuneModule(EncoderModule):
@@ -60,7 +61,7 @@ class FinetuneModule(EncoderModule):
     def start_from(self, pre: Checkpoint) -> None:
         """The encoder weights of a pretrained checkpoint (the head keeps its initial ones);
         its source is what `results.json` names."""
-        load_encoder(self.model, pre)
+        load_weights(self.model, pre, ENCODER)
         self.pretrained = pre.source
 
     def train(self, mode: bool = True):

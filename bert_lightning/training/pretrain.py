@@ -22,26 +22,6 @@ from bert_lightning.weights import load_start
 log = logging.getLogger(__name__)
 
 
-# the `data` settings a validation loss depends on: the data module that makes the examples,
-# how files are read, how examples are framed (NSP: paired) and masked, how many are scored
-VALIDATION_KEYS = (
-    "_target_",
-    *("text_unit", "max_doc_chars", "long_docs", "on_bad_record"),
-    *("max_seq_length", "packing", "short_seq_prob", "dupe_factor", "nsp"),
-    *("batch_size", "seed", "masking", "max_eval_samples"),
-)
-
-
-def validation_settings(data: DictConfig) -> dict:
-    """`data`'s VALIDATION_KEYS that it has: recorded in the checkpoint, so that `evaluate`
-    frames any files as the run framed its validation files."""
-    keys = [k for k in VALIDATION_KEYS if k in data]
-    values = {k: data[k] for k in keys}  # read in place: `seed` is `${seed}` of the whole config
-    return {
-        k: OmegaConf.to_container(v) if OmegaConf.is_config(v) else v for k, v in values.items()
-    }
-
-
 def build(cfg: DictConfig, resume: ResumePoint | None = None):
     """Data module, Lightning module and trainer of a run, before any training, from its start
     (`run_start`: weights, tokenizer, shape, teacher). `resume`: the checkpoint a resumed run
@@ -56,7 +36,6 @@ def build(cfg: DictConfig, resume: ResumePoint | None = None):
         tokenizer_json=start.tokenizer.to_str(),
         compile=cfg.model_compile,
         nsp=dm.nsp,
-        data=validation_settings(cfg.data),
         **({"teacher_ckpt": start.teacher} if start.teacher is not None else {}),
     )
     module.data_record = dm.data_record()

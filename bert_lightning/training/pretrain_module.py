@@ -31,10 +31,7 @@ class BertPretrainModule(EncoderModule):
         *,
         nsp: bool,
         compile: bool = False,
-        data: dict | None = None,
     ):
-        """`data`: the data settings the run validates with (length, framing, batch size, seed,
-        masking), recorded in the checkpoint so that `evaluate` reproduces its validation."""
         super().__init__()
         self.save_hyperparameters(ignore=["tokenizer_json"])
         self.hparams["objective"] = self.OBJECTIVE

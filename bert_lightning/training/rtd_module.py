@@ -33,7 +33,6 @@ class RTDPretrainModule(EncoderModule):
         *,
         nsp: bool,
         compile: bool = False,
-        data: dict | None = None,
     ):
         super().__init__()
         if nsp:
@@ -73,10 +72,10 @@ class RTDPretrainModule(EncoderModule):
         return out.loss
 
     def validation_step(self, batch, batch_idx):
-        """The generator's draws are fixed by each row and the data's seed, as the masks are
-        (`mask_once`): the validation loss is comparable across evaluations, and the same at
-        any batch size and number of processes."""
-        out = self(batch, self.hparams.data["seed"] if self.hparams.data else 0)
+        """The generator's draws are fixed by each row and the data's seed (its data record's),
+        as the masks are (`mask_once`): the validation loss is comparable across evaluations,
+        and the same at any batch size and number of processes."""
+        out = self(batch, (self.data_record or {}).get("data.seed", 0))
         B, picked, real = batch["input_ids"].size(0), (out.gen_labels != -100).sum(), out.real.sum()
         for metric in (self.val_loss, self.val_gen_loss):
             metric.update("gen", out.gen_loss, picked)
