@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from bert_lightning.errors import MissingFileError, UserError, first_line, reported
 from bert_lightning.private_api import config_root, hydra_runs_through
 from bert_lightning.run_folder import hydra_subdir, run_dir
-from bert_lightning.shipped import ASSETS, CONFIG_DIR
+from bert_lightning.shipped import ASSETS, CONFIG_DIR, group_defaults
 
 
 def bundled(name: str) -> str:
@@ -108,7 +108,16 @@ def monitor_mode(metric: str | None) -> str:
     return direction(metric) if metric else "min"
 
 
+def start_schedule(init_from: str | None, key: str) -> Any:
+    """`${start_schedule:${init_from},KEY}` (conf/optim/pretrain.yaml): KEY of the schedule a
+    run's start calls for: conf/optim/continued.yaml's where a trained encoder's pretraining
+    goes on (`init_from=`), whose rate would undo what it learned at adamw.yaml's from-scratch
+    one; adamw.yaml's otherwise."""
+    return group_defaults("optim", "continued" if init_from else "adamw")[key]
+
+
 OmegaConf.register_new_resolver("bundled", bundled, replace=True)
+OmegaConf.register_new_resolver("start_schedule", start_schedule, replace=True)
 OmegaConf.register_new_resolver("monitor_mode", monitor_mode, replace=True)
 OmegaConf.register_new_resolver("share_of_time", share_of_time, replace=True)
 OmegaConf.register_new_resolver("workers_up_to", workers_up_to, replace=True)

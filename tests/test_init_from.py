@@ -8,6 +8,7 @@ import logging
 import pytest
 import torch
 import yaml
+from omegaconf import OmegaConf
 
 from bert_lightning.checkpoint import read_checkpoint
 from bert_lightning.config import compose, package_dir
@@ -18,7 +19,7 @@ from bert_lightning.data.tokenizer import (
     save_tokenizer,
     train_wordpiece,
 )
-from bert_lightning.shipped import group_defaults
+from bert_lightning.shipped import CONFIG_DIR, group_defaults
 from bert_lightning.training.instantiate import instantiate
 from bert_lightning.training.pretrain import build, train
 from helpers import (
@@ -193,6 +194,41 @@ def test_what_the_config_sets_reaches_the_optimizer_and_continued_yaml_the_rest(
         f"init_from={cfg.init_from}: continued pretraining at conf/optim/continued.yaml's "
         f"{taken} in place of adamw.yaml's from-scratch values; as the config sets them: {kept}"
     ]
+
+
+ADAMW = group_defaults("optim", "adamw")
+
+
+@pytest.mark.parametrize(
+    "mine",
+    [
+        "defaults:\n  - override /optim: adamw\ninit_from: START\n",
+        "init_from: START\noptim:\n  lr: 1.0e-3\n  betas: [0.9, 0.999]\n  warmup_steps: 50\n"
+        "  warmup_ratio: null\n",
+    ],
+    ids=["names adamw", "states adamw's values"],
+)
+def test_an_experiment_giving_adamws_schedule_beside_init_from_keeps_it(tmp_path, mlm_start, mine):
+    """What an experiment chooses stands even where it is adamw.yaml, the from-scratch
+    schedule: the group it names, or values it states equal to adamw.yaml's. Building the run
+    changes nothing of its config (what `config_resolved.yaml` records is what ran)."""
+    given = experiment(tmp_path, mine.replace("START", str(mlm_start[0])))
+    cfg = compose(overrides=tiny_overrides(tmp_path, *given))
+    write_corpus(tmp_path / "corpus.jsonl")
+    before = OmegaConf.to_container(cfg)
+    assert built_schedule(cfg) == (pytest.approx(ADAMW["lr"]), ADAMW["betas"], 50)
+    assert OmegaConf.to_container(cfg) == before
+
+
+def test_the_default_optimizer_takes_from_continued_yaml_each_value_it_has_of_its_own():
+    """conf/optim/pretrain.yaml (train.py's default) draws from the start's file exactly the
+    values continued.yaml has of its own: each other one is adamw.yaml's in both."""
+    raw = yaml.safe_load((CONFIG_DIR / "optim/pretrain.yaml").read_text())
+    drawn = {k for k, v in raw.items() if "${start_schedule:" in str(v)}
+    assert drawn == {k for k, v in CONTINUED.items() if v != ADAMW[k]}
+    for init_from, want in (("null", ADAMW), ("start.ckpt", CONTINUED)):
+        optim = compose(overrides=["paths.output_dir=.", f"init_from={init_from}"]).optim
+        assert OmegaConf.to_container(optim, resolve=True) == want
 
 
 def test_tapt_minilm_trains_at_the_schedule_it_states(tmp_path):

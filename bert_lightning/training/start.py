@@ -2,8 +2,7 @@
 model's shape, the tokenizer, the weights loaded before the first step, a distillation's
 teacher, and where each came from. It is the one place that reads the start's files (the
 teacher, `init_from=`) and that checks a resumed run against the run it continues, so that
-`pretrain.build` only builds from it; an `init_from=` run's schedule (continued pretraining's)
-is chosen here too."""
+`pretrain.build` only builds from it."""
 
 from __future__ import annotations
 
@@ -214,27 +213,16 @@ def check_positions(max_seq_length: int, config: BertConfig, teacher: Checkpoint
             )
 
 
-def continued_schedule(cfg: DictConfig) -> None:
-    """An `init_from=` run continues a trained encoder's pretraining: conf/optim/continued.yaml
-    (a published recipe: a lower peak rate, its own warmup) is its optimizer group, not the
-    from-scratch adamw.yaml, whose rate would undo what the start learned. Hydra composed the
-    group default (adamw) under what else sets the schedule (`optim=`, an experiment, a
-    `schedule=` file, the command line): unless a group was named (`optim=adamw` on the
-    command line too) or another one chosen, each of
-    continued.yaml's own keys the command line does not set and that is still at adamw.yaml's
-    value takes continued.yaml's, as if `optim=continued` had been the group default. One log
-    line says which came from where."""
-    choice = HydraConfig.get().runtime.choices.get("optim") if HydraConfig.initialized() else None
+START_SCHEDULE = "${start_schedule:"  # conf/optim/pretrain.yaml's resolver (config.py)
+
+
+def say_schedule(cfg: DictConfig) -> None:
+    """One line naming, of continued.yaml's own values (those that differ from adamw.yaml's),
+    those an `init_from=` run takes as its start calls for (conf/optim/pretrain.yaml's
+    `${start_schedule:...}`) and those the config sets otherwise."""
     scratch = group_defaults("optim", "adamw")
-    own = {k: v for k, v in group_defaults("optim", "continued").items() if v != scratch[k]}
-    typed = {k for k in own if command_line(f"optim.{k}")}
-    named = any(o.partition("=")[0] == "optim" for o in command_line("optim"))
-    default = choice in (None, "adamw") and not named
-    taken = {
-        k: v for k, v in own.items() if default and k not in typed and cfg.optim[k] == scratch[k]
-    }
-    for k, v in taken.items():
-        cfg.optim[k] = v
+    own = [k for k, v in group_defaults("optim", "continued").items() if v != scratch[k]]
+    taken = [k for k in own if START_SCHEDULE in str(OmegaConf.to_container(cfg.optim)[k])]
     shown = lambda keys: ", ".join(f"{k}={cfg.optim[k]}" for k in keys) or "none"
     log.info(
         "init_from=%s: continued pretraining at conf/optim/continued.yaml's %s in place of "
@@ -291,8 +279,7 @@ def run_start(cfg: DictConfig, resume: ResumePoint | None) -> tuple[Start, L.Lig
     one). The weights, shape and tokenizer come from `init_from=` or a distillation's teacher
     when given (`starting_point`); a resumed run (`resume`) keeps the tokenizer it trained
     with, reads `init_from=` again for its shape, and is checked against the run it continues
-    before anything is written. A fresh `init_from=` run gets `cfg.optim` set to the
-    continued-pretraining schedule (`continued_schedule`)."""
+    before anything is written."""
     teacher = read_checkpoint(cfg.objective.teacher) if cfg.objective.get("teacher") else None
     begin = starting_point(cfg, teacher)
     given = begin or teacher  # the tokenizer a run starts with
@@ -319,7 +306,7 @@ def run_start(cfg: DictConfig, resume: ResumePoint | None) -> tuple[Start, L.Lig
     if resume is None and cfg.objective.get("embeddings_from_teacher"):  # begin is None
         weights = with_principal_embeddings(teacher, config)
     if cfg.init_from and resume is None:  # a resumed run has its checkpoint's schedule
-        continued_schedule(cfg)
+        say_schedule(cfg)
         check_mlm_head(cfg, begin, config.vocab_size)
     where = origins(cfg, resume, begin, given, weights, config)
     return Start(config, tok, weights, teacher, digest, **where), dm
