@@ -224,3 +224,21 @@ def test_evaluate_prints_a_line_every_n_batches_off_a_terminal(monkeypatch, caps
         "batch 4/5 eta 0m01s",
         "batch 5/5 eta 0m00s",
     ]
+
+
+@pytest.mark.parametrize("option", ["c4_sample", "c4_nsp", "text", "brackets", "c4_hub"])
+def test_the_data_record_holds_each_setting_evaluate_frames_files_by(option, tmp_path):
+    """Each data option's record (the checkpoint's one data record) holds every setting of
+    `evaluate.VALIDATION_KEYS` its config has, at the config's value: `evaluate` then frames,
+    masks and batches files as the run validated, never at `conf/data`'s defaults."""
+    from omegaconf import OmegaConf
+
+    from bert_lightning.commands.evaluate import VALIDATION_KEYS
+    from bert_lightning.training.instantiate import instantiate
+
+    files = [f"data.train_files={write_corpus(tmp_path / 'c.jsonl')}"] * (option == "text")
+    cfg = compose(overrides=["paths.output_dir=.", f"data={option}", *files]).data
+    dm = instantiate(cfg, "data", out_dir=None, given_tokenizer=None)
+    want = {k: OmegaConf.to_container(cfg, resolve=True)[k] for k in VALIDATION_KEYS if k in cfg}
+    record = dm.data_record()
+    assert {k: record.get(f"data.{k}", "missing") for k in want} == want

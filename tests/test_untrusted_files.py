@@ -119,6 +119,21 @@ def test_evaluate_runs_nothing_a_checkpoint_data_record_names(pretrained, tmp_pa
     )
 
 
+def test_evaluate_refuses_a_data_record_that_names_no_data_module(pretrained, tmp_path, capsys):
+    """Settings without the module they belong to (an NSP run's pairing) are not framed by
+    another module: one line, no traceback."""
+    ckpt = plant(
+        pretrained / "checkpoints" / "last.ckpt",
+        tmp_path / "crafted.ckpt",
+        lambda raw: (
+            raw["data_record"].pop("data._target_")
+            and raw["data_record"].update({"data.short_seq_prob": 0.1, "data.dupe_factor": 2})
+        ),
+    )
+    line = cli_error(capsys, "evaluate", ckpt, pretrained / "corpus.jsonl")
+    assert line == f"error: {ckpt}: data_record has no data._target_ (the data module it records)"
+
+
 def test_evaluate_imports_no_module_a_checkpoint_names(pretrained, tmp_path, capsys):
     """A `_target_` of the record is compared with the package's own data modules, never
     imported: a module planted on the path that writes a marker on import stays unimported."""

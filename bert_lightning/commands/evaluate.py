@@ -72,6 +72,8 @@ def evaluate_mlm(
     pre = pre or read_checkpoint(path)
     record = pre.data_record or {}
     ran = {k: record[f"data.{k}"] for k in VALIDATION_KEYS if f"data.{k}" in record}
+    if ran and "_target_" not in ran:  # settings of a data module the record does not name
+        raise UserError(f"{path}: data_record has no data._target_ (the data module it records)")
     given = {
         "max_seq_length": max_seq_length,
         "packing": packing,

@@ -113,6 +113,7 @@ class BracketsDataModule(L.LightningDataModule):
         if max_seq_length != 2 * pairs + 1:
             raise ValueError(f"data.max_seq_length={max_seq_length}; expected 2 * pairs + 1")
         self.n_train, self.n_val, self.pairs = n_train, n_val, pairs
+        self.max_seq_length = max_seq_length
         self.batch_size, self.num_workers, self.seed = batch_size, num_workers, seed
         self.masking = from_dict(MaskingConfig, masking, "data.masking")
         self.out_dir = out_dir
@@ -137,6 +138,7 @@ class BracketsDataModule(L.LightningDataModule):
             "data.n_train": self.n_train,
             "data.n_val": self.n_val,
             "data.pairs": self.pairs,
+            "data.max_seq_length": self.max_seq_length,
             "data.masking": asdict(self.masking),
             "data.seed": self.seed,
             "data.batch_size": self.batch_size,
