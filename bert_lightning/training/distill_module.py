@@ -57,7 +57,8 @@ class DistillModule(MovesKept, EncoderModule):
     """`config`: the student's BertConfig fields (a `BertForPreTraining`, the encoder its
     checkpoints hand on); `teacher`: the path of a Hugging Face BERT folder or a `.ckpt` of
     ours (recorded: a resumed run keeps it), `teacher_ckpt` its contents, read by the caller
-    (`training/start.py`), held in eval mode without gradient and outside the module's
+    (`training/start.py`), and `teacher_digest` its file's (recorded: a resumed run checks
+    it); the teacher is held in eval mode without gradient and outside the module's
     children: it is in no checkpoint, optimizer or DDP bucket. The losses'
     weights (`LOSSES`; 0 computes nothing), `temperature` (of `soft_mlm`), `relation_heads`
     (MiniLM's re-split heads; None: the student's head count), `student_layers` (the
@@ -88,12 +89,14 @@ class DistillModule(MovesKept, EncoderModule):
         *,
         nsp: bool,
         compile: bool = False,
+        data_record: dict | None = None,
         teacher_ckpt: Checkpoint,
+        teacher_digest: str | None = None,
     ):
-        super().__init__()
+        super().__init__(data_record)
         if student_layers is not None:  # a plain list: checkpoints load weights-only
             student_layers = [int(i) for i in student_layers]
-        self.save_hyperparameters(ignore=["tokenizer_json", "teacher_ckpt"])
+        self.save_hyperparameters(ignore=["tokenizer_json", "teacher_ckpt", "data_record"])
         self.hparams["objective"] = self.OBJECTIVE
         self.weights = {k: float(self.hparams[k]) for k in LOSSES}
         if not any(self.weights.values()):

@@ -126,8 +126,8 @@ def build(cfg: DictConfig, start: ResumePoint | None = None):
         cfg.freeze_encoder,
         tokenizer.to_str(),
         max_seq_length=cfg.max_seq_length,
+        data_record=record,
     )
-    module.data_record = record
     if pre is not None:  # the start, as it was: what `interpolate` moves back towards
         module.start_from(pre)
         path = os.path.abspath(cfg.pretrained)

@@ -33,8 +33,9 @@ class FinetuneModule(EncoderModule):
         freeze_encoder: bool,
         tokenizer_json: str | None = None,
         max_seq_length: int | None = None,
+        data_record: dict | None = None,
     ):
-        super().__init__()
+        super().__init__(data_record)
         self.task = task if isinstance(task, Task) else make_task(task)
         self.save_hyperparameters(
             {

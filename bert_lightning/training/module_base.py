@@ -87,11 +87,14 @@ def compile_mode(setting: bool | str, device: torch.device) -> str | None:
 
 class EncoderModule(L.LightningModule):
     """Subclasses set `self.model` (a model with `.bert`), `self.tokenizer_json` and keep the
-    `conf/optim` config as `hparams.optim` (and `hparams.compile`, optional). The run sets
-    `data_record`, what it trains on, which every checkpoint keeps for a resume to compare
-    (training/resume.py `check_same_data`)."""
+    `conf/optim` config as `hparams.optim` (and `hparams.compile`, optional). `data_record`:
+    what the run trains on (its data module's), which every checkpoint keeps for a resume to
+    compare (training/resume.py `check_same_data`) and `evaluate` to frame files by; not a
+    hyper-parameter."""
 
-    data_record: dict | None = None
+    def __init__(self, data_record: dict | None = None):
+        super().__init__()
+        self.data_record = data_record
 
     def configure_model(self) -> None:
         """Under FSDP2 (`trainer=fsdp`: Lightning's ModelParallelStrategy) shard each encoder

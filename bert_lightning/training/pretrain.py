@@ -13,7 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from bert_lightning.checkpoint import PRETRAINING, ResumePoint
 from bert_lightning.training.instantiate import check_types, instantiate
-from bert_lightning.training.resume import TEACHER_DIGEST, continued_optim
+from bert_lightning.training.resume import continued_optim
 from bert_lightning.training.run import Entry, run
 from bert_lightning.training.start import run_start
 from bert_lightning.training.trainer import build_trainer
@@ -36,11 +36,13 @@ def build(cfg: DictConfig, resume: ResumePoint | None = None):
         tokenizer_json=start.tokenizer.to_str(),
         compile=cfg.model_compile,
         nsp=dm.nsp,
-        **({"teacher_ckpt": start.teacher} if start.teacher is not None else {}),
+        data_record=dm.data_record(),
+        **(
+            {"teacher_ckpt": start.teacher, "teacher_digest": start.teacher_digest}
+            if start.teacher is not None
+            else {}
+        ),
     )
-    module.data_record = dm.data_record()
-    if start.teacher is not None:
-        module.hparams[TEACHER_DIGEST] = start.teacher_digest
     if start.weights is not None:
         load_start(module.model, start.weights)
     return dm, module, build_trainer(cfg)

@@ -31,9 +31,10 @@ class BertPretrainModule(EncoderModule):
         *,
         nsp: bool,
         compile: bool = False,
+        data_record: dict | None = None,
     ):
-        super().__init__()
-        self.save_hyperparameters(ignore=["tokenizer_json"])
+        super().__init__(data_record)
+        self.save_hyperparameters(ignore=["tokenizer_json", "data_record"])
         self.hparams["objective"] = self.OBJECTIVE
         self.model = BertForPreTraining(BertConfig(**config))
         self.nsp = nsp

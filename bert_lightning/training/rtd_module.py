@@ -33,14 +33,15 @@ class RTDPretrainModule(EncoderModule):
         *,
         nsp: bool,
         compile: bool = False,
+        data_record: dict | None = None,
     ):
-        super().__init__()
+        super().__init__(data_record)
         if nsp:
             raise UserError(
                 "objective=rtd trains on masked text; this data option makes NSP examples "
                 "(data=c4_nsp: data.nsp=false gives its pairs without NSP)"
             )
-        self.save_hyperparameters(ignore=["tokenizer_json"])
+        self.save_hyperparameters(ignore=["tokenizer_json", "data_record"])
         self.hparams["objective"] = self.OBJECTIVE
         self.model = ElectraForPreTraining(BertConfig(**config), generator_hidden_size, disc_weight)
         self.tokenizer_json = tokenizer_json
