@@ -32,6 +32,7 @@ from bert_lightning.training.instantiate import check_types, command_line, insta
 from bert_lightning.training.resume import check_same_data, check_same_model, continued_optim
 from bert_lightning.training.run import Entry, run
 from bert_lightning.training.trainer import build_trainer
+from bert_lightning.weights import ENCODER, load_weights
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +118,11 @@ def build(cfg: DictConfig, start: ResumePoint | None = None):
     record = dm.data_record() | {"soft_labels.encoder": encoder and [encoder, file_digest(encoder)]}
     record |= {"soft_labels.weight": soft.weight} if encoder else {}
     check_same_data(start, cfg.ckpt_path, record, cfg.resume_with_new_data)
+    if pre is not None:  # the start, as it was: what `interpolate` moves back towards
+        path = os.path.abspath(cfg.pretrained)
+        first = {"path": path, "digest": file_digest(path), "step": pre.step, "source": pre.source}
+    else:  # resumed: the first part's start (None: random weights)
+        first = start.hparams.get("start") if start is not None else None
     module = FinetuneModule(
         asdict(config),
         task,
@@ -127,19 +133,10 @@ def build(cfg: DictConfig, start: ResumePoint | None = None):
         tokenizer.to_str(),
         max_seq_length=cfg.max_seq_length,
         data_record=record,
+        start=first,
     )
-    if pre is not None:  # the start, as it was: what `interpolate` moves back towards
-        module.start_from(pre)
-        path = os.path.abspath(cfg.pretrained)
-        module.hparams.start = {
-            "path": path,
-            "digest": file_digest(path),
-            "step": pre.step,
-            "source": pre.source,
-        }
-    elif start is not None and "start" in start.hparams:  # resumed: the first part's start
-        module.hparams.start = first = start.hparams["start"]
-        module.pretrained = first.get("source", first["path"])  # older records: no source
+    if pre is not None:  # the encoder's weights; the head keeps its initial ones
+        load_weights(module.model, pre, ENCODER)
     return dm, module, build_trainer(cfg)
 
 

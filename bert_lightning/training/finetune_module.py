@@ -8,11 +8,9 @@ from dataclasses import asdict
 import torch
 from torch import nn
 
-from bert_lightning.checkpoint import Checkpoint
 from bert_lightning.model import BertConfig
 from bert_lightning.tasks.kinds import Task, make_task
 from bert_lightning.training.module_base import EncoderModule
-from bert_lightning.weights import ENCODER, load_weights
 
 
 class FinetuneModule(EncoderModule):
@@ -23,7 +21,8 @@ class FinetuneModule(EncoderModule):
     `freeze_encoder` trains the head only, with the encoder in eval mode (no dropout): the
     features stay those of the pretrained model. The tokenizer travels in every checkpoint, and
     `max_seq_length` (what the model was fine-tuned on) in its hyper_parameters: `bert-lightning
-    score` truncates as training did."""
+    score` truncates as training did. `start`: the pretrained checkpoint the run's first part
+    started from (path, digest, step, source), recorded for `interpolate`; None: random weights."""
 
     def __init__(
         self,
@@ -34,6 +33,7 @@ class FinetuneModule(EncoderModule):
         tokenizer_json: str | None = None,
         max_seq_length: int | None = None,
         data_record: dict | None = None,
+        start: dict | None = None,
     ):
         super().__init__(data_record)
         self.task = task if isinstance(task, Task) else make_task(task)
@@ -46,9 +46,10 @@ class FinetuneModule(EncoderModule):
                 "max_seq_length": max_seq_length,
             }
         )
+        if start is not None:  # the pretrained checkpoint of the run's first part, recorded
+            self.hparams["start"] = start
         self.model = self.task.build_model(BertConfig(**config))
         self.tokenizer_json = tokenizer_json
-        self.pretrained: str | None = None  # where the encoder's weights came from (start_from)
         if freeze_encoder:
             self.model.bert.requires_grad_(False)
         self.split_metrics = nn.ModuleDict(
@@ -59,11 +60,11 @@ class FinetuneModule(EncoderModule):
             {"val": self.task.loss_metric(), "test": self.task.loss_metric()}
         )
 
-    def start_from(self, pre: Checkpoint) -> None:
-        """The encoder weights of a pretrained checkpoint (the head keeps its initial ones);
-        its source is what `results.json` names."""
-        load_weights(self.model, pre, ENCODER)
-        self.pretrained = pre.source
+    @property
+    def pretrained(self) -> str | None:
+        """Where the encoder's weights came from (`start`), as `results.json` names it."""
+        start = self.hparams.get("start")
+        return start and start.get("source", start["path"])
 
     def train(self, mode: bool = True):
         super().train(mode)
