@@ -108,12 +108,16 @@ def monitor_mode(metric: str | None) -> str:
     return direction(metric) if metric else "min"
 
 
-def start_schedule(init_from: str | None, key: str) -> Any:
+def start_schedule(init_from: str | None, key: str, steps: int | None = None) -> Any:
     """`${start_schedule:${init_from},KEY}` (conf/optim/pretrain.yaml): KEY of the schedule a
     run's start calls for: conf/optim/continued.yaml's where a trained encoder's pretraining
     goes on (`init_from=`), whose rate would undo what it learned at adamw.yaml's from-scratch
-    one; adamw.yaml's otherwise."""
-    return group_defaults("optim", "continued" if init_from else "adamw")[key]
+    one; adamw.yaml's otherwise. `warmup_ratio` is given `steps`, the warmup in steps: where
+    the config sets one, the warmup is that (no ratio beside it)."""
+    if key == "warmup_ratio" and steps is not None:
+        return None
+    value = group_defaults("optim", "continued" if init_from else "adamw")[key]
+    return OmegaConf.create(value) if isinstance(value, list) else value  # a node: resolvable
 
 
 OmegaConf.register_new_resolver("bundled", bundled, replace=True)

@@ -227,8 +227,12 @@ def test_the_default_optimizer_takes_from_continued_yaml_each_value_it_has_of_it
     drawn = {k for k, v in raw.items() if "${start_schedule:" in str(v)}
     assert drawn == {k for k, v in CONTINUED.items() if v != ADAMW[k]}
     for init_from, want in (("null", ADAMW), ("start.ckpt", CONTINUED)):
-        optim = compose(overrides=["paths.output_dir=.", f"init_from={init_from}"]).optim
-        assert OmegaConf.to_container(optim, resolve=True) == want
+        cfg = compose(overrides=["paths.output_dir=.", f"init_from={init_from}"])
+        OmegaConf.resolve(cfg)  # in place, as `--cfg job --resolve` prints it
+        assert OmegaConf.to_container(cfg.optim) == want
+        # a warmup the config gives in steps (experiment=bert_base_c4's) has no ratio beside it
+        cfg = compose(overrides=[f"init_from={init_from}", "optim.warmup_steps=7"])
+        assert (cfg.optim.warmup_steps, cfg.optim.warmup_ratio) == (7, None)
 
 
 def test_tapt_minilm_trains_at_the_schedule_it_states(tmp_path):

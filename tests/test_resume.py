@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import lightning as L
 import pytest
 import torch
+import yaml
 
 from bert_lightning.checkpoint import DATA_RECORD, read_checkpoint
 from bert_lightning.cli import main
@@ -292,6 +293,19 @@ def test_a_pretraining_checkpoint_keeps_one_data_record_and_a_resume_keeps_its_b
         f"{last}: trained on other data: data.batch_size 4 -> 8; resume_with_new_data=true "
         "continues on these"
     )
+
+
+def test_a_resumed_runs_config_record_names_the_optimizer_that_trains(tmp_path):
+    """config_resolved.yaml records the optimizer that trained (the checkpoint's, which a
+    resume keeps), not the config's values the resume left unsaid."""
+    out = tmp_path / "run"
+    write_corpus(out / "corpus.jsonl")
+    train(compose(overrides=tiny_overrides(out, "trainer.max_steps=2", "optim.lr=5e-3")))
+    last = out / "checkpoints" / "last.ckpt"
+    train(compose(overrides=tiny_overrides(out, "trainer.max_steps=4", f"ckpt_path={last}")))
+    trained = torch.load(last, weights_only=True)["hyper_parameters"]["optim"]
+    recorded = yaml.safe_load((out / "config_resolved.yaml").read_text())["optim"]
+    assert recorded == trained and recorded["lr"] == 5e-3
 
 
 def test_a_checkpoint_without_a_data_record_resumes_with_a_warning(tmp_path, caplog):

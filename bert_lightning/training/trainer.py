@@ -58,14 +58,18 @@ def silence_noise() -> None:
 
 class SaveResolvedConfig(L.Callback):
     """`config_resolved.yaml` when the fit starts, once the data and the model are built: a run
-    that failed before leaves none (it would look usable)."""
+    that failed before leaves none (it would look usable). Its `optim` is the optimizer that
+    trains, the module's: a resumed run's is its checkpoint's (`resume.continued_optim`), and
+    the schedule's total is filled in."""
 
     def __init__(self, cfg: DictConfig):
         self.cfg = cfg
 
     @rank_zero_only
     def on_fit_start(self, trainer, pl_module):
-        text = OmegaConf.to_yaml(self.cfg, resolve=True)
+        resolved = OmegaConf.to_container(self.cfg, resolve=True)
+        resolved["optim"] = dict(pl_module.hparams.optim)
+        text = OmegaConf.to_yaml(OmegaConf.create(resolved))
         save_resolved_config(text, Path(trainer.default_root_dir))
 
 
