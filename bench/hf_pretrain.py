@@ -89,7 +89,8 @@ def main(out: Path, overrides: list[str]) -> dict:
         shuffle=True,
         collate_fn=hf_collator(tok, dm.masking.mlm_probability),
     )
-    optim = {k: v for k, v in OmegaConf.to_container(cfg.optim).items() if not k.startswith("_")}
+    resolved = OmegaConf.to_container(cfg.optim, resolve=True)  # the start's schedule drawn
+    optim = {k: v for k, v in resolved.items() if not k.startswith("_")}
     start = time.perf_counter()
     spent = lambda: (time.perf_counter() - start) / budget  # noqa: E731
     built = adamw(model, 0, progress=spent, **optim)
