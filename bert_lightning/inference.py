@@ -33,7 +33,7 @@ from bert_lightning.model.heads import HEAD_POOLINGS, ZERO_SHOT_POOLING, BertBiE
 from bert_lightning.ort import OrtModel, is_exported, load_exported
 from bert_lightning.tasks.base import Task, encode_rows, inputs, truncating
 from bert_lightning.tasks.kinds import make_task, stored_task
-from bert_lightning.weights import ENCODER, WHOLE, load_weights
+from bert_lightning.weights import ENCODER, POOLER, WHOLE, load_weights
 
 # of a sentence-transformers folder's modules (modules.json), what `embed_texts` computes
 ST_MODULES = ("Transformer", "Pooling", "Normalize")
@@ -129,7 +129,7 @@ def load_mlm(path, pre: Checkpoint | None = None) -> tuple[BertForPreTraining, T
 def encoder_from(ckpt: Checkpoint) -> BertModel:
     """A bare `BertModel` (for embeddings) with whatever encoder weights `ckpt` holds."""
     holder = torch.nn.Module()
-    pooler = any(k.startswith("bert.pooler.") for k in ckpt.state_dict)
+    pooler = any(k.startswith(POOLER) for k in ckpt.state_dict)
     holder.bert = BertModel(ckpt.config, add_pooling_layer=pooler)
     load_weights(holder, ckpt, ENCODER)
     return holder.bert.eval()
