@@ -1,4 +1,4 @@
-"""Fine-tune: `python finetune.py task=ad_relevance task.train_file=... pretrained=...`
+"""Fine-tune: `python finetune.py task=ad_relevance task.train_file=... init_from=...`
 (installed: `bert-lightning finetune ...`, the same entry)."""
 
 from bert_lightning.commands.finetune import main

@@ -54,7 +54,7 @@ def relevance_ckpt(folder: Path, out: Path) -> Path:
         {},
         False,
         tok,
-        cfg.max_seq_length,
+        cfg.data.max_seq_length,
     )
     load_weights(module.model, pre, ENCODER)
     write_model(out, dict(module.hparams), module.state_dict(), tok)

@@ -48,7 +48,7 @@ ST_POOLING_KEYS = {
     "pooling_mode_lasttoken": "lasttoken",
 }
 # what a fine-tuned checkpoint that stores no max_seq_length is truncated to: the shipped one
-DEFAULT_MAX_SEQ_LENGTH = FINETUNE.max_seq_length
+DEFAULT_MAX_SEQ_LENGTH = FINETUNE.data.max_seq_length
 
 
 # --- loading ----------------------------------------------------------------------------------

@@ -211,7 +211,7 @@ def overrides(tmp_path, task, *extra):
         "debug=tiny",
         f"task={task}",
         f"paths.output_dir={tmp_path / 'run'}",
-        f"tokenizer={tmp_path / 'tokenizer.json'}",
+        f"data.tokenizer.path={tmp_path / 'tokenizer.json'}",
         *extra,
     ]
 

@@ -66,7 +66,7 @@ def case_config(
     beside it, in `out.parent`."""
     trainer = trainer_overrides(preset, precision, accelerator)
     if job == "finetune":
-        files = [f"tokenizer={out.parent / 'tokenizer.json'}"]
+        files = [f"data.tokenizer.path={out.parent / 'tokenizer.json'}"]
         files.append(f"task.train_file={out.parent / 'train.csv'}")
         return compose("finetune", [f"paths.output_dir={out}", *files, "debug=tiny", *trainer])
     data = {"mlm_nsp": ["data=c4_nsp"], "rtd": ["objective=rtd"], "distill": DISTILL}.get(job, [])

@@ -67,7 +67,7 @@ def test_home_depot_experiment_composes(tmp_path):
     """MiniLM's folder comes from its installed PyPI package, the data from `data_dir`."""
     over = ["experiment=home_depot_minilm", f"data_dir={tmp_path}", f"paths.log_dir={tmp_path}"]
     cfg = compose("finetune", over)
-    assert (Path(cfg.pretrained) / "config.json").is_file()
+    assert (Path(cfg.init_from) / "config.json").is_file()
     assert cfg.task.kind == "ad_relevance" and cfg.task.train_file == f"{tmp_path}/train.csv.zip"
 
 
@@ -76,7 +76,7 @@ def test_finetune_experiments_compose(option, tmp_path):
     cfg = compose("finetune", [f"experiment={option}", f"paths.log_dir={tmp_path}"])
     assert not any(tmp_path.iterdir())  # composing a config writes nothing
     write_grammar_data(tmp_path / "brackets_grammar_data")  # the explicit step
-    assert Path(cfg.task.train_file).is_file() and Path(cfg.tokenizer).is_file()
+    assert Path(cfg.task.train_file).is_file() and Path(cfg.data.tokenizer.path).is_file()
 
 
 @pytest.mark.parametrize(("group", "option"), GROUP_OPTIONS)
@@ -174,15 +174,26 @@ def test_debug_tiny_shrinks_either_entry_points_run(tmp_path):
         6,
         600,
     )
-    assert "max_seq_length" not in pre and "data" not in ft
-    assert (ft.max_seq_length, ft.batch_size, ft.trainer.max_epochs, ft.trainer.max_steps) == (
+    assert "task" not in pre and set(ft.data) == {
+        "tokenizer",
+        "max_seq_length",
+        "batch_size",
+        "eval_batch_size",
+    }
+    assert ft.data.tokenizer.vocab_size == 8192  # train.py's part does not reach finetune.py's
+    assert (
+        ft.data.max_seq_length,
+        ft.data.batch_size,
+        ft.trainer.max_epochs,
+        ft.trainer.max_steps,
+    ) == (
         32,
         8,
         2,
         -1,
     )
     plain = compose("finetune", ["task.train_file=x", out])
-    assert (plain.max_seq_length, plain.trainer.max_epochs) == (128, 3)
+    assert (plain.data.max_seq_length, plain.trainer.max_epochs) == (128, 3)
 
 
 def test_precision_and_seed_come_from_the_config(tmp_path):
@@ -438,14 +449,19 @@ def start(tmp_path):
 
 @pytest.mark.parametrize(
     "ignored",
-    ["model=bert_mini", "model.hidden_size=64", "tokenizer=TOK", "tokenizer_vocab_size=99"],
+    [
+        "model=bert_mini",
+        "model.hidden_size=64",
+        "data.tokenizer.path=TOK",
+        "data.tokenizer.vocab_size=99",
+    ],
 )
-def test_settings_of_a_random_start_are_refused_with_pretrained(start, capsys, ignored):
+def test_settings_of_a_random_start_are_refused_with_init_from(start, capsys, ignored):
     tmp_path, argv = start
     ignored = ignored.replace("TOK", str(tmp_path / "tokenizer.json"))
-    err = cli_error(capsys, *argv, f"pretrained={tmp_path / 'pre.ckpt'}", ignored)
+    err = cli_error(capsys, *argv, f"init_from={tmp_path / 'pre.ckpt'}", ignored)
     assert err == (
-        f"error: {ignored}: pretrained={tmp_path / 'pre.ckpt'} gives the encoder and its "
+        f"error: {ignored}: init_from={tmp_path / 'pre.ckpt'} gives the encoder and its "
         "tokenizer (these shape a random start only); leave them out"
     )
     assert not (tmp_path / "h" / "results.json").exists()
@@ -454,10 +470,10 @@ def test_settings_of_a_random_start_are_refused_with_pretrained(start, capsys, i
 def test_a_vocabulary_size_is_refused_with_a_given_tokenizer(start, capsys):
     tmp_path, argv = start
     tok = tmp_path / "tokenizer.json"
-    err = cli_error(capsys, *argv, f"tokenizer={tok}", "tokenizer_vocab_size=99")
+    err = cli_error(capsys, *argv, f"data.tokenizer.path={tok}", "data.tokenizer.vocab_size=99")
     assert err == (
-        f"error: tokenizer_vocab_size=99: tokenizer={tok} is used as it is (the size of a "
-        "tokenizer trained on the train file); leave it out"
+        f"error: data.tokenizer.vocab_size=99: data.tokenizer.path={tok} is used as it is "
+        "(the size of a tokenizer trained on the train file); leave it out"
     )
 
 

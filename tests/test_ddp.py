@@ -84,7 +84,7 @@ def test_ddp_ranking_batches_hold_whole_groups_split_between_ranks(tmp_path):
 
     extra = [*task_files(tmp_path, "ad_relevance"), "trainer=ddp_sim", "trainer.max_epochs=1"]
     extra += ["+callbacks.record._target_=test_ddp.RecordGroups", f"hydra.run.dir={tmp_path}"]
-    extra += [f"+callbacks.record.out_dir={tmp_path}", "batch_size=4"]
+    extra += [f"+callbacks.record.out_dir={tmp_path}", "data.batch_size=4"]
     args = overrides(tmp_path, "ad_relevance", *extra)
     write_tokenizer(tmp_path / "tokenizer.json")
     run_script("finetune.py", args, tmp_path)

@@ -425,13 +425,13 @@ def test_a_student_from_the_teachers_layers_exports_and_fine_tunes(tmp_path, tea
             [
                 "debug=tiny",
                 f"paths.output_dir={tmp_path / 'ft'}",
-                f"pretrained={ckpt}",
+                f"init_from={ckpt}",
                 f"task.train_file={tmp_path / 'train.csv'}",
                 "trainer.max_steps=3",
             ],
         )
     )
-    assert results["pretrained"] == f"checkpoint {ckpt}"
+    assert results["init_from"] == f"checkpoint {ckpt}"
 
 
 def test_a_student_starts_from_its_teachers_principal_embeddings_and_trains(

@@ -192,7 +192,7 @@ def test_both_images_smoke_the_same_tiny_runs():
     assert int(overrides["trainer.max_steps"]) <= 2
     tuned = dict(o.split("=", 1) for o in finetune[2:])
     assert int(tuned["trainer.max_steps"]) <= 2
-    assert tuned["pretrained"] == f"{overrides['paths.output_dir']}/checkpoints/last.ckpt"
+    assert tuned["init_from"] == f"{overrides['paths.output_dir']}/checkpoints/last.ckpt"
     # everything it writes lies in SMOKE_DIR, which it removes
     written = [overrides["paths.output_dir"], overrides["data.cache_dir"], data[2]]
     written += [tuned["paths.output_dir"], tuned["paths.log_dir"]]

@@ -128,7 +128,7 @@ def workspace(tmp_path_factory):
             [
                 "task=ad_relevance",
                 f"task.train_file={ws / 'ads.csv'}",
-                f"pretrained={ckpt}",
+                f"init_from={ckpt}",
                 f"paths.output_dir={fine}",
                 *STEPS,
             ],
@@ -210,7 +210,7 @@ def run_command(args: list[str], tmp: Path, ws: dict) -> None:
             ]
     else:
         # an experiment's model is its own: only its batches shrink
-        tiny += ["max_seq_length=32", "batch_size=8"] if experiment else ["debug=tiny"]
+        tiny += ["data.max_seq_length=32", "data.batch_size=8"] if experiment else ["debug=tiny"]
     if "hparams_search=" in chosen:
         tiny.append("hydra.sweeper.n_trials=2")
     if "-m" in overrides or "hparams_search=" in chosen:  # a multirun needs Hydra's launcher

@@ -73,7 +73,7 @@ def test_every_model_on_every_task_beside_random_weights(suite, capsys):
     assert list(report["models"]) == ["ours", "hf_bert", "random"]
     cell = suite / "suite/cells/random/sst2/seed2"
     results = json.loads((cell / "results.json").read_text())
-    assert results["pretrained"] is None and (cell / "train.log").is_file()
+    assert results["init_from"] is None and (cell / "train.log").is_file()
     cfg = yaml.safe_load((cell / "config_resolved.yaml").read_text())
     assert cfg["model"]["hidden_size"] == 32 and cfg["seed"] == 2
     assert cfg["task"]["subsample"]["train"] == 40
@@ -172,7 +172,9 @@ def test_the_random_row_has_the_shape_of_the_model(suite):
     assert [m.name for m in models] == ["hf_bert", "deeper", "random-hf_bert", "random-deeper"]
     assert "model.num_hidden_layers=3" in models[3].overrides
     assert "model.num_hidden_layers=2" in models[2].overrides
-    saved = [p for p in models[2].overrides if p.startswith("tokenizer=")][0].split("=", 1)[1]
+    saved = [p for p in models[2].overrides if p.startswith("data.tokenizer.path=")][0].split(
+        "=", 1
+    )[1]
     assert Tokenizer.from_file(saved).get_vocab() == tok.get_vocab()
     # an init is not a shape: a run started from sinusoidal positions shares BERT's random row
     write_our_ckpt(suite / "sin.ckpt", tok, position_embedding_init="sinusoidal")

@@ -138,7 +138,7 @@ def test_resuming_with_another_model_names_the_settings(tmp_path, capsys):
     ads = write_csv(tmp_path / "ads.csv", ad_rows())
     run = [f"hydra.run.dir={tmp_path / 'h'}", f"paths.output_dir={tmp_path / 'run'}"]
     task = ["task=ad_relevance", f"task.train_file={ads}", "task.label_type=graded"]
-    bi = ["task.architecture=bi_encoder", "task.pooling=mean", "max_seq_length=32"]
+    bi = ["task.architecture=bi_encoder", "task.pooling=mean", "data.max_seq_length=32"]
     err = cli_error(capsys, "finetune", *task, *bi, f"ckpt_path={tuned}", *run)
     assert err == (
         f"error: {tuned}: its model has task.architecture=cross_encoder, task.pooling=cls, "
@@ -180,7 +180,7 @@ def test_vocabulary_mismatch_as_pretrained(tmp_path, mismatched, capsys):
     path, message = mismatched
     train = write_csv(tmp_path / "train.csv", sentiment_rows(20))
     run = [f"hydra.run.dir={tmp_path / 'h'}", f"paths.output_dir={tmp_path / 'run'}"]
-    err = cli_error(capsys, "finetune", f"task.train_file={train}", f"pretrained={path}", *run)
+    err = cli_error(capsys, "finetune", f"task.train_file={train}", f"init_from={path}", *run)
     assert err == message
 
 

@@ -44,7 +44,7 @@ def test_each_task_trains_and_writes_its_outputs(tmp_path, task):
         ["test/loss", *(f"test/{m}" for m in MAIN_METRIC[task])]
     )
     assert all(math.isfinite(v) for v in results["test"].values())
-    assert results["pretrained"] is None and results["steps"] > 0
+    assert results["init_from"] is None and results["steps"] > 0
     for name in ("metrics.csv", "loss_curve.png", "val_metric.png", "checkpoints/last.ckpt"):
         assert (run / name).is_file(), name
     assert results["best_val"]
@@ -97,12 +97,12 @@ def test_frozen_encoder_stays_bitwise_unchanged(tmp_path, source):
             tmp_path,
             "seq_classification",
             *task_files(tmp_path, "seq_classification"),
-            f"pretrained={path}",
+            f"init_from={path}",
             "freeze_encoder=true",
         ),
     )
     results = finetune(cfg)
-    assert results["pretrained"] and results["freeze_encoder"]
+    assert results["init_from"] and results["freeze_encoder"]
     after = read_checkpoint(tmp_path / "run" / "checkpoints" / "last.ckpt").state_dict
     encoder = [k for k in before if k.startswith("bert.")]
     assert encoder and all(torch.equal(after[k], before[k]) for k in encoder)
@@ -189,7 +189,7 @@ def test_bi_encoder_trains_beside_its_baselines(tmp_path):
     tok = write_tokenizer(tmp_path / "tokenizer.json")
     start = write_hf_folder(tmp_path / "hf", tok)
     data = write_dataset(tmp_path / "hd", "home_depot")
-    extra = [f"data_dir={data}", f"pretrained={tmp_path / 'hf'}", "task.architecture=bi_encoder"]
+    extra = [f"data_dir={data}", f"init_from={tmp_path / 'hf'}", "task.architecture=bi_encoder"]
     extra += ["optim.lr=1e-7", "optim.head_lr=0.05"]
     cfg = compose("finetune", overrides(tmp_path, "ad_relevance", "dataset=home_depot", *extra))
     results = finetune(cfg)
@@ -217,7 +217,7 @@ def test_a_bi_encoder_trains_with_the_in_batch_contrastive_term(tmp_path):
     for weight in (0.0, 1.0):
         extra = [
             f"data_dir={data}",
-            f"pretrained={tmp_path / 'hf'}",
+            f"init_from={tmp_path / 'hf'}",
             "task.architecture=bi_encoder",
         ]
         extra += [f"task.contrastive_weight={weight}", f"paths.output_dir={tmp_path / str(weight)}"]
@@ -238,7 +238,7 @@ def test_layer_decay_fine_tunes_each_layer_at_its_rate(tmp_path):
     tok = write_tokenizer(tmp_path / "tokenizer.json")
     write_our_ckpt(tmp_path / "pre.ckpt", tok)
     files = task_files(tmp_path, "seq_classification")
-    extra = [f"pretrained={tmp_path / 'pre.ckpt'}", "optim.layer_decay=0.5", "optim.lr=1e-3"]
+    extra = [f"init_from={tmp_path / 'pre.ckpt'}", "optim.layer_decay=0.5", "optim.lr=1e-3"]
     extra += ["optim.warmup_ratio=0", "trainer.max_epochs=1"]
     cfg = compose("finetune", overrides(tmp_path, "seq_classification", *files, *extra))
     assert finetune(cfg)["steps"] > 0
@@ -257,7 +257,7 @@ def test_dropout_overrides_the_pretrained_models(tmp_path):
     tok = write_tokenizer(tmp_path / "tokenizer.json")
     write_our_ckpt(tmp_path / "pre.ckpt", tok)  # pretrained with 0.1
     files = task_files(tmp_path, "seq_classification")
-    extra = [f"pretrained={tmp_path / 'pre.ckpt'}", "dropout=0.0", "trainer.max_epochs=1"]
+    extra = [f"init_from={tmp_path / 'pre.ckpt'}", "dropout=0.0", "trainer.max_epochs=1"]
     results = finetune(
         compose("finetune", overrides(tmp_path, "seq_classification", *files, *extra))
     )

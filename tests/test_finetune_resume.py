@@ -18,7 +18,7 @@ def run(tmp_path, out, *extra):
         [
             *overrides(tmp_path, "seq_classification", *task_files(tmp_path, "seq_classification")),
             f"paths.output_dir={out}",
-            "batch_size=4",  # ~10 batches an epoch: step 4 is mid-epoch
+            "data.batch_size=4",  # ~10 batches an epoch: step 4 is mid-epoch
             "trainer.max_steps=8",
             "trainer.max_epochs=-1",
             "trainer.val_check_interval=2",
@@ -57,7 +57,7 @@ def test_killed_and_resumed_finetuning_matches_the_uninterrupted_one(tmp_path):
 
 def test_the_checkpoint_keeps_the_fine_tuned_max_seq_length(tmp_path):
     write_tokenizer(tmp_path / "tokenizer.json")
-    run(tmp_path, tmp_path / "run", "trainer.max_steps=2", "max_seq_length=24")
+    run(tmp_path, tmp_path / "run", "trainer.max_steps=2", "data.max_seq_length=24")
     ckpt = tmp_path / "run" / "checkpoints" / "last.ckpt"
     assert read_checkpoint(ckpt).hparams["max_seq_length"] == 24
     # `bert-lightning score`'s default

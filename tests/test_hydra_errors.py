@@ -90,7 +90,7 @@ WRONG_ENTRY = [
     (
         "finetune.py",
         "cpu_30min",
-        f"data: a key of train.py's configs (an experiment of train.py? {OTHERS}: "
+        f"data.masking: a key of train.py's configs (an experiment of train.py? {OTHERS}: "
         "python train.py experiment=...)",
     ),
 ]

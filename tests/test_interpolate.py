@@ -49,7 +49,7 @@ def runs(tmp_path_factory):
     data = write_dataset(tmp / "hd", "home_depot")
     out = {}
     for arch in ("bi_encoder", "cross_encoder"):
-        extra = [f"data_dir={data}", f"pretrained={tmp / 'hf'}", f"task.architecture={arch}"]
+        extra = [f"data_dir={data}", f"init_from={tmp / 'hf'}", f"task.architecture={arch}"]
         extra += ["optim.lr=1e-2", f"paths.output_dir={tmp / arch}", "trainer.max_epochs=2"]
         finetune(compose("finetune", overrides(tmp, "ad_relevance", "dataset=home_depot", *extra)))
         out[arch] = next((tmp / arch / "checkpoints").glob("best-step*.ckpt"))
@@ -191,7 +191,7 @@ def test_a_start_that_is_not_known_or_not_the_start_is_one_line(runs, tmp_path, 
     assert cli_error(
         capsys, "interpolate", str(moved), str(tmp_path / "o.ckpt"), "--alpha", "0.5"
     ) == (
-        f"error: {moved}: where its weights started is not known (no pretrained= in its run's "
+        f"error: {moved}: where its weights started is not known (no init_from= in its run's "
         "config_resolved.yaml: random weights, or a moved checkpoint); give --start"
     )
     other = tmp_path / "other"

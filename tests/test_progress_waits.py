@@ -53,7 +53,7 @@ def run(tmp_path_factory):
     tok = write_tokenizer(tmp / "tokenizer.json")
     write_hf_folder(tmp / "hf", tok)
     data = write_dataset(tmp / "hd", "home_depot")
-    extra = [f"data_dir={data}", f"pretrained={tmp / 'hf'}", f"paths.output_dir={tmp / 'run'}"]
+    extra = [f"data_dir={data}", f"init_from={tmp / 'hf'}", f"paths.output_dir={tmp / 'run'}"]
     cfg = compose("finetune", overrides(tmp, "ad_relevance", "dataset=home_depot", *extra))
     logging.root.handlers[:] = handlers
     return tmp, cfg

@@ -409,17 +409,17 @@ def pretrained_regression(tmp_path, *extra):
     its last.ckpt, at step 4."""
     write_our_ckpt(tmp_path / "pre.ckpt", write_tokenizer(tmp_path / "tokenizer.json"))
     write_jsonl(tmp_path / "train.jsonl", regression_rows(48))
-    return finetune_regression(tmp_path, f"pretrained={tmp_path / 'pre.ckpt'}", *extra)
+    return finetune_regression(tmp_path, f"init_from={tmp_path / 'pre.ckpt'}", *extra)
 
 
 def test_a_resumed_fine_tuning_names_what_it_started_from(tmp_path):
     """results.json of a resumed run names the pretrained weights of its first part, not
     null."""
     first = pretrained_regression(tmp_path)
-    assert first["pretrained"] == f"checkpoint {tmp_path / 'pre.ckpt'}"
+    assert first["init_from"] == f"checkpoint {tmp_path / 'pre.ckpt'}"
     last = tmp_path / "run" / "checkpoints" / "last.ckpt"
     resumed = finetune_regression(tmp_path, f"ckpt_path={last}", "trainer.max_steps=6")
-    assert resumed["steps"] == 6 and resumed["pretrained"] == first["pretrained"]
+    assert resumed["steps"] == 6 and resumed["init_from"] == first["init_from"]
 
 
 def test_a_frozen_encoder_resumed_without_freeze_encoder_is_refused(tmp_path):

@@ -81,7 +81,7 @@ def run_from_step_6(tmp_path):
     """A fine-tuning run from a pretraining checkpoint at step 6; its best checkpoint."""
     tok = write_tokenizer(tmp_path / "tokenizer.json")
     pretrained_at(tmp_path / "pt.ckpt", tok, 6)
-    extra = [*task_files(tmp_path, "seq_classification"), f"pretrained={tmp_path / 'pt.ckpt'}"]
+    extra = [*task_files(tmp_path, "seq_classification"), f"init_from={tmp_path / 'pt.ckpt'}"]
     finetune(compose("finetune", overrides(tmp_path, "seq_classification", *extra)))
     return tok, next((tmp_path / "run/checkpoints").glob("best-step*.ckpt"))
 
@@ -172,7 +172,7 @@ def test_a_finished_cell_is_reused_only_with_its_weights_settings_and_data(tmp_p
         "[1/1] ours sst2 seed 1",
     ]
     cfg = yaml.safe_load((cell / "config_resolved.yaml").read_text())
-    assert cfg["pretrained"] == str(tmp_path / "pt2.ckpt") and cfg["optim"]["lr"] == 1e-2
+    assert cfg["init_from"] == str(tmp_path / "pt2.ckpt") and cfg["optim"]["lr"] == 1e-2
     results = json.loads((cell / "results.json").read_text())
     report = json.loads((tmp_path / "suite/downstream.json").read_text())
     assert report["models"]["ours"]["cells"]["sst2"]["1"] == results["test"]["test/acc"]
@@ -268,7 +268,12 @@ def test_the_random_rows_tokenizer_file_is_named_by_what_it_holds(tmp_path):
     for _ in range(2):  # the second suite finds the files written
         models = pretrained_models([str(tmp_path / "a"), str(tmp_path / "b")], tmp_path, True)
         assert [m.name for m in models] == ["a", "b", "random-a", "random-b"]
-        saved = [o.split("=", 1)[1] for m in models[2:] for o in m.overrides if "tokenizer=" in o]
+        saved = [
+            o.split("=", 1)[1]
+            for m in models[2:]
+            for o in m.overrides
+            if "data.tokenizer.path=" in o
+        ]
         assert saved[0] != saved[1]
         for path, want in zip(saved, (tok, other), strict=True):
             assert Tokenizer.from_file(path).get_vocab() == want.get_vocab()

@@ -247,7 +247,7 @@ def test_fine_tuning_starts_from_an_rtd_checkpoint(rtd_run, tmp_path):
         [
             "debug=tiny",
             f"paths.output_dir={tmp_path / 'ft'}",
-            f"pretrained={ckpt}",
+            f"init_from={ckpt}",
             f"task.train_file={tmp_path / 'train.csv'}",
             "trainer.max_steps=3",
         ],

@@ -133,7 +133,7 @@ def test_a_sigterm_while_a_fine_tuning_run_tests_ends_it_at_once(tmp_path):
     from finetune_fixtures import overrides, task_files, write_tokenizer
 
     write_tokenizer(tmp_path / "tokenizer.json")
-    probe = [f"+callbacks.stop._target_={__name__}.SignalAtTest", "eval_batch_size=4"]
+    probe = [f"+callbacks.stop._target_={__name__}.SignalAtTest", "data.eval_batch_size=4"]
     task = "seq_classification"
     cfg = compose("finetune", overrides(tmp_path, task, *task_files(tmp_path, task), *probe))
     handlers = [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)]

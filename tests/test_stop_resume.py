@@ -110,7 +110,12 @@ JOBS = {
     # 8 steps, a validation every 2 (mid-epoch), last.ckpt every 4, ranked with baselines
     "finetune steps": fine_tuning(
         "ad_relevance",
-        *("batch_size=4", "eval_batch_size=2", "trainer.max_steps=8", "trainer.max_epochs=-1"),
+        *(
+            "data.batch_size=4",
+            "data.eval_batch_size=2",
+            "trainer.max_steps=8",
+            "trainer.max_epochs=-1",
+        ),
         *("trainer.val_check_interval=2", "trainer.check_val_every_n_epoch=null"),
         *("callbacks.model_checkpoint.every_n_train_steps=4", "~callbacks.early_stopping"),
     ),
@@ -118,13 +123,13 @@ JOBS = {
     # in batches of 4: 2 batches) at each epoch's end, early stopping on the loss
     "finetune epochs": fine_tuning(
         "seq_classification",
-        *("batch_size=5", "eval_batch_size=4", "trainer.max_epochs=6"),
+        *("data.batch_size=5", "data.eval_batch_size=4", "trainer.max_epochs=6"),
         *("task.monitor=loss", "task.mode=min", "callbacks.early_stopping.patience=1"),
     ),
     # the same with last.ckpt every 4 steps (crash recovery): its last save at an epoch's end
     "finetune epochs saved every 4": fine_tuning(
         "seq_classification",
-        *("batch_size=5", "eval_batch_size=4", "trainer.max_epochs=6"),
+        *("data.batch_size=5", "data.eval_batch_size=4", "trainer.max_epochs=6"),
         *("task.monitor=loss", "task.mode=min", "callbacks.early_stopping.patience=1"),
         "callbacks.model_checkpoint.every_n_train_steps=4",
     ),

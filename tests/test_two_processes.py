@@ -69,13 +69,13 @@ FINE_TUNING = {
     # 31 and 7 rows in batches of 3: the ranks hold 16 and 15 (6 batches each), 4 and 3 (2)
     "seq_classification": (
         (sentiment_rows(48), sentiment_rows(31, seed=1), sentiment_rows(7, seed=2)),
-        ["eval_batch_size=3"],
+        ["data.eval_batch_size=3"],
         {"val/acc", "val/f1", "val/loss", "test/acc", "test/loss"},
     ),
     # queries of 3 rows, 33 and 9 in batches of 4: a query lies across the ranks' halves
     "ad_relevance": (
         (ad_rows(12), held_out(ad_rows(11), "dev"), held_out(ad_rows(3), "test")),
-        ["eval_batch_size=4", "task.label_type=graded", "task.monitor=ndcg@10"],
+        ["data.eval_batch_size=4", "task.label_type=graded", "task.monitor=ndcg@10"],
         {"val/ndcg@10", "val/spearman", "val/loss", "test/ndcg@10", "test/loss"},
     ),
 }

@@ -43,7 +43,7 @@ def run(overrides: list[str]) -> None:
 def register(sub) -> None:
     sub.add_parser(
         "finetune",
-        help="fine-tune; Hydra overrides as finetune.py (task=... pretrained=...)",
+        help="fine-tune; Hydra overrides as finetune.py (task=... init_from=...)",
         add_help=False,
     )
 

@@ -4,7 +4,7 @@ encoder moved back towards the weights it started from, `(1 - a) * start + a * f
 fine-tuning data, at no cost at inference. `--alpha A` writes one; without it, a = 0, 0.1,
 ..., 1 are scored on the run's own validation split (or `--validation FILE`) and the best by
 the task's main metric (`task.monitor`) is written, but a = 1, the fine-tuned model as it is,
-only with `--write-anyway` (a line says so). The start is the run's `pretrained=` (its
+only with `--write-anyway` (a line says so). The start is the run's `init_from=` (its
 `config_resolved.yaml`), or `--start`: with the tokenizer and, by content, the weights the
 checkpoint records it started from (a start that went on training since is refused)."""
 
@@ -53,7 +53,7 @@ def run_config(ckpt_path: str | Path) -> dict | None:
         raise UserError(f"{path}: not a YAML file ({str(e).splitlines()[0]})") from None
     if not isinstance(raw, dict) or not isinstance(raw.get("task"), dict):
         raise UserError(f"{path}: no task section; not the record of a fine-tuning run")
-    check_values(raw, {"seed": int, "pretrained": str | None}, str(path))
+    check_values(raw, {"seed": int, "init_from": str | None}, str(path))
     return raw
 
 
@@ -150,10 +150,10 @@ def interpolate(
 
     ft = read_checkpoint(ckpt_path, FINETUNING, "interpolate")
     cfg = run_config(ckpt_path)
-    start = start or (cfg.get("pretrained") if cfg is not None else None)
+    start = start or (cfg.get("init_from") if cfg is not None else None)
     if not start:
         raise UserError(
-            f"{ckpt_path}: where its weights started is not known (no pretrained= in its run's "
+            f"{ckpt_path}: where its weights started is not known (no init_from= in its run's "
             "config_resolved.yaml: random weights, or a moved checkpoint); give --start"
         )
     begin = read_checkpoint(start)
@@ -207,7 +207,7 @@ def register(sub) -> None:
         "--alpha", type=float, help="0: the start's encoder, 1: the fine-tuned one (default: "
         "the best of 0, 0.1, ..., 1 on the validation split)"
     )  # fmt: skip
-    p.add_argument("--start", help="the weights it started from (default: the run's pretrained=)")
+    p.add_argument("--start", help="the weights it started from (default: the run's init_from=)")
     p.add_argument("--validation", help="a file in the task's format (default: the run's split)")
     p.add_argument(
         "--write-anyway",

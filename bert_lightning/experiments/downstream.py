@@ -67,7 +67,7 @@ class TaskBudget:
 @dataclass(frozen=True)
 class Model:
     name: str
-    overrides: tuple[str, ...]  # what starts it: pretrained=..., or random weights of a shape
+    overrides: tuple[str, ...]  # what starts it: init_from=..., or random weights of a shape
     source: str
     digest: str  # its weights by content (`file_digest`); random weights: its tokenizer's
 
@@ -101,7 +101,7 @@ def pretrained_models(specs: list[str], out: Path, random: bool) -> list[Model]:
     for spec in specs:
         name, _, path = spec.partition("=") if "=" in spec else (model_name(spec), "", spec)
         ckpt = read_checkpoint(path)
-        models.append(Model(name, (f"pretrained={path}",), ckpt.source, file_digest(path)))
+        models.append(Model(name, (f"init_from={path}",), ckpt.source, file_digest(path)))
         shape = {k: v for k, v in asdict(ckpt.config).items() if k not in NOT_SHAPE}
         key = fingerprint(shape, ckpt.tokenizer.to_str())
         shapes.setdefault(key, (name, shape, ckpt.tokenizer))
@@ -117,7 +117,9 @@ def pretrained_models(specs: list[str], out: Path, random: bool) -> list[Model]:
             save_tokenizer(tok, tok_path)
         model = tuple(f"model.{k}={v}" for k, v in shape.items())
         source = f"random weights, {like}'s shape"
-        models.append(Model(name, (f"tokenizer={tok_path}", *model), source, file_digest(tok_path)))
+        models.append(
+            Model(name, (f"data.tokenizer.path={tok_path}", *model), source, file_digest(tok_path))
+        )
     return models
 
 
@@ -136,8 +138,8 @@ def cell_overrides(common, task: TaskBudget, data_dir: Path, seed: int, folder: 
         f"task.subsample.test={null(task.test_rows)}",
         f"trainer.max_epochs={task.epochs}",
         f"optim.lr={task.lr}",
-        f"max_seq_length={task.max_seq_length}",
-        f"batch_size={task.batch_size}",
+        f"data.max_seq_length={task.max_seq_length}",
+        f"data.batch_size={task.batch_size}",
         *common,
         *task.overrides,
     ]
@@ -199,7 +201,7 @@ def cell_key(model: Model, cfg: DictConfig) -> dict[str, str]:
     files = [cfg.task[k] for k in sorted(cfg.task) if k.endswith("_file") and cfg.task[k]]
     return {
         "weights": fingerprint(
-            model.digest, file_digest(encoder) if encoder and encoder != cfg.pretrained else None
+            model.digest, file_digest(encoder) if encoder and encoder != cfg.init_from else None
         ),
         "settings": fingerprint(settings),
         "data": fingerprint(file_stamps(f for f in files if os.path.isfile(f))),

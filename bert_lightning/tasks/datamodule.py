@@ -54,7 +54,7 @@ class TaskDataModule(KeepsTrainLoaderPosition, L.LightningDataModule):
         for key in ("task.train_file", "task.validation_file", "task.test_file"):
             if record[key] is not None:
                 record[key] = [[*file_stamps([record[key]])[0], file_digest(record[key])]]
-        return record | {"max_seq_length": self.max_seq_length, "seed": self.seed}
+        return record | {"data.max_seq_length": self.max_seq_length, "seed": self.seed}
 
     @property
     def rows(self) -> dict[str, int]:

@@ -17,13 +17,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from bert_lightning.atomic import write_json
 from bert_lightning.checkpoint import FINETUNING, ResumePoint, read_checkpoint
+from bert_lightning.choices import FINETUNE
 from bert_lightning.data.tokenizer import load_tokenizer, special_ids, train_wordpiece
 from bert_lightning.errors import UserError
 from bert_lightning.fingerprints import file_digest
 from bert_lightning.inference import table_scores, zero_shot_cosines
 from bert_lightning.progress import Waiting
 from bert_lightning.run_folder import drop_phase_metrics
-from bert_lightning.shipped import CONFIG_DIR
 from bert_lightning.tasks.base import load_splits, train_texts
 from bert_lightning.tasks.datamodule import TaskDataModule
 from bert_lightning.tasks.kinds import make_task
@@ -36,40 +36,40 @@ from bert_lightning.weights import ENCODER, load_weights
 
 log = logging.getLogger(__name__)
 
-RESUME_USE = "ckpt_path (resuming a fine-tuning run; pretrained= starts one)"
-SHIPPED = OmegaConf.load(CONFIG_DIR / "finetune.yaml")  # a value the user set differs from it
+RESUME_USE = "ckpt_path (resuming a fine-tuning run; init_from= starts one)"
 
 
 def encoder_and_tokenizer(cfg: DictConfig, train: dict):
-    """(config, tokenizer, pretrained or None): from `pretrained`, else random weights of
-    `model` with `tokenizer` (or a WordPiece trained on the `train` table)."""
-    if cfg.ckpt_path:  # resuming: the run's own tokenizer, whatever `pretrained` says
+    """(config, tokenizer, start checkpoint or None): from `init_from`, else random weights
+    of `model` with `data.tokenizer.path` (or a WordPiece trained on the `train` table)."""
+    if cfg.ckpt_path:  # resuming: the run's own tokenizer, whatever `init_from` says
         pre = read_checkpoint(cfg.ckpt_path, FINETUNING, RESUME_USE)
         log.info("resuming from %s", pre.source)
         return pre.config, pre.tokenizer, None
-    if cfg.pretrained:
-        if ignored := command_line("model", "tokenizer", "tokenizer_vocab_size"):
+    tokenizer = cfg.data.tokenizer
+    if cfg.init_from:
+        if ignored := command_line("model", "data.tokenizer"):
             raise UserError(
-                f"{' '.join(ignored)}: pretrained={cfg.pretrained} gives the encoder and its "
+                f"{' '.join(ignored)}: init_from={cfg.init_from} gives the encoder and its "
                 "tokenizer (these shape a random start only); leave them out"
             )
-        pre = read_checkpoint(cfg.pretrained)
+        pre = read_checkpoint(cfg.init_from)
         log.info("fine-tuning from %s", pre.source)
         return pre.config, pre.tokenizer, pre
-    if cfg.tokenizer:
-        if ignored := command_line("tokenizer_vocab_size"):
+    if tokenizer.path:
+        if ignored := command_line("data.tokenizer.vocab_size"):
             raise UserError(
-                f"{' '.join(ignored)}: tokenizer={cfg.tokenizer} is used as it is (the size "
-                "of a tokenizer trained on the train file); leave it out"
+                f"{' '.join(ignored)}: data.tokenizer.path={tokenizer.path} is used as it is "
+                "(the size of a tokenizer trained on the train file); leave it out"
             )
-        tok = load_tokenizer(cfg.tokenizer)
+        tok = load_tokenizer(tokenizer.path)
     else:
         texts = train_texts(train)
-        tok = train_wordpiece(lambda: iter(texts), cfg.tokenizer_vocab_size, max_docs=None)  # all
+        tok = train_wordpiece(lambda: iter(texts), tokenizer.vocab_size, max_docs=None)  # all
     config = instantiate(
         cfg.model, "model", vocab_size=tok.get_vocab_size(), pad_token_id=special_ids(tok)["[PAD]"]
     )
-    log.warning("no `pretrained` given: the encoder starts from RANDOM weights (no pretraining)")
+    log.warning("no `init_from` given: the encoder starts from RANDOM weights (no pretraining)")
     return config, tok, None
 
 
@@ -79,22 +79,23 @@ def build(cfg: DictConfig, start: ResumePoint | None = None):
     its data the same unless `resume_with_new_data`)."""
     check_types(cfg.optim, "optim")  # before the data are read
     soft = cfg.soft_labels
-    if not soft.encoder and soft.weight != SHIPPED.soft_labels.weight:
+    if not soft.encoder and soft.weight != FINETUNE.soft_labels.weight:
         raise UserError(
             f"soft_labels.weight={soft.weight}: weighs soft_labels.encoder's zero-shot scores, "
             "and no soft_labels.encoder is given; give one or leave the weight out"
         )
+    data = cfg.data
     task, tables = load_splits(make_task(OmegaConf.to_container(cfg.task, resolve=True)), cfg.seed)
     if soft.encoder:
-        encoder = partial(zero_shot_cosines, soft.encoder, max_seq_length=cfg.max_seq_length)
+        encoder = partial(zero_shot_cosines, soft.encoder, max_seq_length=data.max_seq_length)
         tables["train"] = task.with_soft_labels(tables["train"], encoder, soft.weight)
     config, tokenizer, pre = encoder_and_tokenizer(cfg, tables["train"])
     if cfg.dropout is not None:  # a checkpoint pretrained without dropout fine-tunes with some
         p = cfg.dropout
         config = replace(config, hidden_dropout_prob=p, attention_probs_dropout_prob=p)
-    if cfg.max_seq_length > config.max_position_embeddings:
+    if data.max_seq_length > config.max_position_embeddings:
         raise UserError(
-            f"max_seq_length={cfg.max_seq_length} exceeds the model's "
+            f"data.max_seq_length={data.max_seq_length} exceeds the model's "
             f"max_position_embeddings={config.max_position_embeddings}"
         )
     check_same_model(start, cfg.ckpt_path, asdict(config), asdict(task.cfg))
@@ -109,9 +110,9 @@ def build(cfg: DictConfig, start: ResumePoint | None = None):
         task=task,
         tables=tables,
         tokenizer=tokenizer,
-        batch_size=cfg.batch_size,
-        eval_batch_size=cfg.eval_batch_size,
-        max_seq_length=cfg.max_seq_length,
+        batch_size=data.batch_size,
+        eval_batch_size=data.eval_batch_size,
+        max_seq_length=data.max_seq_length,
         seed=cfg.seed,
     )
     encoder = soft.encoder  # its scores are in the targets, weighted
@@ -119,7 +120,7 @@ def build(cfg: DictConfig, start: ResumePoint | None = None):
     record |= {"soft_labels.weight": soft.weight} if encoder else {}
     check_same_data(start, cfg.ckpt_path, record, cfg.resume_with_new_data)
     if pre is not None:  # the start, as it was: what `interpolate` moves back towards
-        path = os.path.abspath(cfg.pretrained)
+        path = os.path.abspath(cfg.init_from)
         first = {"path": path, "digest": file_digest(path), "step": pre.step, "source": pre.source}
     else:  # resumed: the first part's start (None: random weights)
         first = start.hparams.get("start") if start is not None else None
@@ -131,7 +132,7 @@ def build(cfg: DictConfig, start: ResumePoint | None = None):
         ),
         cfg.freeze_encoder,
         tokenizer.to_str(),
-        max_seq_length=cfg.max_seq_length,
+        max_seq_length=data.max_seq_length,
         data_record=record,
         start=first,
     )
@@ -163,7 +164,7 @@ def after_fit(cfg: DictConfig, dm: TaskDataModule, module: FinetuneModule, train
         test = trainer.test(module, datamodule=dm, ckpt_path=best, verbose=False)[0]
     results = {
         "task": task.cfg.kind,
-        "pretrained": module.pretrained,
+        "init_from": module.init_from,
         "freeze_encoder": bool(cfg.freeze_encoder),
         "rows": dm.rows,
         "best_checkpoint": kept,
@@ -172,13 +173,13 @@ def after_fit(cfg: DictConfig, dm: TaskDataModule, module: FinetuneModule, train
         "test": {k: float(v) for k, v in test.items()},
     }
     zero_shot = (
-        partial(zero_shot_cosines, cfg.pretrained, max_seq_length=cfg.max_seq_length)
-        if cfg.pretrained
+        partial(zero_shot_cosines, cfg.init_from, max_seq_length=cfg.data.max_seq_length)
+        if cfg.init_from
         else None
     )
     table = dm.tables["test"]  # the best weights, tested above, score its rows
     score = partial(
-        table_scores, module.model.eval(), task, dm.tokenizer, table, cfg.max_seq_length
+        table_scores, module.model.eval(), task, dm.tokenizer, table, cfg.data.max_seq_length
     )
     results |= task.test_report(table, score, zero_shot)
     if report := task.report_table(results):  # the console of a run, a cell's log in the suite
@@ -196,7 +197,9 @@ def finished(cfg: DictConfig, step: int) -> bool:
     return results.is_file() and json.loads(results.read_text()).get("steps") == step
 
 
-FINETUNING_RUN = Entry(FINETUNING, RESUME_USE, build, after_fit, finished, ("data", "train.py"))
+FINETUNING_RUN = Entry(
+    FINETUNING, RESUME_USE, build, after_fit, finished, ("data", FINETUNE.data, "train.py")
+)
 
 
 def finetune(cfg: DictConfig) -> dict | None:

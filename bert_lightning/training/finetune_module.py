@@ -61,7 +61,7 @@ class FinetuneModule(EncoderModule):
         )
 
     @property
-    def pretrained(self) -> str | None:
+    def init_from(self) -> str | None:
         """Where the encoder's weights came from (`start`), as `results.json` names it."""
         start = self.hparams.get("start")
         return start and start.get("source", start["path"])

@@ -273,7 +273,7 @@ def check_same_data(start: ResumePoint | None, ckpt_path: str, record: dict, new
         raise UserError(
             f"{ckpt_path}: its run validated by another metric: {'; '.join(monitor)}; the best "
             "checkpoint and early stopping compare every validation of a run by one metric: "
-            "start a new run from it (pretrained=) to select by another"
+            "start a new run from it (init_from=) to select by another"
         )
     changes = "; ".join(found)
     if not changes:

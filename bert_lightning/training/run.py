@@ -32,16 +32,32 @@ class Entry:
     trainer, before any step (`start`: the checkpoint a resumed run continues, else None);
     `after_fit(cfg, dm, module, trainer)`: what the run returns; `finished(cfg, step)`: whether
     `after_fit` ran to its end after the fit that ended at `step` (else a resume of that fit
-    runs it again: resume.py `already_done`); `foreign`: a top-level key
-    that only the other entry point's configs have, and that entry point (an experiment of
-    the other one composes, and would run its settings half-applied)."""
+    runs it again: resume.py `already_done`); `foreign`: a top-level key, what of it this entry
+    point's root config has (None: nothing), and the other entry point, whose configs have the
+    rest (an experiment of the other one composes, and would run its settings half-applied)."""
 
     checkpoint: str
     use: str
     build: Callable[[DictConfig, ResumePoint | None], Built]
     after_fit: Callable[[DictConfig, L.LightningDataModule, L.LightningModule, L.Trainer], Any]
     finished: Callable[[DictConfig, int], bool]
-    foreign: tuple[str, str]
+    foreign: tuple[str, DictConfig | None, str]
+
+
+def stray_keys(node, own, key: str) -> list[str]:
+    """The dotted keys of `node` (the composed config's `key`) that `own` (this entry point's
+    root config's `key`) has not: all of `key` when it has none."""
+    if node is None:
+        return []
+    if own is None:
+        return [key]
+    out = []
+    for k in node if isinstance(node, DictConfig) and isinstance(own, DictConfig) else ():
+        if k not in own:
+            out.append(f"{key}.{k}")
+        elif isinstance(own[k], DictConfig):
+            out += stray_keys(node[k], own[k], f"{key}.{k}")
+    return out
 
 
 def run(cfg: DictConfig, entry: Entry) -> Any:
@@ -49,10 +65,10 @@ def run(cfg: DictConfig, entry: Entry) -> Any:
     a resumed run had nothing left to do. `validate_before_fit=true` logs the validation loss
     at step 0 (a fresh run's only: the starting point of its loss curve)."""
     out_dir = Path(cfg.paths.output_dir)
-    key, other = entry.foreign
-    if key in cfg:
+    key, own, other = entry.foreign
+    if stray := stray_keys(cfg.get(key), own, key):
         raise UserError(
-            f"{key}: a key of {other}'s configs (an experiment of {other}? its file's first "
+            f"{stray[0]}: a key of {other}'s configs (an experiment of {other}? its file's first "
             f"lines give its command: python {other} experiment=...)"
         )
     with (

@@ -43,10 +43,10 @@ VARIANTS = {
 # name -> finetune.py overrides (`{ckpt}`: the bidirectional run's last checkpoint); the
 # experiment max-pools the last layer, the last row classifies from [CLS] as the tutorial did
 FINETUNE_VARIANTS = {
-    "frozen encoder, head only": ["pretrained={ckpt}", "freeze_encoder=true"],
-    "fine-tuned from pretrained": ["pretrained={ckpt}"],
+    "frozen encoder, head only": ["init_from={ckpt}", "freeze_encoder=true"],
+    "fine-tuned from pretrained": ["init_from={ckpt}"],
     "from a random encoder": [],
-    "fine-tuned from pretrained, [CLS]": ["pretrained={ckpt}", "task.pooling=cls"],
+    "fine-tuned from pretrained, [CLS]": ["init_from={ckpt}", "task.pooling=cls"],
 }
 
 # what the tutorial reports for this setup (percent)
