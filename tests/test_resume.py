@@ -518,7 +518,7 @@ def test_a_resume_validating_by_another_metric_is_refused(new_data):
     assert str(e.value) == (
         "last.ckpt: its run validated by another metric: task.monitor loss -> acc; "
         "task.mode min -> max; the best checkpoint and early stopping compare every validation "
-        "of a run by one metric: start a new run from it (pretrained=) to select by another"
+        "of a run by one metric: start a new run from it (init_from=) to select by another"
     )
 
 

@@ -87,7 +87,7 @@ def run_from_step_6(tmp_path):
 
 
 def test_a_start_that_moved_on_since_fine_tuning_is_one_line(tmp_path, run_from_step_6, capsys):
-    """Row 7b: the run's `pretrained=` file went on training (step 6 -> 9); interpolating from
+    """Row 7b: the run's `init_from=` file went on training (step 6 -> 9); interpolating from
     it gave step 9's weights. The checkpoint records its start; a changed one is refused, the
     file as it was (`--start`) is taken."""
     tok, ckpt = run_from_step_6
