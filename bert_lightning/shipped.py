@@ -25,3 +25,23 @@ def group_defaults(group: str, name: str) -> dict:
     for d in defaults if "_self_" in defaults else [*defaults, "_self_"]:
         out |= raw if d == "_self_" else group_defaults(group, d)
     return out
+
+
+def root_keys(name: str) -> dict:
+    """The top-level keys a root config (`train`, `finetune`) gives: its own values (a plain
+    node as it is: a key an experiment adds under it is not the root's) and, as None, its
+    groups and `hydra`."""
+    raw = OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / f"{name}.yaml"))
+    groups = [next(iter(d)) for d in raw.pop("defaults") if isinstance(d, dict)]
+    names = (g.removeprefix("optional ").partition("@")[0] for g in groups)
+    return {g: None for g in names if "/" not in g} | raw | {"hydra": None}
+
+
+def global_keys() -> set[str]:
+    """The top-level keys the shipped `@package _global_` options add of their own (an
+    experiment's `grammar_data`, a data set's `data_dir`)."""
+    keys = set()
+    for file in CONFIG_DIR.rglob("*.yaml"):
+        if file.read_text(encoding="utf-8").startswith("# @package _global_"):
+            keys |= set(OmegaConf.load(file)) - {"defaults"}
+    return keys

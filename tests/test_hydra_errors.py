@@ -106,3 +106,21 @@ def test_an_experiment_of_the_other_entry_point_is_one_line(
     assert run(entry, monkeypatch, *overrides) == 2
     assert capsys.readouterr().err == f"error: {message}\n"
     assert not (tmp_path / "checkpoints").exists()
+
+
+@pytest.mark.parametrize("entry", ["train.py", "finetune.py"])
+def test_a_key_no_config_of_the_entry_point_has_is_refused_wherever_it_is_set(
+    entry, tmp_path, monkeypatch, capsys
+):
+    """A name no config of the entry point has (a retired one: `pretrained`, `max_seq_length`
+    at the top) set by the user's own experiment composes, and would then be ignored."""
+    (tmp_path / "conf/experiment").mkdir(parents=True)
+    (tmp_path / "conf/experiment/mine.yaml").write_text(
+        "# @package _global_\npretrained: pre.ckpt\nmax_seq_length: 16\n"
+    )
+    over = ("--config-dir", str(tmp_path / "conf"), "experiment=mine", "debug=tiny")
+    over += ("task.train_file=x",) if entry == "finetune.py" else ()
+    assert run(entry, monkeypatch, *over, f"paths.output_dir={tmp_path / 'run'}") == 2
+    want = f"pretrained: not a key of {entry}'s configs (docs/config-keys.md lists them)"
+    assert capsys.readouterr().err == f"error: {want}\n"
+    assert not (tmp_path / "run/checkpoints").exists()

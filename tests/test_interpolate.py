@@ -186,14 +186,10 @@ def test_a_nan_score_is_never_the_best_alpha(runs, tmp_path, capsys, monkeypatch
 
 def test_a_start_that_is_not_known_or_not_the_start_is_one_line(runs, tmp_path, capsys):
     tmp, ckpts = runs
-    moved = tmp_path / "moved.ckpt"
+    moved = tmp_path / "moved.ckpt"  # out of its run folder: the start it records still holds
     moved.write_bytes(ckpts["cross_encoder"].read_bytes())
-    assert cli_error(
-        capsys, "interpolate", str(moved), str(tmp_path / "o.ckpt"), "--alpha", "0.5"
-    ) == (
-        f"error: {moved}: where its weights started is not known (no init_from= in its run's "
-        "config_resolved.yaml: random weights, or a moved checkpoint); give --start"
-    )
+    report = interpolate(str(moved), str(tmp_path / "half.ckpt"), alpha=0.5)
+    assert report["start"] == str(tmp / "hf") and (tmp_path / "half.ckpt").is_file()
     other = tmp_path / "other"
     write_hf_folder(other, load_tokenizer(tmp / "tokenizer.json"), layers=1)
     err = cli_error(
@@ -214,6 +210,10 @@ def test_a_start_that_is_not_known_or_not_the_start_is_one_line(runs, tmp_path, 
     raw = torch.load(moved, weights_only=True)
     del raw["hyper_parameters"]["start"]
     torch.save(raw, moved)
+    assert cli_error(capsys, "interpolate", moved, tmp_path / "o.ckpt", "--alpha", "0.5") == (
+        f"error: {moved}: where its weights started is not known (it records no start: random "
+        "weights, or fine-tuned before checkpoints kept one); give --start"
+    )
     err = cli_error(
         capsys, "interpolate", moved, tmp_path / "o.ckpt", "--alpha", "0.5", "--start", other
     )

@@ -4,9 +4,10 @@ encoder moved back towards the weights it started from, `(1 - a) * start + a * f
 fine-tuning data, at no cost at inference. `--alpha A` writes one; without it, a = 0, 0.1,
 ..., 1 are scored on the run's own validation split (or `--validation FILE`) and the best by
 the task's main metric (`task.monitor`) is written, but a = 1, the fine-tuned model as it is,
-only with `--write-anyway` (a line says so). The start is the run's `init_from=` (its
-`config_resolved.yaml`), or `--start`: with the tokenizer and, by content, the weights the
-checkpoint records it started from (a start that went on training since is refused)."""
+only with `--write-anyway` (a line says so). The start is the one the checkpoint records (its
+run's `init_from=`, kept through resumes and moves), or `--start`: with the tokenizer and, by
+content, the weights the checkpoint records it started from (a start that went on training
+since is refused)."""
 
 from __future__ import annotations
 
@@ -53,7 +54,7 @@ def run_config(ckpt_path: str | Path) -> dict | None:
         raise UserError(f"{path}: not a YAML file ({str(e).splitlines()[0]})") from None
     if not isinstance(raw, dict) or not isinstance(raw.get("task"), dict):
         raise UserError(f"{path}: no task section; not the record of a fine-tuning run")
-    check_values(raw, {"seed": int, "init_from": str | None}, str(path))
+    check_values(raw, {"seed": int}, str(path))
     return raw
 
 
@@ -149,12 +150,12 @@ def interpolate(
     from bert_lightning.weights import interpolated
 
     ft = read_checkpoint(ckpt_path, FINETUNING, "interpolate")
-    cfg = run_config(ckpt_path)
-    start = start or (cfg.get("init_from") if cfg is not None else None)
+    record = ft.hparams.get("start")
+    start = start or (record and record["path"])
     if not start:
         raise UserError(
-            f"{ckpt_path}: where its weights started is not known (no init_from= in its run's "
-            "config_resolved.yaml: random weights, or a moved checkpoint); give --start"
+            f"{ckpt_path}: where its weights started is not known (it records no start: random "
+            "weights, or fine-tuned before checkpoints kept one); give --start"
         )
     begin = read_checkpoint(start)
     check_start(ckpt_path, ft, start, begin)
@@ -162,7 +163,7 @@ def interpolate(
     swept = alpha is None
     if swept:
         task = stored_task(ft.hparams["task"], str(ckpt_path))
-        table = validation_table(ckpt_path, task, cfg, validation)
+        table = validation_table(ckpt_path, task, run_config(ckpt_path), validation)
         metric = task.cfg.monitor  # its direction by the metric, whatever an older record says
         sign = 1 if monitor_mode(metric) == "max" else -1
         data = f"{len(table['text']):,} rows of " + (validation or "the run's validation split")
@@ -207,7 +208,7 @@ def register(sub) -> None:
         "--alpha", type=float, help="0: the start's encoder, 1: the fine-tuned one (default: "
         "the best of 0, 0.1, ..., 1 on the validation split)"
     )  # fmt: skip
-    p.add_argument("--start", help="the weights it started from (default: the run's init_from=)")
+    p.add_argument("--start", help="the weights it started from (default: what it records)")
     p.add_argument("--validation", help="a file in the task's format (default: the run's split)")
     p.add_argument(
         "--write-anyway",

@@ -197,9 +197,7 @@ def finished(cfg: DictConfig, step: int) -> bool:
     return results.is_file() and json.loads(results.read_text()).get("steps") == step
 
 
-FINETUNING_RUN = Entry(
-    FINETUNING, RESUME_USE, build, after_fit, finished, ("data", FINETUNE.data, "train.py")
-)
+FINETUNING_RUN = Entry(FINETUNING, RESUME_USE, build, after_fit, finished, ("finetune", "train"))
 
 
 def finetune(cfg: DictConfig) -> dict | None:

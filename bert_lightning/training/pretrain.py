@@ -67,7 +67,7 @@ PRETRAINING_RUN = Entry(
     build,
     after_fit,
     finished,
-    ("task", None, "finetune.py"),
+    ("train", "finetune"),
 )
 
 

@@ -17,6 +17,7 @@ from omegaconf import DictConfig
 from bert_lightning.checkpoint import ResumePoint, resume_point
 from bert_lightning.errors import UserError
 from bert_lightning.run_folder import failure_marked, keep_metrics_through, own_checkpoints_expected
+from bert_lightning.shipped import global_keys, root_keys
 from bert_lightning.signals import stops_on_signals
 from bert_lightning.training.instantiate import required
 from bert_lightning.training.lightning_api import count_the_fit_done
@@ -32,32 +33,44 @@ class Entry:
     trainer, before any step (`start`: the checkpoint a resumed run continues, else None);
     `after_fit(cfg, dm, module, trainer)`: what the run returns; `finished(cfg, step)`: whether
     `after_fit` ran to its end after the fit that ended at `step` (else a resume of that fit
-    runs it again: resume.py `already_done`); `foreign`: a top-level key, what of it this entry
-    point's root config has (None: nothing), and the other entry point, whose configs have the
-    rest (an experiment of the other one composes, and would run its settings half-applied)."""
+    runs it again: resume.py `already_done`); `configs`: this entry point's root config
+    (`train`, `finetune`) and the other's."""
 
     checkpoint: str
     use: str
     build: Callable[[DictConfig, ResumePoint | None], Built]
     after_fit: Callable[[DictConfig, L.LightningDataModule, L.LightningModule, L.Trainer], Any]
     finished: Callable[[DictConfig, int], bool]
-    foreign: tuple[str, DictConfig | None, str]
+    configs: tuple[str, str]
 
 
-def stray_keys(node, own, key: str) -> list[str]:
-    """The dotted keys of `node` (the composed config's `key`) that `own` (this entry point's
-    root config's `key`) has not: all of `key` when it has none."""
-    if node is None:
-        return []
-    if own is None:
-        return [key]
-    out = []
-    for k in node if isinstance(node, DictConfig) and isinstance(own, DictConfig) else ():
+def stray_key(node: DictConfig, own: dict, prefix: str = "") -> str | None:
+    """The first key of `node` (the composed config, or a plain node of it) that `own` (what
+    the root config gives there) has not; a group's keys are its options' business."""
+    for k in node:
         if k not in own:
-            out.append(f"{key}.{k}")
-        elif isinstance(own[k], DictConfig):
-            out += stray_keys(node[k], own[k], f"{key}.{k}")
-    return out
+            return f"{prefix}{k}"
+        plain = isinstance(own[k], dict) and isinstance(node[k], DictConfig)
+        if plain and (stray := stray_key(node[k], own[k], f"{prefix}{k}.")):
+            return stray
+    return None
+
+
+def refuse_stray_keys(cfg: DictConfig, configs: tuple[str, str]) -> None:
+    """A key that this entry point's configs do not have is set by an experiment or a config
+    file of the other entry point (which would run half-applied), or by nobody's: refused either
+    way, never composed and then ignored (a name a release retired, a misspelt one)."""
+    own, other = (root_keys(c) for c in configs)
+    allowed = own | dict.fromkeys(global_keys() - set(other))
+    if (stray := stray_key(cfg, allowed)) is None:
+        return
+    entry, theirs = (f"{c}.py" for c in configs)
+    if stray.partition(".")[0] in other:
+        raise UserError(
+            f"{stray}: a key of {theirs}'s configs (an experiment of {theirs}? its file's first "
+            f"lines give its command: python {theirs} experiment=...)"
+        )
+    raise UserError(f"{stray}: not a key of {entry}'s configs (docs/config-keys.md lists them)")
 
 
 def run(cfg: DictConfig, entry: Entry) -> Any:
@@ -65,12 +78,7 @@ def run(cfg: DictConfig, entry: Entry) -> Any:
     a resumed run had nothing left to do. `validate_before_fit=true` logs the validation loss
     at step 0 (a fresh run's only: the starting point of its loss curve)."""
     out_dir = Path(cfg.paths.output_dir)
-    key, own, other = entry.foreign
-    if stray := stray_keys(cfg.get(key), own, key):
-        raise UserError(
-            f"{stray[0]}: a key of {other}'s configs (an experiment of {other}? its file's first "
-            f"lines give its command: python {other} experiment=...)"
-        )
+    refuse_stray_keys(cfg, entry.configs)
     with (
         failure_marked(out_dir, bool(cfg.ckpt_path), rank_zero_only.rank) as state,
         stops_on_signals("before training began: nothing saved"),  # the fit defers them
