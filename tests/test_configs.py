@@ -454,6 +454,7 @@ def start(tmp_path):
         "model.hidden_size=64",
         "data.tokenizer.path=TOK",
         "data.tokenizer.vocab_size=99",
+        "data={tokenizer:{vocab_size:99}}",  # a parent's dictionary that sets it
     ],
 )
 def test_settings_of_a_random_start_are_refused_with_init_from(start, capsys, ignored):

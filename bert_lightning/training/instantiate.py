@@ -5,6 +5,7 @@ layers: these need Hydra and OmegaConf."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from functools import partial
 from typing import get_type_hints
@@ -96,11 +97,17 @@ def required(cfg: DictConfig) -> None:
 
 def command_line(*keys: str) -> list[str]:
     """The command line's overrides of `keys` (a group or a key, dotted or not: `model` takes
-    `model=...` and `model.<field>=...`, `data.tokenizer.vocab_size` that one key), none outside
-    a Hydra run: what a user asked for, not a default, so that a setting the run would ignore
-    is refused."""
+    `model=...` and `model.<field>=...`, `data.tokenizer.vocab_size` that one key, and a
+    parent's dictionary that names it: `data={tokenizer:{...}}`), none outside a Hydra run:
+    what a user asked for, not a default, so that a setting the run would ignore is refused."""
     if not HydraConfig.initialized():
         return []
-    task = HydraConfig.get().overrides.task
-    of = lambda o, k: o == k or o.startswith(f"{k}.")
-    return [o for o in task if any(of(o.lstrip("+~").partition("=")[0], k) for k in keys)]
+
+    def sets(override: str, key: str) -> bool:
+        name, _, value = override.lstrip("+~").partition("=")
+        if name == key or name.startswith(f"{key}."):
+            return True
+        child = key.removeprefix(f"{name}.").split(".")[0]
+        return key.startswith(f"{name}.") and re.search(rf"\b{child}\s*:", value) is not None
+
+    return [o for o in HydraConfig.get().overrides.task if any(sets(o, k) for k in keys)]
