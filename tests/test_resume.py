@@ -418,8 +418,17 @@ def test_a_resumed_fine_tuning_names_what_it_started_from(tmp_path):
     first = pretrained_regression(tmp_path)
     assert first["init_from"] == f"checkpoint {tmp_path / 'pre.ckpt'}"
     last = tmp_path / "run" / "checkpoints" / "last.ckpt"
-    resumed = finetune_regression(tmp_path, f"ckpt_path={last}", "trainer.max_steps=6")
+    again = f"init_from={tmp_path / 'pre.ckpt'}"  # the start it records: accepted
+    resumed = finetune_regression(tmp_path, f"ckpt_path={last}", "trainer.max_steps=6", again)
     assert resumed["steps"] == 6 and resumed["init_from"] == first["init_from"]
+    with pytest.raises(UserError) as e:  # another start would be ignored: refused
+        finetune_regression(
+            tmp_path, f"ckpt_path={last}", "trainer.max_steps=8", f"init_from={last}"
+        )
+    assert str(e.value) == (
+        f"init_from={last}: {last} started from {tmp_path / 'pre.ckpt'}; a resumed run goes on "
+        "from its checkpoint (leave init_from out, or give the start it records)"
+    )
 
 
 def test_a_frozen_encoder_resumed_without_freeze_encoder_is_refused(tmp_path):

@@ -124,6 +124,16 @@ def build(cfg: DictConfig, start: ResumePoint | None = None):
         first = {"path": path, "digest": file_digest(path), "step": pre.step, "source": pre.source}
     else:  # resumed: the first part's start (None: random weights)
         first = start.hparams.get("start") if start is not None else None
+        if (
+            start is not None
+            and cfg.init_from
+            and file_digest(cfg.init_from) != (first or {}).get("digest")
+        ):
+            raise UserError(
+                f"init_from={cfg.init_from}: {cfg.ckpt_path} started from "
+                f"{first['path'] if first else 'random weights'}; a resumed run goes on from its "
+                "checkpoint (leave init_from out, or give the start it records)"
+            )
     module = FinetuneModule(
         asdict(config),
         task,
