@@ -38,7 +38,7 @@ from bert_lightning.tasks.base import load_splits
 from bert_lightning.tasks.kinds import stored_task
 from bert_lightning.tasks.ranking import interval, query_values
 
-METRICS = ("spearman", "ndcg@10")
+METRICS = ("query_spearman", "ndcg@10")
 
 
 def compare(arms: dict, table: dict, zero_shot: str) -> dict:

@@ -220,7 +220,7 @@ def test_the_ranking_table_gives_one_seeds_interval_and_several_seeds_spread():
         diff = {"mean": mean, "low": low, "high": mean + 0.01, "queries": 9}
         test = {"test/spearman": 0.4, "test/auroc": 0.7}
         return {
-            "ranking": {"fine-tuned - zero_shot": {"spearman": diff, "ndcg@10": diff}},
+            "ranking": {"fine-tuned - zero_shot": {"query_spearman": diff, "ndcg@10": diff}},
             "test": test,
         }
 

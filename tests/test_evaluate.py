@@ -97,6 +97,11 @@ def test_evaluate_reads_the_order_within_queries_as_the_run_did(tmp_path, capsys
     ]  # fmt: skip
     cell = ranking["fine-tuned - zero_shot"]["ndcg@10"]
     assert cell["queries"] == 6 and cell["low"] <= cell["mean"] <= cell["high"]
+    # a name means one thing in results.json: ndcg@10 is over queries in the test metrics too;
+    # spearman over all rows is the test metric, within each query `query_spearman`
+    tested = ranking["fine-tuned"]
+    assert results["test"]["test/ndcg@10"] == pytest.approx(tested["ndcg@10"]["mean"], abs=1e-5)
+    assert "spearman" not in tested and "test/query_spearman" not in results["test"]
     assert f"{cell['mean']:+.3f} [{cell['low']:+.3f}, {cell['high']:+.3f}]" in printed
     out = tmp_path / "eval.json"
     ckpt = str(tmp_path / "run" / results["best_checkpoint"])

@@ -50,10 +50,10 @@ def test_queries_of_one_row_or_one_grade_have_no_correlation():
     target = [1.0, 0.0, 1.0, 0.5, 0.5, 0.5, 1.0]
     group = ["a", "b", "b", "b", "c", "c", "d"]  # a, d: one row; c: one grade
     v = query_values(score, target, group)
-    for m in ("spearman", "kendall"):
+    for m in ("query_spearman", "query_kendall"):
         assert math.isnan(v[m][0]) and math.isnan(v[m][2]) and math.isnan(v[m][3])
-    assert v["spearman"][1] == pytest.approx(1.0)  # b: 0.4 > 0.3 > 0.2 as 1 > 0.5 > 0
-    assert v["kendall"][1] == pytest.approx(1.0)
+    assert v["query_spearman"][1] == pytest.approx(1.0)  # b: 0.4 > 0.3 > 0.2 as 1 > 0.5 > 0
+    assert v["query_kendall"][1] == pytest.approx(1.0)
     assert v["ndcg@10"][0] == 1.0 and v["mrr"][0] == 1.0  # one relevant row, first
     assert v["ndcg@10"][2] == 1.0 and v["mrr"][2] == 1.0  # c: all at 0.5, any order is ideal
     assert math.isnan(query_values([0.3], [0.0], ["x"])["mrr"][0])  # nothing relevant
@@ -64,10 +64,10 @@ def test_correlations_are_scipys_with_ties_and_zero_for_constant_scores():
 
     s, t = [0.1, 0.4, 0.4, 0.9, 0.2], [0.0, 0.5, 1.0, 1.0, 0.0]
     v = query_values(s, t, ["q"] * 5)
-    assert v["spearman"][0] == pytest.approx(stats.spearmanr(s, t).statistic)
-    assert v["kendall"][0] == pytest.approx(stats.kendalltau(s, t).statistic)  # tau-b
+    assert v["query_spearman"][0] == pytest.approx(stats.spearmanr(s, t).statistic)
+    assert v["query_kendall"][0] == pytest.approx(stats.kendalltau(s, t).statistic)  # tau-b
     flat = query_values([0.3] * 5, t, ["q"] * 5)
-    assert flat["spearman"][0] == 0.0 and flat["kendall"][0] == 0.0
+    assert flat["query_spearman"][0] == 0.0 and flat["query_kendall"][0] == 0.0
 
 
 def test_without_ties_ndcg_and_mrr_are_torchmetrics():
@@ -105,9 +105,9 @@ def test_a_gain_on_every_query_has_an_interval_above_zero_and_noise_does_not():
     assert set(report) == {"model", "random", "model - random"}
     gain = report["model - random"]["ndcg@10"]
     assert gain["low"] > 0 and report["model"]["ndcg@10"]["mean"] == pytest.approx(1.0)
-    paired = report["model - random"]["spearman"]
+    paired = report["model - random"]["query_spearman"]
     assert paired["mean"] == pytest.approx(
-        report["model"]["spearman"]["mean"] - report["random"]["spearman"]["mean"]
+        report["model"]["query_spearman"]["mean"] - report["random"]["query_spearman"]["mean"]
     )
     other = ranking_report({"a": noise, "b": rng.random(200)}, target, group)["a - b"]
     assert other["ndcg@10"]["low"] < 0 < other["ndcg@10"]["high"]

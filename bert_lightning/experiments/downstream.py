@@ -44,7 +44,7 @@ BUDGETS = Path(__file__).parent / "budgets"  # cpu.yaml, gpu.yaml: --budget NAME
 KEY = "cell_key.json"  # in a cell's folder: what it runs with (`cell_key`)
 NOT_SHAPE = ("vocab_size", "pad_token_id", "position_embedding_init")
 QUIET = ("lightning.pytorch", "lightning.fabric")  # their console lines, kept in each cell's log
-RANKING_PER_QUERY = ("spearman", "ndcg@10")  # --ranking: gains within each query, paired
+RANKING_PER_QUERY = ("query_spearman", "ndcg@10")  # --ranking: gains within each query, paired
 RANKING_GLOBAL = ("spearman", "auroc")
 
 
@@ -298,7 +298,7 @@ def ranking_table(out: Path, against: str, cells: list[Path] | None = None) -> s
     if not found:
         raise UserError(f"--ranking: no finished cell of {out} ranks (ad relevance tasks do)")
     head = ["start", "arm", "seeds"]
-    head += [f"per-query {m} minus {against}" for m in RANKING_PER_QUERY]
+    head += [f"{m} minus {against}" for m in RANKING_PER_QUERY]
     head += [f"global {m}" for m in RANKING_GLOBAL]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += [ranking_row(s, a, runs, against) for (s, a), runs in found.items()]

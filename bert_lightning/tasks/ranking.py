@@ -11,7 +11,8 @@ import warnings
 import numpy as np
 from scipy import stats
 
-PER_QUERY = ("spearman", "kendall", "ndcg@5", "ndcg@10", "mrr")
+# the correlations within a query are `query_*`: `spearman` (a task metric) is over all rows
+PER_QUERY = ("query_spearman", "query_kendall", "ndcg@5", "ndcg@10", "mrr")
 RESAMPLES = 1000  # bootstrap draws of the queries
 LEVEL = 0.95
 RELEVANT = 0.5  # a row is relevant at a target of at least this (as AUROC reads targets)
@@ -75,8 +76,8 @@ def query_values(score, target, group) -> dict[str, np.ndarray]:
     out = {m: np.empty(len(rows)) for m in PER_QUERY}
     for q, idx in enumerate(rows.values()):
         s, t = score[idx], target[idx]
-        out["spearman"][q] = correlation(stats.spearmanr, s, t)
-        out["kendall"][q] = correlation(stats.kendalltau, s, t)  # tau-b: ties on either side
+        out["query_spearman"][q] = correlation(stats.spearmanr, s, t)
+        out["query_kendall"][q] = correlation(stats.kendalltau, s, t)  # tau-b: ties on either side
         out["ndcg@5"][q] = ndcg(s, t, 5)
         out["ndcg@10"][q] = ndcg(s, t, 10)
         out["mrr"][q] = reciprocal_rank(s, t >= RELEVANT)
