@@ -1,9 +1,14 @@
 """The benchmark scripts that bench/gpu_check.sh chains run end to end on tiny settings (on the
-CPU), and the summary reads what they write: a GPU session must not find them broken."""
+CPU), and the summary reads what they write: a GPU session must not find them broken.
+
+A Python script runs in the test's process (`bench`: as `python bench/SCRIPT ARGS` runs it, its
+`__main__` block on those arguments, without a new interpreter's imports); a shell script, and
+what a script starts, in processes of their own."""
 
 import json
 import os
 import re
+import runpy
 import statistics
 import subprocess
 import sys
@@ -21,11 +26,32 @@ from bert_lightning.tasks.kinds import make_task
 from helpers import ROOT, run_in_session, subprocess_env
 
 
-def bench(*args: str, cwd: Path) -> str:
-    env = subprocess_env(ROOT / "bench")
-    r = run_in_session([sys.executable, *args], env, 600, cwd=cwd)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return r.stdout
+@pytest.fixture
+def bench(monkeypatch, capfd):
+    """`python SCRIPT ARGS` in `cwd`, in this process: the script run as `__main__` (runpy) on
+    `sys.argv`, bench/ importable, in the environment `subprocess_env` gives a subprocess (and
+    the processes it starts); it must exit 0. Returns what it wrote to stdout."""
+
+    def run(script: str, *args: str, cwd: Path) -> str:
+        monkeypatch.chdir(cwd)
+        monkeypatch.syspath_prepend(str(ROOT / "bench"))
+        for key, value in subprocess_env(ROOT / "bench").items():
+            monkeypatch.setenv(key, value)
+        monkeypatch.setattr(sys, "argv", [script, *args])
+        environ = dict(os.environ)  # what the script sets (a seed) goes with it
+        capfd.readouterr()
+        try:
+            runpy.run_path(script, run_name="__main__")
+        except SystemExit as e:
+            assert e.code in (0, None), capfd.readouterr().err[-3000:]
+        finally:
+            os.environ.clear()
+            os.environ.update(environ)
+        out, err = capfd.readouterr()
+        sys.stderr.write(err)  # shown with a failing test's output
+        return out
+
+    return run
 
 
 @pytest.mark.slow
@@ -49,31 +75,14 @@ def test_the_gpu_check_runs_on_the_cpu_and_its_summary_has_every_row(tmp_path):
 
 
 @pytest.mark.slow
-def test_transformers_spends_the_same_budget_and_exports_a_folder_the_suite_reads(tmp_path):
-    """bench/hf_pretrain.py on a 3-second budget: a Hugging Face folder our reader loads, with
-    the config's shape and the tokenizer train.py would have trained."""
-    from tokenizers import Tokenizer
-
-    from helpers import tiny_overrides, write_corpus
-
-    write_corpus(tmp_path / "corpus.jsonl", 40)
-    overrides = [o for o in tiny_overrides(tmp_path) if not o.startswith("paths.")]
-    overrides += ["trainer.max_steps=-1", "trainer.max_time=00:00:00:03"]
-    out = bench(str(ROOT / "bench/hf_pretrain.py"), str(tmp_path / "hf"), *overrides, cwd=tmp_path)
-    summary = json.loads((tmp_path / "hf/summary.json").read_text())
-    assert summary["steps"] > 0 and summary["seconds"] >= 3.0 and summary["val_loss"] > 0
-    assert json.loads(out.splitlines()[-1]) == summary
-    model = read_checkpoint(tmp_path / "hf/hf_model")
-    assert model.config.hidden_size == 32 and model.origin == "Hugging Face"
-    trained = Tokenizer.from_file(str(tmp_path / "hf/tokenizer.json"))  # as train.py trains it
-    assert model.tokenizer.get_vocab() == trained.get_vocab()
-
-
-@pytest.mark.slow
-def test_budget_curve_pretrains_each_budget_then_one_suite(tmp_path):
+def test_budget_curve_pretrains_each_budget_then_one_suite(tmp_path, bench):
     """bench/budget_curve.py on 3-second budgets: a run of ours (MLM and RTD) and of
     `transformers` per budget, one suite over them, each curve starting at the random row; a
-    rerun redoes nothing."""
+    rerun redoes nothing. The `transformers` run is `python bench/hf_pretrain.py FOLDER
+    OVERRIDES`: the same budget spent, a Hugging Face folder our reader loads, with the config's
+    shape and the tokenizer train.py trains."""
+    from tokenizers import Tokenizer
+
     from finetune_fixtures import tiny_budget, write_dataset
     from helpers import tiny_overrides, write_corpus
 
@@ -89,7 +98,16 @@ def test_budget_curve_pretrains_each_budget_then_one_suite(tmp_path):
     curve = tmp_path / "curve"
     assert (curve / "ours_0.05min/checkpoints/last.ckpt").is_file()
     assert read_checkpoint(curve / "rtd_0.05min/checkpoints/last.ckpt").rtd
-    assert json.loads((curve / "transformers_0.05min/summary.json").read_text())["seconds"] >= 3
+    hf = curve / "transformers_0.05min"
+    summary = json.loads((hf / "summary.json").read_text())
+    assert summary["steps"] > 0 and summary["seconds"] >= 3.0 and summary["val_loss"] > 0
+    printed = (curve / "transformers_0.05min.log").read_text().splitlines()
+    assert json.loads(printed[-1]) == summary  # what hf_pretrain.py printed last
+    model = read_checkpoint(hf / "hf_model")
+    assert model.config.hidden_size == 32 and model.origin == "Hugging Face"
+    for run in ("transformers", "ours"):  # as train.py trains it
+        trained = Tokenizer.from_file(str(curve / f"{run}_0.05min/tokenizer.json"))
+        assert model.tokenizer.get_vocab() == trained.get_vocab()
     models = json.loads((curve / "downstream/downstream.json").read_text())["models"]
     assert list(models) == ["ours_0.05min", "rtd_0.05min", "transformers_0.05min", "random"]
     points = json.loads((curve / "curve.json").read_text())["curve"]
@@ -115,7 +133,7 @@ def test_budget_curve_pretrains_each_budget_then_one_suite(tmp_path):
 
 
 @pytest.mark.slow
-def test_ablation_runs_each_arm_on_the_same_budget(tmp_path):
+def test_ablation_runs_each_arm_on_the_same_budget(tmp_path, bench):
     """bench/ablate.py on 3-second budgets: one run per arm with the common overrides and its
     own, a table of steps, tokens/s and held-out figures; a rerun redoes nothing."""
     from helpers import tiny_overrides, write_corpus
@@ -144,7 +162,7 @@ def test_ablation_runs_each_arm_on_the_same_budget(tmp_path):
 
 
 @pytest.mark.slow
-def test_padded_step_bench_times_every_workload(tmp_path):
+def test_padded_step_bench_times_every_workload(tmp_path, bench):
     """bench/padded_step.py on tiny settings: every workload's row, padding counted, and the
     controls (packed blocks, no padding) at 0%."""
     workloads = ["home_depot_cross", "home_depot_bi", "sst2", "nsp", "packed", "packed_isolated"]
@@ -220,7 +238,7 @@ def test_gpu_pretraining_pays_gathers_its_files_then_pretrains_both_and_runs_the
 
 
 @pytest.mark.slow
-def test_gpu_distill_carries_a_teacher_and_brings_back_both_students(tmp_path):
+def test_gpu_distill_carries_a_teacher_and_brings_back_both_students(tmp_path, bench):
     """bench/gpu_distill_carry.py packs a teacher (fp16, xz), text and wheels; bench/gpu_distill.sh
     on them (CPU, tiny shapes, 3-second budgets) distils and pretrains with MLM, each model
     comes back in fp16 shards, and --unpack makes folders the suite reads, equal to the
@@ -295,7 +313,7 @@ def test_gpu_distill_carries_a_teacher_and_brings_back_both_students(tmp_path):
 
 
 @pytest.mark.slow
-def test_rtd_step_bench_times_both_objectives(tmp_path):
+def test_rtd_step_bench_times_both_objectives(tmp_path, bench):
     """bench/rtd_step.py on a tiny batch: both step times, their ratio and the sampling share."""
     args = ["--size", "bert_tiny", "--vocab-size", "500", "--batch-size", "4", "--seq-len", "16"]
     args += ["--steps", "2", "--warmup", "1"]
@@ -308,7 +326,7 @@ def test_rtd_step_bench_times_both_objectives(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_onnx_backends_bench_runs_each_backend(tmp_path):
+def test_the_onnx_backends_bench_runs_each_backend(tmp_path, bench):
     """bench/onnx_backends.py on a tiny fine-tuned checkpoint and a tiny embedding model: each
     backend's speed, its scores' difference to PyTorch's on the test file's rows, and another
     encoder timed beside the model's int8."""
@@ -352,7 +370,7 @@ def test_the_onnx_backends_bench_runs_each_backend(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_int8_variants_bench_scores_each_variant(tmp_path):
+def test_the_int8_variants_bench_scores_each_variant(tmp_path, bench):
     """bench/int8_variants.py on a tiny fine-tuned checkpoint: each variant (every Linear, each
     kind, each layer, 7-bit and unsigned weights, the weights alone rounded) scored against
     PyTorch on the test file's rows, and timed against fp32."""
@@ -398,7 +416,7 @@ def test_the_onnx_speedup_is_the_median_of_each_rounds_ratio(monkeypatch):
 
 
 @pytest.mark.slow
-def test_paired_runs_scores_both_runs_on_their_shared_test_rows(tmp_path):
+def test_paired_runs_scores_both_runs_on_their_shared_test_rows(tmp_path, bench):
     """bench/paired_runs.py on two tiny ranking runs (one split, two learning rates): each
     run's per-query figures are the ones its own test wrote, and the difference is paired."""
     from bert_lightning.config import compose
@@ -430,7 +448,9 @@ def test_paired_runs_scores_both_runs_on_their_shared_test_rows(tmp_path):
 
 
 @pytest.mark.slow
-def test_recipe_arms_gives_each_arm_minus_the_zero_shot_encoder_in_and_out_of_domain(tmp_path):
+def test_recipe_arms_gives_each_arm_minus_the_zero_shot_encoder_in_and_out_of_domain(
+    tmp_path, bench
+):
     """bench/recipe_arms.py on two tiny bi-encoder runs of one split, the first run's own
     encoder as the zero-shot one: a bi-encoder's score is its cosine scaled, so the first arm
     orders every query as its zero-shot cosine does (a difference of 0); the second differs by
@@ -496,7 +516,7 @@ def test_the_pooled_recipe_table_in_the_docs_is_what_the_kept_seeds_give(monkeyp
 
 
 @pytest.mark.slow
-def test_first_step_times_a_runs_first_step_and_its_validations(tmp_path):
+def test_first_step_times_a_runs_first_step_and_its_validations(tmp_path, bench):
     from helpers import tiny_overrides, write_corpus
 
     write_corpus(tmp_path / "corpus.jsonl")
@@ -511,7 +531,7 @@ def test_first_step_times_a_runs_first_step_and_its_validations(tmp_path):
 
 
 @pytest.mark.slow
-def test_task_text_writes_the_training_splits_distinct_texts_and_nothing_else(tmp_path):
+def test_task_text_writes_the_training_splits_distinct_texts_and_nothing_else(tmp_path, bench):
     """bench/task_text.py: the texts a ranking run trains on, once each; the test queries'
     rows (other groups) stay out."""
     from bert_lightning.config import compose
@@ -532,7 +552,7 @@ def test_task_text_writes_the_training_splits_distinct_texts_and_nothing_else(tm
 
 
 @pytest.mark.slow
-def test_time_to_loss_trains_both_on_the_same_budget(tmp_path):
+def test_time_to_loss_trains_both_on_the_same_budget(tmp_path, bench):
     """bench/time_to_loss.py on a 2-second budget: both trainers step and are scored."""
     out = bench(str(ROOT / "bench/time_to_loss.py"), "--budget", "2", "--size", "bert_tiny",
                 cwd=tmp_path)  # fmt: skip
@@ -542,7 +562,7 @@ def test_time_to_loss_trains_both_on_the_same_budget(tmp_path):
 
 
 @pytest.mark.slow
-def test_data_pipeline_reports_each_figure(tmp_path):
+def test_data_pipeline_reports_each_figure(tmp_path, bench):
     """bench/data_pipeline.py once: throughput of both cache formats, packing, RSS, headroom."""
     got = json.loads(bench(str(ROOT / "bench/data_pipeline.py"), "--repeats", "1", cwd=tmp_path))
     assert set(got) == {"throughput", "packing", "rss", "headroom"}
