@@ -22,9 +22,10 @@ from bert_lightning.data.tokenizer import load_tokenizer, special_ids, train_wor
 from bert_lightning.errors import UserError
 from bert_lightning.fingerprints import file_digest
 from bert_lightning.inference import table_scores, zero_shot_cosines
+from bert_lightning.model.bert import BertConfig
 from bert_lightning.progress import Waiting
 from bert_lightning.run_folder import drop_phase_metrics
-from bert_lightning.tasks.base import load_splits, train_texts
+from bert_lightning.tasks.base import Task, load_splits, train_texts
 from bert_lightning.tasks.datamodule import TaskDataModule
 from bert_lightning.tasks.kinds import make_task
 from bert_lightning.training.finetune_module import FinetuneModule
@@ -39,13 +40,39 @@ log = logging.getLogger(__name__)
 RESUME_USE = "ckpt_path (resuming a fine-tuning run; init_from= starts one)"
 
 
+def task_tables(cfg: DictConfig) -> tuple[Task, dict]:
+    """The task (completed by what the train file fixes) and its splits, the train split's
+    targets softened by `soft_labels.encoder`'s zero-shot scores when one is given."""
+    soft = cfg.soft_labels
+    if not soft.encoder and soft.weight != FINETUNE.soft_labels.weight:
+        raise UserError(
+            f"soft_labels.weight={soft.weight}: weighs soft_labels.encoder's zero-shot scores, "
+            "and no soft_labels.encoder is given; give one or leave the weight out"
+        )
+    task, tables = load_splits(make_task(OmegaConf.to_container(cfg.task, resolve=True)), cfg.seed)
+    if soft.encoder:
+        length = cfg.data.max_seq_length
+        encoder = partial(zero_shot_cosines, soft.encoder, max_seq_length=length)
+        tables["train"] = task.with_soft_labels(tables["train"], encoder, soft.weight)
+    return task, tables
+
+
 def encoder_and_tokenizer(cfg: DictConfig, train: dict):
-    """(config, tokenizer, start checkpoint or None): from `init_from`, else random weights
-    of `model` with `data.tokenizer.path` (or a WordPiece trained on the `train` table)."""
-    if cfg.ckpt_path:  # resuming: the run's own tokenizer, whatever `init_from` says
+    """(config, tokenizer, the checkpoint whose encoder starts the run or None, the start's
+    record: path, digest, step, source; None for random weights): a resumed run's own (its
+    record kept), `init_from`'s, else random weights of `model` with `data.tokenizer.path`
+    (or a WordPiece trained on the `train` table)."""
+    if cfg.ckpt_path:  # resuming: the run's own tokenizer and start
         pre = read_checkpoint(cfg.ckpt_path, FINETUNING, RESUME_USE)
         log.info("resuming from %s", pre.source)
-        return pre.config, pre.tokenizer, None
+        first = pre.hparams.get("start")
+        if cfg.init_from and file_digest(cfg.init_from) != (first or {}).get("digest"):
+            raise UserError(
+                f"init_from={cfg.init_from}: {cfg.ckpt_path} started from "
+                f"{first['path'] if first else 'random weights'}; a resumed run goes on from its "
+                "checkpoint (leave init_from out, or give the start it records)"
+            )
+        return pre.config, pre.tokenizer, None, first
     tokenizer = cfg.data.tokenizer
     if cfg.init_from:
         if ignored := command_line("model", "data.tokenizer"):
@@ -55,7 +82,9 @@ def encoder_and_tokenizer(cfg: DictConfig, train: dict):
             )
         pre = read_checkpoint(cfg.init_from)
         log.info("fine-tuning from %s", pre.source)
-        return pre.config, pre.tokenizer, pre
+        path = os.path.abspath(cfg.init_from)  # what `interpolate` moves back towards
+        first = {"path": path, "digest": file_digest(path), "step": pre.step, "source": pre.source}
+        return pre.config, pre.tokenizer, pre, first
     if tokenizer.path:
         if ignored := command_line("data.tokenizer.vocab_size"):
             raise UserError(
@@ -70,32 +99,18 @@ def encoder_and_tokenizer(cfg: DictConfig, train: dict):
         cfg.model, "model", vocab_size=tok.get_vocab_size(), pad_token_id=special_ids(tok)["[PAD]"]
     )
     log.warning("no `init_from` given: the encoder starts from RANDOM weights (no pretraining)")
-    return config, tok, None
+    return config, tok, None, None
 
 
-def build(cfg: DictConfig, start: ResumePoint | None = None):
-    """The task's data module, the module (its head sized by what the train file fixed) and
-    the trainer. `start`: the checkpoint a resumed run continues (its model must be this one,
-    its data the same unless `resume_with_new_data`)."""
-    check_types(cfg.optim, "optim")  # before the data are read
-    soft = cfg.soft_labels
-    if not soft.encoder and soft.weight != FINETUNE.soft_labels.weight:
-        raise UserError(
-            f"soft_labels.weight={soft.weight}: weighs soft_labels.encoder's zero-shot scores, "
-            "and no soft_labels.encoder is given; give one or leave the weight out"
-        )
-    data = cfg.data
-    task, tables = load_splits(make_task(OmegaConf.to_container(cfg.task, resolve=True)), cfg.seed)
-    if soft.encoder:
-        encoder = partial(zero_shot_cosines, soft.encoder, max_seq_length=data.max_seq_length)
-        tables["train"] = task.with_soft_labels(tables["train"], encoder, soft.weight)
-    config, tokenizer, pre = encoder_and_tokenizer(cfg, tables["train"])
+def trained_config(cfg: DictConfig, config: BertConfig, task: Task, start: ResumePoint | None):
+    """The encoder's config as this run trains it (its dropout), checked against the lengths
+    it reads and against the run it resumes (the same model, the same frozen encoder)."""
     if cfg.dropout is not None:  # a checkpoint pretrained without dropout fine-tunes with some
         p = cfg.dropout
         config = replace(config, hidden_dropout_prob=p, attention_probs_dropout_prob=p)
-    if data.max_seq_length > config.max_position_embeddings:
+    if (length := cfg.data.max_seq_length) > config.max_position_embeddings:
         raise UserError(
-            f"data.max_seq_length={data.max_seq_length} exceeds the model's "
+            f"data.max_seq_length={length} exceeds the model's "
             f"max_position_embeddings={config.max_position_embeddings}"
         )
     check_same_model(start, cfg.ckpt_path, asdict(config), asdict(task.cfg))
@@ -106,6 +121,13 @@ def build(cfg: DictConfig, start: ResumePoint | None = None):
             f"freeze_encoder={frozen}; a resumed run keeps its frozen encoder (give "
             f"freeze_encoder={was})"
         )
+    return config
+
+
+def data_module(cfg: DictConfig, task: Task, tables: dict, tokenizer, start: ResumePoint | None):
+    """The task's data module and its data record (with the soft labels' encoder), checked
+    against the run it resumes."""
+    data = cfg.data
     dm = TaskDataModule(
         task=task,
         tables=tables,
@@ -115,34 +137,30 @@ def build(cfg: DictConfig, start: ResumePoint | None = None):
         max_seq_length=data.max_seq_length,
         seed=cfg.seed,
     )
-    encoder = soft.encoder  # its scores are in the targets, weighted
+    encoder, weight = cfg.soft_labels.encoder, cfg.soft_labels.weight  # in the targets
     record = dm.data_record() | {"soft_labels.encoder": encoder and [encoder, file_digest(encoder)]}
-    record |= {"soft_labels.weight": soft.weight} if encoder else {}
+    record |= {"soft_labels.weight": weight} if encoder else {}
     check_same_data(start, cfg.ckpt_path, record, cfg.resume_with_new_data)
-    if pre is not None:  # the start, as it was: what `interpolate` moves back towards
-        path = os.path.abspath(cfg.init_from)
-        first = {"path": path, "digest": file_digest(path), "step": pre.step, "source": pre.source}
-    else:  # resumed: the first part's start (None: random weights)
-        first = start.hparams.get("start") if start is not None else None
-        if (
-            start is not None
-            and cfg.init_from
-            and file_digest(cfg.init_from) != (first or {}).get("digest")
-        ):
-            raise UserError(
-                f"init_from={cfg.init_from}: {cfg.ckpt_path} started from "
-                f"{first['path'] if first else 'random weights'}; a resumed run goes on from its "
-                "checkpoint (leave init_from out, or give the start it records)"
-            )
+    return dm, record
+
+
+def build(cfg: DictConfig, start: ResumePoint | None = None):
+    """The task's data module, the module (its head sized by what the train file fixed) and
+    the trainer. `start`: the checkpoint a resumed run continues (its model must be this one,
+    its data the same unless `resume_with_new_data`)."""
+    check_types(cfg.optim, "optim")  # before the data are read
+    task, tables = task_tables(cfg)
+    config, tokenizer, pre, first = encoder_and_tokenizer(cfg, tables["train"])
+    config = trained_config(cfg, config, task, start)
+    dm, record = data_module(cfg, task, tables, tokenizer, start)
+    optim = OmegaConf.to_container(cfg.optim, resolve=True)
     module = FinetuneModule(
         asdict(config),
         task,
-        continued_optim(
-            OmegaConf.to_container(cfg.optim, resolve=True), start, cfg.trainer.max_steps
-        ),
+        continued_optim(optim, start, cfg.trainer.max_steps),
         cfg.freeze_encoder,
         tokenizer.to_str(),
-        max_seq_length=data.max_seq_length,
+        max_seq_length=cfg.data.max_seq_length,
         data_record=record,
         start=first,
     )
