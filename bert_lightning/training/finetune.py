@@ -102,7 +102,7 @@ def encoder_and_tokenizer(cfg: DictConfig, train: dict):
     return config, tok, None, None
 
 
-def trained_config(cfg: DictConfig, config: BertConfig, task: Task, start: ResumePoint | None):
+def trained_config(cfg: DictConfig, config: BertConfig, task: Task, resume: ResumePoint | None):
     """The encoder's config as this run trains it (its dropout), checked against the lengths
     it reads and against the run it resumes (the same model, the same frozen encoder)."""
     if cfg.dropout is not None:  # a checkpoint pretrained without dropout fine-tunes with some
@@ -113,9 +113,9 @@ def trained_config(cfg: DictConfig, config: BertConfig, task: Task, start: Resum
             f"data.max_seq_length={length} exceeds the model's "
             f"max_position_embeddings={config.max_position_embeddings}"
         )
-    check_same_model(start, cfg.ckpt_path, asdict(config), asdict(task.cfg))
+    check_same_model(resume, cfg.ckpt_path, asdict(config), asdict(task.cfg))
     frozen = bool(cfg.freeze_encoder)  # makes the optimizer's groups: the encoder's or none
-    if start is not None and (was := start.hparams["freeze_encoder"]) != frozen:
+    if resume is not None and (was := resume.hparams["freeze_encoder"]) != frozen:
         raise UserError(
             f"{cfg.ckpt_path}: trained with freeze_encoder={was}, this run has "
             f"freeze_encoder={frozen}; a resumed run keeps its frozen encoder (give "
@@ -124,7 +124,7 @@ def trained_config(cfg: DictConfig, config: BertConfig, task: Task, start: Resum
     return config
 
 
-def data_module(cfg: DictConfig, task: Task, tables: dict, tokenizer, start: ResumePoint | None):
+def data_module(cfg: DictConfig, task: Task, tables: dict, tokenizer, resume: ResumePoint | None):
     """The task's data module and its data record (with the soft labels' encoder), checked
     against the run it resumes."""
     data = cfg.data
@@ -140,24 +140,24 @@ def data_module(cfg: DictConfig, task: Task, tables: dict, tokenizer, start: Res
     encoder, weight = cfg.soft_labels.encoder, cfg.soft_labels.weight  # in the targets
     record = dm.data_record() | {"soft_labels.encoder": encoder and [encoder, file_digest(encoder)]}
     record |= {"soft_labels.weight": weight} if encoder else {}
-    check_same_data(start, cfg.ckpt_path, record, cfg.resume_with_new_data)
+    check_same_data(resume, cfg.ckpt_path, record, cfg.resume_with_new_data)
     return dm, record
 
 
-def build(cfg: DictConfig, start: ResumePoint | None = None):
+def build(cfg: DictConfig, resume: ResumePoint | None = None):
     """The task's data module, the module (its head sized by what the train file fixed) and
-    the trainer. `start`: the checkpoint a resumed run continues (its model must be this one,
+    the trainer. `resume`: the checkpoint a resumed run continues (its model must be this one,
     its data the same unless `resume_with_new_data`)."""
     check_types(cfg.optim, "optim")  # before the data are read
     task, tables = task_tables(cfg)
     config, tokenizer, pre, first = encoder_and_tokenizer(cfg, tables["train"])
-    config = trained_config(cfg, config, task, start)
-    dm, record = data_module(cfg, task, tables, tokenizer, start)
+    config = trained_config(cfg, config, task, resume)
+    dm, record = data_module(cfg, task, tables, tokenizer, resume)
     optim = OmegaConf.to_container(cfg.optim, resolve=True)
     module = FinetuneModule(
         asdict(config),
         task,
-        continued_optim(optim, start, cfg.trainer.max_steps),
+        continued_optim(optim, resume, cfg.trainer.max_steps),
         cfg.freeze_encoder,
         tokenizer.to_str(),
         max_seq_length=cfg.data.max_seq_length,

@@ -40,7 +40,7 @@ class StepSeed(L.Callback):
 
 
 def already_done(
-    cfg: DictConfig, start: ResumePoint | None, finished: Callable[[DictConfig, int], bool]
+    cfg: DictConfig, resume: ResumePoint | None, finished: Callable[[DictConfig, int], bool]
 ) -> bool:
     """True when the checkpoint a run resumes already reached `trainer.max_steps` and what
     follows its fit ran to its end (`finished(cfg, step)`): says so in one line and writes
@@ -48,9 +48,9 @@ def already_done(
     fit (in fine-tuning's test) is not done: resumed, its fit does nothing, and what follows
     it runs again from its start."""
     max_steps = cfg.trainer.max_steps
-    if start is None or max_steps is None or max_steps < 0 or start.step < max_steps:
+    if resume is None or max_steps is None or max_steps < 0 or resume.step < max_steps:
         return False
-    if not finished(cfg, start.step):  # its fit ended: resumed, it trains nothing
+    if not finished(cfg, resume.step):  # its fit ended: resumed, it trains nothing
         return False
     print(
         f"{cfg.ckpt_path} already reached max_steps={max_steps}: nothing to do "
@@ -80,23 +80,23 @@ TEACHER_DIGEST = "teacher_digest"
 
 
 def check_same_objective(
-    start: ResumePoint | None, ckpt_path: str, objective: dict, teacher_digest: str | None
+    resume: ResumePoint | None, ckpt_path: str, objective: dict, teacher_digest: str | None
 ) -> None:
     """A continued pretraining run keeps its objective: the modules it builds (MLM, RTD,
     distillation) and every setting of them (`objective`: this run's `objective` config; loss
     weights, temperature, the generator's width), and a teacher's contents (`teacher_digest`,
     compared where the checkpoint records it): a teacher retrained at its path teaches another
     thing. Not `resume_with_new_data`'s to allow: continued, the run would be neither."""
-    if start is None:
+    if resume is None:
         return
-    trained = objective_name(objective_of(start.hparams), start.hparams)
+    trained = objective_name(objective_of(resume.hparams), resume.hparams)
     asked = objective_name(get_object(objective["_target_"]).OBJECTIVE, objective)
     if trained != asked:
         raise UserError(
             f"{ckpt_path}: trained with {trained}, this run asks for {asked}; a resumed run "
             "keeps its objective"
         )
-    saved = start.hparams
+    saved = resume.hparams
     differ = [
         f"objective.{k} {shown(saved[k])} -> {shown(v)}"
         for k, v in objective.items()
@@ -114,16 +114,16 @@ def check_same_objective(
 
 
 def check_same_model(
-    start: ResumePoint | None, ckpt_path: str, model: dict, task: dict | None = None
+    resume: ResumePoint | None, ckpt_path: str, model: dict, task: dict | None = None
 ) -> None:
     """A continued run trains the checkpoint's model: a `model` (or, fine-tuning, `task`)
     config that builds another one is an error naming the settings that differ, not a
     `state_dict` size mismatch."""
-    if start is None:
+    if resume is None:
         return
-    sections = [("model", start.hparams.get("config") or {}, model, list(model))]
+    sections = [("model", resume.hparams.get("config") or {}, model, list(model))]
     if task is not None:
-        sections.append(("task", start.hparams.get("task") or {}, task, TASK_MODEL_KEYS))
+        sections.append(("task", resume.hparams.get("task") or {}, task, TASK_MODEL_KEYS))
     differ = [
         (f"{name}.{k}", saved[k], now.get(k))
         for name, saved, now, keys in sections
@@ -147,15 +147,15 @@ def given_optim(optim: dict) -> set[str]:
     return keys | ({"total_steps"} if optim.get("total_steps") is not None else set())
 
 
-def continued_optim(optim: dict, start: ResumePoint | None, max_steps: int) -> dict:
+def continued_optim(optim: dict, resume: ResumePoint | None, max_steps: int) -> dict:
     """The `conf/optim` config of a continued run: the checkpoint's (its learning rate, its
     warmup, its schedule's `total_steps`), so the rate goes on where it was whatever the resume
     leaves out; a key the user gives (`given_optim`) replaces the saved value, and the log says
     so. Past the total the learning rate stays 0: a warning says so and how to stretch the
     decay."""
-    if start is None:
+    if resume is None:
         return optim
-    saved, given = start.hparams.get("optim") or {}, given_optim(optim)
+    saved, given = resume.hparams.get("optim") or {}, given_optim(optim)
     for key, one, whose in (("head_lr", None, "the heads"), ("layer_decay", 1.0, "the layers")):
         was, now = saved.get(key, one), optim.get(key, one)
         if key in given and (was == one) != (now == one):
@@ -173,7 +173,7 @@ def continued_optim(optim: dict, start: ResumePoint | None, max_steps: int) -> d
     # the saved values, typed as the config's optimizer takes them; Hydra's keys (`_target_`)
     # are the config's: a record names no code
     kept = {k: v for k, v in saved.items() if k in optim and k not in given and k[0] != "_"}
-    check_types(kept | {"_target_": optim["_target_"]}, f"{start.path}: hyper_parameters.optim")
+    check_types(kept | {"_target_": optim["_target_"]}, f"{resume.path}: hyper_parameters.optim")
     continued = optim | kept
     total = continued.get("total_steps")  # None: a checkpoint older than the record
     if total is not None and max_steps is not None and max_steps > total:
@@ -252,22 +252,22 @@ def data_changes(was: dict, now: dict, prefix: str = "") -> list[str]:
 MONITOR = ("task.monitor ", "task.mode ")
 
 
-def check_same_data(start: ResumePoint | None, ckpt_path: str, record: dict, new_data: bool):
+def check_same_data(resume: ResumePoint | None, ckpt_path: str, record: dict, new_data: bool):
     """A continued run trains on the data it trained on (`record`: this run's data record,
     compared with the checkpoint's): other data are an error naming what changed, unless
     `resume_with_new_data=true` (`new_data`), which continues on them and logs what changed;
     another monitor (`MONITOR`) is refused either way.
     A checkpoint written before the record was kept cannot be checked: a warning says so."""
-    if start is None:
+    if resume is None:
         return
-    if start.data is None:
+    if resume.data is None:
         log.warning(
             "%s records no data (written before checkpoints did): this run's data are not "
             "checked against those it trained on",
             ckpt_path,
         )
         return
-    found = data_changes(start.data, record)
+    found = data_changes(resume.data, record)
     monitor = [c for c in found if c.startswith(MONITOR)]
     if monitor:
         raise UserError(

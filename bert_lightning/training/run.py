@@ -29,8 +29,8 @@ Built = tuple[L.LightningDataModule, L.LightningModule, L.Trainer]
 @dataclass(frozen=True)
 class Entry:
     """`checkpoint`: what `ckpt_path=` must be (`checkpoint.PRETRAINING`, ...), `use`: what
-    reads it, for the message of another one; `build(cfg, start)`: data module, module and
-    trainer, before any step (`start`: the checkpoint a resumed run continues, else None);
+    reads it, for the message of another one; `build(cfg, resume)`: data module, module and
+    trainer, before any step (`resume`: the checkpoint a resumed run continues, else None);
     `after_fit(cfg, dm, module, trainer)`: what the run returns; `finished(cfg, step)`: whether
     `after_fit` ran to its end after the fit that ended at `step` (else a resume of that fit
     runs it again: resume.py `already_done`); `configs`: this entry point's root config
@@ -84,19 +84,19 @@ def run(cfg: DictConfig, entry: Entry) -> Any:
         stops_on_signals("before training began: nothing saved"),  # the fit defers them
     ):
         required(cfg)
-        start = resume_point(cfg.ckpt_path, entry.checkpoint, entry.use) if cfg.ckpt_path else None
-        if already_done(cfg, start, entry.finished):
+        resume = resume_point(cfg.ckpt_path, entry.checkpoint, entry.use) if cfg.ckpt_path else None
+        if already_done(cfg, resume, entry.finished):
             return None
         L.seed_everything(cfg.seed, workers=True)
-        dm, module, trainer = entry.build(cfg, start)
+        dm, module, trainer = entry.build(cfg, resume)
         state.begun = True
         if rank_zero_only.rank == 0:  # before fit launches any other rank
-            keep_metrics_through(out_dir, start.step if start else None)
-        if cfg.get("validate_before_fit") and start is None:
+            keep_metrics_through(out_dir, resume.step if resume else None)
+        if cfg.get("validate_before_fit") and resume is None:
             # the progress bar prints its own line
             trainer.validate(module, datamodule=dm, verbose=not cfg.trainer.enable_progress_bar)
         with own_checkpoints_expected(cfg.ckpt_path):
             trainer.fit(module, datamodule=dm, ckpt_path=cfg.ckpt_path)
-        if start is not None and trainer.global_step == start.step:  # nothing was left to train
+        if resume is not None and trainer.global_step == resume.step:  # nothing was left to train
             count_the_fit_done(trainer)
         return entry.after_fit(cfg, dm, module, trainer)
