@@ -14,11 +14,12 @@ from hydra.utils import get_object, instantiate
 from lightning.pytorch.strategies import DDPStrategy
 from omegaconf import OmegaConf
 
+from bert_lightning.checkpoint import read_checkpoint
 from bert_lightning.cli import main
 from bert_lightning.config import CONFIG_DIR, bundled, compose
 from bert_lightning.data.brackets import write_grammar_data
 from bert_lightning.data.masking import MaskingConfig
-from bert_lightning.data.tokenizer import TokenizerConfig
+from bert_lightning.data.tokenizer import TokenizerConfig, load_tokenizer
 from bert_lightning.model import BertConfig
 from bert_lightning.tasks import metrics
 from bert_lightning.training.finetune import finetune
@@ -476,6 +477,16 @@ def test_a_vocabulary_size_is_refused_with_a_given_tokenizer(start, capsys):
         f"error: data.tokenizer.vocab_size=99: data.tokenizer.path={tok} is used as it is "
         "(the size of a tokenizer trained on the train file); leave it out"
     )
+
+
+def test_a_tokenizer_given_as_a_dictionary_sets_its_path_not_a_vocabulary_size(start):
+    """`data={tokenizer:{path:...}}` is `data.tokenizer.path=...`: the run reads it, and
+    nothing it left out is refused as given."""
+    tmp_path, argv = start
+    tok = tmp_path / "tokenizer.json"
+    main([*argv, f"data={{tokenizer:{{path:{tok}}}}}", "trainer.max_steps=1"])
+    ckpt = read_checkpoint(tmp_path / "h" / "checkpoints" / "last.ckpt")
+    assert ckpt.tokenizer.get_vocab() == load_tokenizer(tok).get_vocab()
 
 
 def test_a_soft_label_weight_without_its_encoder_is_refused(start, capsys):

@@ -418,9 +418,11 @@ def test_a_resumed_fine_tuning_names_what_it_started_from(tmp_path):
     first = pretrained_regression(tmp_path)
     assert first["init_from"] == f"checkpoint {tmp_path / 'pre.ckpt'}"
     last = tmp_path / "run" / "checkpoints" / "last.ckpt"
-    again = f"init_from={tmp_path / 'pre.ckpt'}"  # the start it records: accepted
+    again = f"init_from={tmp_path / 'pre.ckpt'}"  # the start it records, moved since: accepted
+    (tmp_path / "pre.ckpt").rename(tmp_path / "moved.ckpt")
     resumed = finetune_regression(tmp_path, f"ckpt_path={last}", "trainer.max_steps=6", again)
     assert resumed["steps"] == 6 and resumed["init_from"] == first["init_from"]
+    (tmp_path / "moved.ckpt").rename(tmp_path / "pre.ckpt")
     with pytest.raises(UserError) as e:  # another start would be ignored: refused
         finetune_regression(
             tmp_path, f"ckpt_path={last}", "trainer.max_steps=8", f"init_from={last}"
@@ -428,6 +430,17 @@ def test_a_resumed_fine_tuning_names_what_it_started_from(tmp_path):
     assert str(e.value) == (
         f"init_from={last}: {last} started from {tmp_path / 'pre.ckpt'}; a resumed run goes on "
         "from its checkpoint (leave init_from out, or give the start it records)"
+    )
+    raw = torch.load(last, weights_only=True)  # a checkpoint that records no start
+    del raw["hyper_parameters"]["start"]
+    torch.save(raw, tmp_path / "bare.ckpt")
+    with pytest.raises(UserError) as e:
+        bare = tmp_path / "bare.ckpt"
+        finetune_regression(tmp_path, f"ckpt_path={bare}", "trainer.max_steps=8", again)
+    assert str(e.value) == (
+        f"{again}: {bare} records no start (random weights, or fine-tuned before checkpoints "
+        "kept one) to check it against; a resumed run goes on from its checkpoint: leave "
+        "init_from out"
     )
 
 

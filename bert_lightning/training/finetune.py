@@ -66,12 +66,8 @@ def encoder_and_tokenizer(cfg: DictConfig, train: dict):
         pre = read_checkpoint(cfg.ckpt_path, FINETUNING, RESUME_USE)
         log.info("resuming from %s", pre.source)
         first = pre.hparams.get("start")
-        if cfg.init_from and file_digest(cfg.init_from) != (first or {}).get("digest"):
-            raise UserError(
-                f"init_from={cfg.init_from}: {cfg.ckpt_path} started from "
-                f"{first['path'] if first else 'random weights'}; a resumed run goes on from its "
-                "checkpoint (leave init_from out, or give the start it records)"
-            )
+        if cfg.init_from:
+            check_resumed_start(cfg.init_from, cfg.ckpt_path, first)
         return pre.config, pre.tokenizer, None, first
     tokenizer = cfg.data.tokenizer
     if cfg.init_from:
@@ -100,6 +96,27 @@ def encoder_and_tokenizer(cfg: DictConfig, train: dict):
     )
     log.warning("no `init_from` given: the encoder starts from RANDOM weights (no pretraining)")
     return config, tok, None, None
+
+
+def check_resumed_start(init_from: str, ckpt_path: str, first: dict | None) -> None:
+    """A resumed run goes on from its checkpoint and reads no `init_from`: one given again must
+    be the start the checkpoint records (its path, or other bytes of the same), never another
+    that the resume would ignore."""
+    if first is None:
+        raise UserError(
+            f"init_from={init_from}: {ckpt_path} records no start (random weights, or fine-tuned "
+            "before checkpoints kept one) to check it against; a resumed run goes on from its "
+            "checkpoint: leave init_from out"
+        )
+    if os.path.abspath(init_from) == first["path"]:
+        return
+    if not os.path.exists(init_from):
+        raise UserError(f"init_from={init_from}: no such file or folder")
+    if file_digest(init_from) != first["digest"]:
+        raise UserError(
+            f"init_from={init_from}: {ckpt_path} started from {first['path']}; a resumed run "
+            "goes on from its checkpoint (leave init_from out, or give the start it records)"
+        )
 
 
 def trained_config(cfg: DictConfig, config: BertConfig, task: Task, resume: ResumePoint | None):

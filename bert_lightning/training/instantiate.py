@@ -5,12 +5,12 @@ layers: these need Hydra and OmegaConf."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from functools import partial
 from typing import get_type_hints
 
 from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import InstantiationException
 from hydra.utils import get_object
 from hydra.utils import instantiate as hydra_instantiate
@@ -104,10 +104,16 @@ def command_line(*keys: str) -> list[str]:
         return []
 
     def sets(override: str, key: str) -> bool:
-        name, _, value = override.lstrip("+~").partition("=")
+        parsed = OverridesParser.create().parse_overrides([override])[0]
+        name, value = parsed.key_or_group, parsed.value()
         if name == key or name.startswith(f"{key}."):
             return True
-        child = key.removeprefix(f"{name}.").split(".")[0]
-        return key.startswith(f"{name}.") and re.search(rf"\b{child}\s*:", value) is not None
+        if not key.startswith(f"{name}."):
+            return False
+        for part in key.removeprefix(f"{name}.").split("."):  # down the dictionary it gives
+            if not isinstance(value, dict) or part not in value:
+                return False
+            value = value[part]
+        return True
 
     return [o for o in HydraConfig.get().overrides.task if any(sets(o, k) for k in keys)]
