@@ -14,6 +14,7 @@ PACKAGE = Path(__file__).resolve().parent
 # is the other, by pyproject.toml's package-dir
 CONFIG_DIR = PACKAGE / "conf" if (PACKAGE / "conf").is_dir() else PACKAGE.parent / "conf"
 ASSETS = PACKAGE / "assets"
+GLOBAL = "# @package _global_"  # the first line of an option that sets keys at the top
 
 
 def group_defaults(group: str, name: str) -> dict:
@@ -37,11 +38,22 @@ def root_keys(name: str) -> dict:
     return {g: None for g in names if "/" not in g} | raw | {"hydra": None}
 
 
+def global_groups() -> set[str]:
+    """The groups whose every shipped option is `@package _global_` (experiment, dataset,
+    debug, hparams_search): a key under such a group's name was set by a file that is not."""
+    return {
+        d.name
+        for d in CONFIG_DIR.iterdir()
+        if (files := list(d.glob("*.yaml")))
+        and all(f.read_text(encoding="utf-8").startswith(GLOBAL) for f in files)
+    }
+
+
 def global_keys() -> set[str]:
     """The top-level keys the shipped `@package _global_` options add of their own (an
     experiment's `grammar_data`, a data set's `data_dir`)."""
     keys = set()
     for file in CONFIG_DIR.rglob("*.yaml"):
-        if file.read_text(encoding="utf-8").startswith("# @package _global_"):
+        if file.read_text(encoding="utf-8").startswith(GLOBAL):
             keys |= set(OmegaConf.load(file)) - {"defaults"}
     return keys

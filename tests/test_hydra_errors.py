@@ -90,8 +90,8 @@ WRONG_ENTRY = [
     (
         "finetune.py",
         "cpu_30min",
-        f"data.masking: a key of train.py's configs (an experiment of train.py? {OTHERS}: "
-        "python train.py experiment=...)",
+        "data.masking: not a key of finetune.py's configs (docs/config-keys.md lists them; an "
+        f"experiment of train.py? {OTHERS})",
     ),
 ]
 
@@ -121,6 +121,24 @@ def test_a_key_no_config_of_the_entry_point_has_is_refused_wherever_it_is_set(
     over = ("--config-dir", str(tmp_path / "conf"), "experiment=mine", "debug=tiny")
     over += ("task.train_file=x",) if entry == "finetune.py" else ()
     assert run(entry, monkeypatch, *over, f"paths.output_dir={tmp_path / 'run'}") == 2
-    want = f"pretrained: not a key of {entry}'s configs (docs/config-keys.md lists them)"
+    other = "finetune.py" if entry == "train.py" else "train.py"
+    want = (
+        f"pretrained: not a key of {entry}'s configs (docs/config-keys.md lists them; an "
+        f"experiment of {other}? {OTHERS})"
+    )
     assert capsys.readouterr().err == f"error: {want}\n"
+    assert not (tmp_path / "run/checkpoints").exists()
+
+
+def test_an_experiment_without_its_global_first_line_is_refused(tmp_path, monkeypatch, capsys):
+    """Without `# @package _global_` an experiment's keys land under `experiment`, where no
+    run reads them: the run would go on as if it had not been given."""
+    (tmp_path / "conf/experiment").mkdir(parents=True)
+    (tmp_path / "conf/experiment/mine.yaml").write_text("optim:\n  lr: 0.5\n")
+    over = ("--config-dir", str(tmp_path / "conf"), "experiment=mine", "debug=tiny")
+    assert run("train.py", monkeypatch, *over, f"paths.output_dir={tmp_path / 'run'}") == 2
+    assert capsys.readouterr().err == (
+        "error: experiment: set under `experiment`, whose options set keys at the top: a file "
+        "of experiment/ whose first line is not `# @package _global_`?\n"
+    )
     assert not (tmp_path / "run/checkpoints").exists()

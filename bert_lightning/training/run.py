@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 from bert_lightning.checkpoint import ResumePoint, resume_point
 from bert_lightning.errors import UserError
 from bert_lightning.run_folder import failure_marked, keep_metrics_through, own_checkpoints_expected
-from bert_lightning.shipped import global_keys, root_keys
+from bert_lightning.shipped import GLOBAL, global_groups, global_keys, root_keys
 from bert_lightning.signals import stops_on_signals
 from bert_lightning.training.instantiate import required
 from bert_lightning.training.lightning_api import count_the_fit_done
@@ -58,19 +58,32 @@ def stray_key(node: DictConfig, own: dict, prefix: str = "") -> str | None:
 
 def refuse_stray_keys(cfg: DictConfig, configs: tuple[str, str]) -> None:
     """A key that this entry point's configs do not have is set by an experiment or a config
-    file of the other entry point (which would run half-applied), or by nobody's: refused either
-    way, never composed and then ignored (a name a release retired, a misspelt one)."""
+    file of the other entry point (which would run half-applied), by an option of a `_global_`
+    group written without that first line (its keys land under the group's name), or by
+    nobody's: refused either way, never composed and then ignored (a name a release retired, a
+    misspelt one)."""
     own, other = (root_keys(c) for c in configs)
-    allowed = own | dict.fromkeys(global_keys() - set(other))
+    grouped = global_groups()
+    allowed = {k: v for k, v in own.items() if k not in grouped}
+    allowed |= dict.fromkeys(global_keys() - set(other))
     if (stray := stray_key(cfg, allowed)) is None:
         return
     entry, theirs = (f"{c}.py" for c in configs)
-    if stray.partition(".")[0] in other:
+    top = stray.partition(".")[0]
+    if top in grouped:
+        raise UserError(
+            f"{stray}: set under `{top}`, whose options set keys at the top: a file of "
+            f"{top}/ whose first line is not `{GLOBAL}`?"
+        )
+    if top in other and top not in own:
         raise UserError(
             f"{stray}: a key of {theirs}'s configs (an experiment of {theirs}? its file's first "
             f"lines give its command: python {theirs} experiment=...)"
         )
-    raise UserError(f"{stray}: not a key of {entry}'s configs (docs/config-keys.md lists them)")
+    raise UserError(
+        f"{stray}: not a key of {entry}'s configs (docs/config-keys.md lists them; an "
+        f"experiment of {theirs}? its file's first lines give its command)"
+    )
 
 
 def run(cfg: DictConfig, entry: Entry) -> Any:
