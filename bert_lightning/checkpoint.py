@@ -24,7 +24,7 @@ from tokenizers import Tokenizer, normalizers
 from bert_lightning.atomic import atomic_path
 from bert_lightning.data.tokenizer import load_tokenizer, tokenizer_from_json
 from bert_lightning.errors import MissingFileError, UserError
-from bert_lightning.fields import json_file
+from bert_lightning.fields import check_values, json_file
 from bert_lightning.interop import (
     DECODER,
     WORD_EMBEDDINGS,
@@ -96,6 +96,7 @@ RECORD_TYPES = {
     "relation_heads": (int, NONE),
     "student_layers": (list, NONE),
 }
+START_TYPES = {"path": str, "digest": str, "step": int | None, "source": str}  # a fine-tuning's
 # the config sections recorded as composed, which keep Hydra's keys at their top: their values
 # are compared with the run's own config, never instantiated (`resume.continued_optim`)
 HYDRA_KEYS = {"optim": {"_target_": str, "_partial_": bool}}
@@ -141,6 +142,10 @@ def check_record(raw: dict, path) -> None:
             expected = " or ".join("null" if t is NONE else t.__name__ for t in types)
             raise UserError(f"{path}: hyper_parameters.{key}: expected {expected}, got {value!r}")
         check_plain(value, f"hyper_parameters.{key}", path, HYDRA_KEYS.get(key))
+    if (start := hparams.get("start")) is not None:  # what interpolate and a resume read
+        if missing := [k for k in ("path", "digest") if k not in start]:
+            raise UserError(f"{path}: hyper_parameters.start has no {missing[0]}")
+        check_values(start, START_TYPES, f"{path}: hyper_parameters.start")
     if "objective" in hparams and hparams["objective"] not in OBJECTIVES:
         raise UserError(
             f"{path}: hyper_parameters.objective={hparams['objective']!r}; expected one of "

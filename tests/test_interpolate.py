@@ -208,6 +208,22 @@ def test_a_start_that_is_not_known_or_not_the_start_is_one_line(runs, tmp_path, 
     )
     # a checkpoint with no record of its start (fine-tuned before they kept one): the shapes
     raw = torch.load(moved, weights_only=True)
+    raw["hyper_parameters"]["start"] = {"digest": "0" * 64}  # a crafted record: one line
+    torch.save(raw, moved)
+    assert cli_error(capsys, "interpolate", moved, tmp_path / "o.ckpt", "--alpha", "0.5") == (
+        f"error: {moved}: hyper_parameters.start has no path"
+    )
+    raw["hyper_parameters"]["start"] = {"path": ["x"], "digest": "0" * 64}
+    torch.save(raw, moved)
+    assert cli_error(capsys, "interpolate", moved, tmp_path / "o.ckpt", "--alpha", "0.5") == (
+        f"error: {moved}: hyper_parameters.start.path: expected str, got ['x']"
+    )
+    raw["hyper_parameters"]["start"] = {"path": str(tmp_path / "gone"), "digest": "0" * 64}
+    torch.save(raw, moved)
+    assert cli_error(capsys, "interpolate", moved, tmp_path / "o.ckpt", "--alpha", "0.5") == (
+        f"error: {moved}: started from {tmp_path / 'gone'} (its record), which is not there "
+        "now; give --start with where it is"
+    )
     del raw["hyper_parameters"]["start"]
     torch.save(raw, moved)
     assert cli_error(capsys, "interpolate", moved, tmp_path / "o.ckpt", "--alpha", "0.5") == (

@@ -157,6 +157,11 @@ def interpolate(
             f"{ckpt_path}: where its weights started is not known (it records no start: random "
             "weights, or fine-tuned before checkpoints kept one); give --start"
         )
+    if start == (record and record["path"]) and not os.path.exists(start):
+        raise UserError(
+            f"{ckpt_path}: started from {start} (its record), which is not there now; give "
+            "--start with where it is"
+        )
     begin = read_checkpoint(start)
     check_start(ckpt_path, ft, start, begin)
     report: dict = {"start": str(start)}
