@@ -121,7 +121,7 @@ def test_metrics(ft, path) -> dict:
     """`evaluate`'s numbers for one backend: the task's metrics and the per-query means."""
     got = task_metrics(ft, path)
     ranked = got.get("ranking", {}).get("fine-tuned", {})
-    per_query = {f"{m} (per query)": c["mean"] for m, c in ranked.items()}
+    per_query = {f"{m.removeprefix('query_')} (per query)": c["mean"] for m, c in ranked.items()}
     return {k: v for k, v in got.items() if isinstance(v, float)} | per_query
 
 

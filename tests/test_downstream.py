@@ -10,6 +10,7 @@ import yaml
 from tokenizers import Tokenizer
 
 from bert_lightning.cli import main
+from bert_lightning.errors import UserError
 from bert_lightning.experiments.downstream import (
     BUDGETS,
     Model,
@@ -213,6 +214,22 @@ def test_the_ranking_ablation_is_a_budget_and_its_table_reads_the_cells(suite, c
     with pytest.raises(SystemExit, match="2"):  # bm25's figures are there too; a typo is not
         main(["downstream", "--out", str(suite / "abl"), "--ranking", "bm2"])
     assert "invalid choice: 'bm2'" in capsys.readouterr().err
+
+
+def test_a_cell_with_the_old_per_query_names_is_one_line(tmp_path):
+    """A cell whose results.json has per-query `spearman` (before `query_spearman`) is named,
+    not a KeyError: it is to be run again."""
+    cell = tmp_path / "cells/m/home_depot/seed1"
+    cell.mkdir(parents=True)
+    diff = {"mean": 0.1, "low": 0.0, "high": 0.2, "queries": 3}
+    old = {"ranking": {"fine-tuned - zero_shot": {"spearman": diff, "ndcg@10": diff}}}
+    (cell / "results.json").write_text(json.dumps(old))
+    with pytest.raises(UserError) as e:
+        ranking_table(tmp_path, "zero_shot")
+    assert str(e.value) == (
+        f"--ranking: {cell / 'results.json'} has no query_spearman (a cell written before the "
+        "per-query correlations were named query_*); run it again"
+    )
 
 
 def test_the_ranking_table_gives_one_seeds_interval_and_several_seeds_spread():

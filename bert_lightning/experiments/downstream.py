@@ -294,6 +294,12 @@ def ranking_table(out: Path, against: str, cells: list[Path] | None = None) -> s
         if f"fine-tuned - {against}" not in results["ranking"]:
             have = [k.removeprefix("fine-tuned - ") for k in results["ranking"] if " - " in k]
             raise UserError(f"--ranking {against}: {path} has none (it has {', '.join(have)})")
+        paired = results["ranking"][f"fine-tuned - {against}"]
+        if missing := [m for m in RANKING_PER_QUERY if m not in paired]:
+            raise UserError(
+                f"--ranking: {path} has no {missing[0]} (a cell written before the per-query "
+                "correlations were named query_*); run it again"
+            )
         found.setdefault((path.parts[-4], path.parts[-3]), []).append(results)
     if not found:
         raise UserError(f"--ranking: no finished cell of {out} ranks (ad relevance tasks do)")
