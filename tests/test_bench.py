@@ -5,13 +5,17 @@ A Python script runs in the test's process (`bench`: as `python bench/SCRIPT ARG
 `__main__` block on those arguments, without a new interpreter's imports); a shell script, and
 what a script starts, in processes of their own."""
 
+import contextlib
+import ctypes
 import json
 import os
 import re
 import runpy
+import signal
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -25,12 +29,53 @@ from bert_lightning.tasks.base import load_splits
 from bert_lightning.tasks.kinds import make_task
 from helpers import ROOT, run_in_session, subprocess_env
 
+PR_SET_CHILD_SUBREAPER = 36  # prctl: orphans of this process's descendants come back to it
+
+
+def processes() -> dict[int, tuple[str, int]]:
+    """Each process's (state, parent), from /proc."""
+    out = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            state, ppid = stat.read_text().rsplit(")", 1)[1].split()[:2]
+        except (OSError, IndexError, ValueError):
+            continue
+        out[int(stat.parent.name)] = (state, int(ppid))
+    return out
+
+
+def descendants(pid: int) -> set[int]:
+    """The processes below `pid` that have not exited (a zombie has)."""
+    children: dict[int, list[int]] = {}
+    for child, (state, ppid) in processes().items():
+        if state != "Z":
+            children.setdefault(ppid, []).append(child)
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def zombies(pid: int) -> set[int]:
+    """The exited children of `pid` not yet reaped."""
+    return {c for c, (state, ppid) in processes().items() if ppid == pid and state == "Z"}
+
+
+def timed_out(signum, frame):
+    raise TimeoutError("the script ran past 600 s")
+
 
 @pytest.fixture
 def bench(monkeypatch, capfd):
     """`python SCRIPT ARGS` in `cwd`, in this process: the script run as `__main__` (runpy) on
     `sys.argv`, bench/ importable, in the environment `subprocess_env` gives a subprocess (and
-    the processes it starts); it must exit 0. Returns what it wrote to stdout."""
+    the processes it starts); it must exit 0 within 600 s, and every process it started must
+    have ended with it (this process takes in their orphans meanwhile, as a session would hold
+    them). Returns what it wrote to stdout."""
+    libc = ctypes.CDLL(None, use_errno=True)
 
     def run(script: str, *args: str, cwd: Path) -> str:
         monkeypatch.chdir(cwd)
@@ -39,19 +84,45 @@ def bench(monkeypatch, capfd):
             monkeypatch.setenv(key, value)
         monkeypatch.setattr(sys, "argv", [script, *args])
         environ = dict(os.environ)  # what the script sets (a seed) goes with it
+        before = descendants(os.getpid()) | zombies(os.getpid())
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 1)
+        handler = signal.signal(signal.SIGALRM, timed_out)
+        signal.alarm(600)
         capfd.readouterr()
         try:
             runpy.run_path(script, run_name="__main__")
         except SystemExit as e:
             assert e.code in (0, None), capfd.readouterr().err[-3000:]
         finally:
+            signal.alarm(0)
+            signal.signal(signal.SIGALRM, handler)
             os.environ.clear()
             os.environ.update(environ)
+            left = ended(before)
+            libc.prctl(PR_SET_CHILD_SUBREAPER, 0)
         out, err = capfd.readouterr()
         sys.stderr.write(err)  # shown with a failing test's output
+        assert not left, f"a process of {script} outlived it: {sorted(left)}"
         return out
 
     return run
+
+
+def ended(before: set[int], seconds: float = 10.0) -> set[int]:
+    """The processes below this one, not in `before`, still there after `seconds` (one that
+    closed its output may take a moment to exit): killed, and the zombies left by them and by
+    the orphans taken in reaped."""
+    me = os.getpid()
+    deadline = time.monotonic() + seconds
+    while (left := descendants(me) - before) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    time.sleep(0.1 if left else 0)
+    for pid in zombies(me) - before:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+    return left
 
 
 @pytest.mark.slow
@@ -591,3 +662,15 @@ def test_brackets_seeds_prints_a_row_per_seed(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "| seed | MLM accuracy | head only | all |" in out
     assert "| 7 |  90.0 |  55.5 |  97.0 |" in out
+
+
+def test_a_script_that_leaves_a_process_fails_the_in_process_runner(tmp_path, bench):
+    """A process a script started (here an orphan: its shell exited) outliving the script
+    fails the test, as a session that outlives its output does (`run_in_session`), and is
+    killed."""
+    script = tmp_path / "leaves.py"
+    script.write_text("import subprocess\nsubprocess.run(['sh', '-c', 'sleep 60 &'])\n")
+    before = descendants(os.getpid())
+    with pytest.raises(AssertionError, match="outlived it"):
+        bench(str(script), cwd=tmp_path)
+    assert descendants(os.getpid()) <= before
