@@ -13,7 +13,6 @@ from lightning.pytorch.callbacks import timer as lightning_timer
 from run_matrix import DISTILL
 
 from bert_lightning.config import compose
-from bert_lightning.training import budget
 from bert_lightning.training.budget import ValidationBudget
 from bert_lightning.training.optim import budget_linear_decay
 from bert_lightning.training.pretrain import train
@@ -186,36 +185,3 @@ def test_a_resumed_run_keeps_the_validation_bound_of_the_run_it_continues():
     trainer = SimpleNamespace(limit_val_batches=1.0)
     resumed.on_fit_start(trainer, None)
     assert trainer.limit_val_batches == 3
-
-
-class SlowValidation(L.Callback):
-    """Each validation batch takes exactly one second of the fake clock; records how many
-    batches each validation scored."""
-
-    scored: list = []
-
-    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
-        CLOCK.now += 1.0
-
-    def on_validation_end(self, trainer, pl_module):
-        SlowValidation.scored.append(sum(trainer.num_val_batches))
-
-
-def test_a_time_limit_on_a_run_of_steps_bounds_its_validation_too(tmp_path, monkeypatch):
-    """`trainer.max_time` given alone (schedule=pretrain: 6 steps, a validation every 3): the
-    validation before the fit takes its batches' seconds, and the 2 the fit plans (6 / 3) with
-    a spare get what is left of a tenth of the budget, so each scores its first batch only."""
-    monkeypatch.setattr(lightning_timer, "time", SimpleNamespace(monotonic=lambda: CLOCK.now))
-    monkeypatch.setattr(budget, "time", SimpleNamespace(monotonic=lambda: CLOCK.now))
-    SlowValidation.scored.clear()
-    write_corpus(tmp_path / "corpus.jsonl", 60)
-    overrides = tiny_overrides(
-        tmp_path,
-        "trainer.max_time=00:00:00:30",  # a tenth: 3 s
-        "data.val_docs=24",  # a validation example each, 3 batches
-        "data.packing=document",
-        "+callbacks.slow._target_=test_budget.SlowValidation",
-    )
-    train(compose(overrides=overrides))
-    # (3 s - 3 s) / 3 for each of the fit's: the floor, 1 batch
-    assert SlowValidation.scored == [3, 1, 1]

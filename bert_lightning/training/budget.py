@@ -1,7 +1,6 @@
-"""`ValidationBudget`: a run on a time budget (`trainer.max_time`, conf/schedule/time_budget.yaml
-or given alone as a cap on a run of steps) spends at most a share of it validating, a
-distillation's teacher forward included: a validation set sized for a run of steps can
-otherwise eat a third of a short budget."""
+"""`ValidationBudget`: a run on a time budget (`trainer.max_time`, conf/schedule/time_budget.yaml)
+spends at most a share of it validating, a distillation's teacher forward included: a
+validation set sized for a run of steps can otherwise eat a third of a short budget."""
 
 from __future__ import annotations
 
@@ -23,12 +22,11 @@ class ValidationBudget(L.Callback):
     the schedule plans in the fit would take more than what is left of `share` of the budget
     at that cost, validates each on its first N batches, as many as fit (`trainer.
     limit_val_batches`, read when the fit's validation loop sets up: every validation of the
-    fit scores the same N batches; step 0's loss is of all of them). `validations` None: the
-    fit's `max_steps` over its `val_check_interval` in steps (neither known: nothing bounded).
-    The bound is saved with the run: a resumed run keeps it. Without a validation before the
-    fit there is nothing to measure, and nothing is bounded."""
+    fit scores the same N batches; step 0's loss is of all of them). The bound is saved with
+    the run: a resumed run keeps it. Without a validation before the fit there is nothing to
+    measure, and nothing is bounded."""
 
-    def __init__(self, share: float, validations: int | None = None):
+    def __init__(self, share: float, validations: int):
         self.share = share
         self.validations = validations
         self.batches: int | None = None  # the bound, once one was needed
@@ -59,8 +57,6 @@ class ValidationBudget(L.Callback):
         timer = budget_timer(trainer)
         if timer is None or trainer.state.fn != TrainerFn.VALIDATING:
             return
-        if (planned := self.validations or planned_validations(trainer)) is None:
-            return
         seconds, in_batches = trainer.strategy.broadcast(
             (time.monotonic() - self.started, self.in_batches)
         )
@@ -69,7 +65,7 @@ class ValidationBudget(L.Callback):
         # what is left of the share, for each validation of the fit and a spare (the cost of
         # one varies, and the fit may end on one more); each costs what the first did outside
         # its batches (model modes, loaders, logging), and a batch what one of the first did
-        each = (self.share * budget - seconds) / (planned + 1)
+        each = (self.share * budget - seconds) / (self.validations + 1)
         fit = max(1, math.floor((each - (seconds - in_batches)) / (in_batches / batches)))
         if fit >= batches:
             return
@@ -78,11 +74,5 @@ class ValidationBudget(L.Callback):
             "validation: the first %d of %d batches from here on (the first validation took "
             "%.1f s): %d more keep validation within %.0f%% of the %.0f s budget "
             "(callbacks.validation_budget)",
-            *(fit, batches, seconds, planned, 100 * self.share, budget),
+            *(fit, batches, seconds, self.validations, 100 * self.share, budget),
         )
-
-
-def planned_validations(trainer) -> int | None:
-    """The validations a run of steps plans in its fit (None: a run of epochs or of time)."""
-    every, steps = getattr(trainer, "val_check_interval", None), trainer.max_steps  # or a time
-    return steps // every if isinstance(every, int) and every > 0 and steps > 0 else None
