@@ -88,14 +88,15 @@ def masking(**values) -> MaskingConfig:
     return MaskingConfig(**shipped("data/_corpus")["masking"] | values)
 
 
-def write_corpus(path: Path, n_docs: int = 60) -> Path:
-    """The first `n_docs` documents of the bundled C4 sample, as a standalone file."""
+def write_corpus(path: Path, n_docs: int = 60, chars: int | None = None) -> Path:
+    """The first `n_docs` documents of the bundled C4 sample (each cut to its first `chars`
+    characters when given), as a standalone file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as f:
         for i, text in enumerate(iter_documents([SAMPLE])):
             if i == n_docs:
                 break
-            f.write(json.dumps({"text": text, "url": f"u{i}"}) + "\n")
+            f.write(json.dumps({"text": text[:chars], "url": f"u{i}"}) + "\n")
     return path
 
 

@@ -27,7 +27,6 @@ from helpers import (
     TINY_BERT,
     cli_error,
     killed_and_resumed_bitwise,
-    run_script,
     tiny_overrides,
     write_corpus,
 )
@@ -383,7 +382,6 @@ def test_new_words_need_a_start_of_their_own(tmp_path, capsys):
     )
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     "extra, lr, steps, ratio",
     [
@@ -399,9 +397,8 @@ def test_a_value_the_command_line_gives_stands_even_at_adamws_value(
 ):
     """`python train.py init_from=...`: continued.yaml replaces only what nothing set; a value
     typed on the command line stands even where it equals adamw.yaml's, and a group named
-    (`optim=continued`, or the default `optim=adamw`) is taken as it composes."""
-    write_corpus(tmp_path / "corpus.jsonl")
+    (`optim=continued`, or the default `optim=adamw`) is taken as it composes (and building
+    the run changes nothing of it: `test_an_experiment_giving_adamws_schedule_...`)."""
     over = tiny_overrides(tmp_path, f"init_from={mlm_start[0]}", "trainer.max_steps=1", *extra)
-    run_script("train.py", over, tmp_path)
-    optim = yaml.safe_load((tmp_path / "config_resolved.yaml").read_text())["optim"]
+    optim = OmegaConf.to_container(compose(overrides=over).optim, resolve=True)
     assert (optim["lr"], optim["warmup_steps"], optim["warmup_ratio"]) == (lr, steps, ratio)

@@ -278,34 +278,31 @@ def test_the_server_batches_concurrent_requests_and_survives_bad_ones(tmp_path, 
 
 @pytest.mark.slow
 def test_the_load_test_runs_both_setups_without_errors(tmp_path, tok):
-    """bench/serve.py for a couple of seconds on a tiny checkpoint, served by PyTorch and, from
-    its int8 export, by ONNX Runtime; and a second encoder (`--vs`) by both in the same round."""
+    """bench/serve.py for a couple of seconds on a tiny checkpoint served by PyTorch, batched
+    and one request at a time, and a second encoder (`--vs`) in the same round. (ONNX Runtime's
+    int8 backend, `backend_model`, is the soak test's.)"""
     ckpt, _ = relevance_ckpt(tmp_path, tok)
     write_hf_folder(tmp_path / "other", tok, layers=1)
     env = subprocess_env(ROOT / "bench")
     args = ["--model", str(ckpt), "--seconds", "2", "--warmup", "0.5", "--clients", "4"]
-    args += ["--backends", "torch,int8", "--vs", f"small={tmp_path / 'other'}"]
+    args += ["--backends", "torch", "--vs", f"small={tmp_path / 'other'}"]
     cmd = [sys.executable, str(ROOT / "bench/serve.py"), *args, "--json", str(tmp_path / "b.json")]
     r = run_in_session(cmd, env, 600)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert "| batched, int8 | 4 | 32 | 0.01 |" in r.stdout
+    assert "| batched, torch | 4 | 32 | 0.01 |" in r.stdout
     assert "| one at a time, torch | 1 | 1 | 0.0 |" in r.stdout
     summary = json.loads((tmp_path / "b.json").read_text())
     rows = summary["rows"]
     assert [row["setup"] for row in rows] == [
-        "batched, torch", "batched, int8", "batched, torch, small", "batched, int8, small",
-        "one at a time, torch",
+        "batched, torch", "batched, torch, small", "one at a time, torch"
     ]  # fmt: skip
-    assert [(row["errors"], row["requests"] > 0) for row in rows] == [(0, True)] * 5
-    assert rows[4]["mean_batch"] == 1 and rows[0]["rss_after_mib"] > 0
+    assert [(row["errors"], row["requests"] > 0) for row in rows] == [(0, True)] * 3
+    assert rows[2]["mean_batch"] == 1 and rows[0]["rss_after_mib"] > 0
     rate = [row["requests_per_s"] for row in rows]
-    ratio = lambda a, b: round(rate[a] / rate[b], 2)  # one round: its own ratio
-    assert summary["requests_per_s_vs_torch"] == {
-        "torch": 1.0, "int8": ratio(1, 0), "torch, small": ratio(2, 0), "int8, small": ratio(3, 0)
-    }  # fmt: skip
-    assert summary["requests_per_s_vs_model"] == {
-        "torch, small": ratio(2, 0), "int8, small": ratio(3, 1)
-    }  # fmt: skip
+    ratio = round(rate[1] / rate[0], 2)  # one round: its own ratio
+    assert summary["requests_per_s_vs_torch"] == {"torch": 1.0, "torch, small": ratio}
+    assert summary["requests_per_s_vs_model"] == {"torch, small": ratio}
+    assert summary["speedup"] == round(rate[0] / rate[2], 2)
 
 
 @pytest.mark.slow
@@ -344,7 +341,9 @@ def test_sigterm_drains_the_server_and_ends_every_process_of_it(tmp_path, tok, b
             t = time.monotonic()  # served once each (on a busy machine, seconds): steady state
             while len(answers) < 8 and time.monotonic() < t + 60:
                 time.sleep(0.05)
-            time.sleep(0.3)  # the clients' next requests wait in the batch (1.5 s to fill)
+            # the clients' next requests wait in the batch (1.5 s to fill); on a busy machine a
+            # client thread takes a few tenths of a second to send its next
+            time.sleep(0.8)
             before = len(answers)
             os.kill(pid, signal.SIGTERM)
             time.sleep(0.3)
@@ -361,7 +360,7 @@ def test_sigterm_drains_the_server_and_ends_every_process_of_it(tmp_path, tok, b
         assert os.waitstatus_to_exitcode(status) == 0
         assert session_ends(pid, seconds=5), "a process of the server outlived it"
     served = [body for status, body in answers[before:] if status == 200]  # those in flight
-    assert served and all(len(b["scores"]) == 1 for b in served)
+    assert served and all(len(b["scores"]) == 1 for b in served), answers
     refused = [(s, b) for s, b in answers if s != 200]
     assert all(s == "refused" or (s == 503 and "stopping" in b["error"]) for s, b in refused), (
         refused

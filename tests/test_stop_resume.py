@@ -53,9 +53,9 @@ class Seen(L.Callback):
 SEE = [f"+callbacks.seen._target_={__name__}.Seen"]
 
 
-def pretraining(*objective: str):
+def pretraining(*objective: str, chars: int | None = None):
     def run(folder: Path, wholes, *extra: str):
-        write_corpus(folder / "corpus.jsonl")
+        write_corpus(folder / "corpus.jsonl", chars=chars)
         args = [*objective, *RESUMABLE, "data.batch_size=2", *SEE, *extra]
         return train(compose(overrides=tiny_overrides(folder, *args)))
 
@@ -63,10 +63,14 @@ def pretraining(*objective: str):
 
 
 def by_epochs(folder: Path, wholes, *extra: str):
-    """MLM bound by 2 epochs (8 steps each), not by steps: its schedule counts the steps, so
-    its loader is built before Lightning restores the checkpoint's loops."""
+    """MLM bound by 2 epochs, not by steps: its schedule counts the steps, so its loader is
+    built before Lightning restores the checkpoint's loops. Documents of 16 characters make an
+    epoch 8 steps (`EPOCH`)."""
     epochs = ("trainer.max_steps=-1", "trainer.max_epochs=2")
-    return pretraining()(folder, wholes, *epochs, *extra)
+    return pretraining(chars=16)(folder, wholes, *epochs, *extra)
+
+
+EPOCH = 8  # the steps of an epoch of `by_epochs`
 
 
 def distillation(folder: Path, wholes, *extra: str):
@@ -374,6 +378,9 @@ def test_a_run_stopped_and_resumed_in_its_folder_is_the_run_never_stopped(
 ):
     stop, raised, step = CASES[job, phase]
     whole = wholes(job)
+    if job == "mlm by epochs":  # its stops fall in the epochs they name
+        last = torch.load(whole / "checkpoints" / "last.ckpt", weights_only=True)
+        assert (last["global_step"], last["epoch"]) == (2 * EPOCH, 1)
     folder = tmp_path / "run"
     handlers = [signal.getsignal(s) for s in STOP_SIGNALS]
     e = stopped(job, folder, wholes, stop, monkeypatch)
