@@ -7,7 +7,8 @@
 3. RSS of a training data loader (token arrays, memory-mapped) over the corpus 1x and 20x
    (repeated), a full epoch each, in a fresh process (Linux /proc figures);
 4. data loader batches/s vs the training steps/s of bert_mini (what the loader must keep up with).
-Timings are medians of `--repeats` runs, measured side by side in one process.
+Timings are medians of `--repeats` runs, measured side by side in one process. `--docs N`:
+the sample's first N documents only (the tests' dry run).
 """
 
 from __future__ import annotations
@@ -46,9 +47,9 @@ def median_time(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
-def split_sample(out: Path, n: int) -> list[str]:
+def split_sample(out: Path, n: int, sample: str) -> list[str]:
     out.mkdir(parents=True, exist_ok=True)
-    lines = Path(SAMPLE).read_text().splitlines(keepends=True)
+    lines = Path(sample).read_text().splitlines(keepends=True)
     files = []
     for i in range(n):
         p = out / f"c4-train.{i:05d}-of-{n:05d}.json"
@@ -57,8 +58,8 @@ def split_sample(out: Path, n: int) -> list[str]:
     return files
 
 
-def throughput(tok, work: Path, repeats: int) -> dict:
-    files = split_sample(work / "shards", 8)
+def throughput(tok, work: Path, repeats: int, sample: str) -> dict:
+    files = split_sample(work / "shards", 8, sample)
     mb = sum(Path(f).stat().st_size for f in files) / 1e6
     res = {}
     for procs in (1, 2):
@@ -178,12 +179,12 @@ def copies(token_dir: Path) -> list[str]:
     return [str(token_dir.parent / f"copy{i}.json") for i in range(20)]
 
 
-def rss(tok, work: Path) -> dict:
+def rss(tok, work: Path, sample: str) -> dict:
     out = cache_folder(work / "rss", tok)
-    prepare([SAMPLE], out, tok, 1, {})
-    src_tokens, src_docs = shard_paths(out, SAMPLE, {})
+    prepare([sample], out, tok, 1, {})
+    src_tokens, src_docs = shard_paths(out, sample, {})
     for copy in copies(out):  # the corpus 20 times: 20 shards with the sample's arrays
-        shutil.copy(SAMPLE, copy)
+        shutil.copy(sample, copy)
         dst_tokens, dst_docs = shard_paths(out, copy, {})
         shutil.copy(src_tokens, dst_tokens)
         shutil.copy(src_docs, dst_docs)
@@ -195,10 +196,10 @@ def rss(tok, work: Path) -> dict:
     return res
 
 
-def headroom(tok, work: Path, repeats: int) -> dict:
+def headroom(tok, work: Path, repeats: int, sample: str) -> dict:
 
     out = cache_folder(work / "rss", tok)
-    blocks = TokenBlocks([SAMPLE], out, {}, 126, 2, 3, "packed")
+    blocks = TokenBlocks([sample], out, {}, 126, 2, 3, "packed")
     collate = MLMCollator(0, 4, [0, 1, 2, 3, 4], tok.get_vocab_size(), masking())
     loader = torch.utils.data.DataLoader(
         SeededExamples(blocks, 0),
@@ -234,21 +235,27 @@ def headroom(tok, work: Path, repeats: int) -> dict:
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--docs", type=int, help="the sample's first DOCS documents (default: all)")
     p.add_argument("--rss-child", nargs=2, metavar=("TOKEN_DIR", "COPIES"))
     args = p.parse_args()
     if args.rss_child:
         return rss_child(args.rss_child[0], int(args.rss_child[1]))
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        docs = list(iter_documents([SAMPLE]))
+        sample = SAMPLE
+        if args.docs:
+            sample = str(work / "sample.jsonl")
+            lines = Path(SAMPLE).read_text().splitlines(keepends=True)
+            Path(sample).write_text("".join(lines[: args.docs]))
+        docs = list(iter_documents([sample]))
         tok = train_wordpiece(lambda: iter(docs), vocab_size=8192)
         save_tokenizer(tok, work / "tokenizer.json")
         tok = load_tokenizer(work / "tokenizer.json")
         results = {
-            "throughput": throughput(tok, work, args.repeats),
+            "throughput": throughput(tok, work, args.repeats, sample),
             "packing": packing_efficiency(tok, work),
-            "rss": rss(tok, work),
-            "headroom": headroom(tok, work, args.repeats),
+            "rss": rss(tok, work, sample),
+            "headroom": headroom(tok, work, args.repeats, sample),
         }
     print(json.dumps(results, indent=2))
 
