@@ -50,13 +50,18 @@ def loss_of(module, batch: dict) -> torch.Tensor:
 
 
 @pytest.fixture(scope="module")
-def loaders(tiny_tokenizer):
-    """21 training batches of the packed default data and of NSP pairs (padded rows)."""
+def loaders(tiny_tokenizer, tmp_path_factory):
+    """21 training batches of the packed default data and of NSP pairs (padded rows), on the
+    first 120 documents of the sample."""
+    corpus = write_corpus(tmp_path_factory.mktemp("static") / "corpus.jsonl", 120)
 
     def batches(option: str) -> list[dict]:
-        dm = data_module(option, given_tokenizer=tiny_tokenizer, max_seq_length=32, batch_size=8)
+        sizes = {"max_seq_length": 32, "batch_size": 8, "val_docs": 5}
+        dm = data_module(option, given_tokenizer=tiny_tokenizer, train_files=str(corpus), **sizes)
         dm.setup()
-        return [b for _, b in zip(range(21), dm.train_dataloader(), strict=False)]
+        got = [b for _, b in zip(range(21), dm.train_dataloader(), strict=False)]
+        assert len(got) == 21, option
+        return got
 
     return {"c4_sample": batches("c4_sample"), "c4_nsp": batches("c4_nsp")}
 
