@@ -115,11 +115,12 @@ def throughput(tok, work: Path, repeats: int, sample: str) -> dict:
     return res
 
 
-def packing_efficiency(tok, work: Path) -> dict:
+def packing_efficiency(tok, work: Path, sample: str) -> dict:
     res = {}
     for packing in ("packed", "document"):
         dm = configured(
             "data",
+            train_files=sample,
             packing=packing,
             cache_dir=str(work / "pack"),
             out_dir=None,
@@ -235,9 +236,14 @@ def headroom(tok, work: Path, repeats: int, sample: str) -> dict:
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--docs", type=int, help="the sample's first DOCS documents (default: all)")
+    p.add_argument(
+        "--docs", type=int, help="the sample's first DOCS documents, 100 or more (default: all)"
+    )
     p.add_argument("--rss-child", nargs=2, metavar=("TOKEN_DIR", "COPIES"))
     args = p.parse_args()
+    lines = Path(SAMPLE).read_text().splitlines(keepends=True)
+    if args.docs is not None and not 100 <= args.docs <= len(lines):  # 50 are held out
+        p.error(f"--docs {args.docs}: the sample has {len(lines)} documents; give 100 to that")
     if args.rss_child:
         return rss_child(args.rss_child[0], int(args.rss_child[1]))
     with tempfile.TemporaryDirectory() as tmp:
@@ -245,7 +251,6 @@ def main():
         sample = SAMPLE
         if args.docs:
             sample = str(work / "sample.jsonl")
-            lines = Path(SAMPLE).read_text().splitlines(keepends=True)
             Path(sample).write_text("".join(lines[: args.docs]))
         docs = list(iter_documents([sample]))
         tok = train_wordpiece(lambda: iter(docs), vocab_size=8192)
@@ -253,7 +258,7 @@ def main():
         tok = load_tokenizer(work / "tokenizer.json")
         results = {
             "throughput": throughput(tok, work, args.repeats, sample),
-            "packing": packing_efficiency(tok, work),
+            "packing": packing_efficiency(tok, work, sample),
             "rss": rss(tok, work, sample),
             "headroom": headroom(tok, work, args.repeats, sample),
         }

@@ -179,16 +179,7 @@ def main() -> None:
         "server_threads": args.threads or "the server's default",
         "speedup": round(ratio, 2),
         "medians": medians,
-        "requests_per_s_vs_torch": {
-            b: paired_median([x[b] for x in per_round], [x["torch"] for x in per_round])
-            for b in setups
-        }
-        if "torch" in medians
-        else None,
-        "requests_per_s_vs_model": {
-            b: paired_median([x[b] for x in per_round], [x[b.split(", ")[0]] for x in per_round])
-            for b in setups[len(backends) :]
-        },
+        **ratios(per_round, setups, len(backends)),
         "targets_met": ratio >= 2
         and (first["p99_ms"] or 1e9) <= 250
         and all(r["errors"] == 0 for r in rows),
@@ -203,6 +194,19 @@ def main() -> None:
         f"0 errors) {met}; medians per backend {medians}; requests/s over the model's, "
         f"round by round: {summary['requests_per_s_vs_model']}; wrote {args.json}"
     )
+
+
+def ratios(per_round: list[dict], setups: list[str], n_backends: int) -> dict:
+    """Each setup's requests/s over torch's (None without torch) and, for the `--vs` encoder's
+    setups (after the model's `n_backends`), over the model's on the same backend: medians of
+    the rounds' own ratios."""
+    over = lambda b, of: paired_median([x[b] for x in per_round], [x[of] for x in per_round])
+    return {
+        "requests_per_s_vs_torch": {b: over(b, "torch") for b in setups}
+        if "torch" in setups
+        else None,
+        "requests_per_s_vs_model": {b: over(b, b.split(", ")[0]) for b in setups[n_backends:]},
+    }
 
 
 def rounds_of(rows: list[dict], n: int) -> list[dict]:

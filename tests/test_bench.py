@@ -486,6 +486,29 @@ def test_the_onnx_speedup_is_the_median_of_each_rounds_ratio(monkeypatch):
     assert medians(runs)[1]["int8"] == {"b": 3.0}
 
 
+def test_the_load_tests_ratios_are_over_torch_and_over_the_models_own_backend(monkeypatch):
+    """bench/serve.py's summary, two backends and a `--vs` encoder over two rounds: each setup
+    over torch, and the other encoder over the model on the same backend, round by round."""
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    from serve import ratios
+
+    setups = ["torch", "int8", "torch, small", "int8, small"]
+    per_round = [
+        {"torch": 10.0, "int8": 30.0, "torch, small": 20.0, "int8, small": 90.0},
+        {"torch": 5.0, "int8": 20.0, "torch, small": 10.0, "int8, small": 40.0},
+    ]
+    assert ratios(per_round, setups, 2) == {
+        "requests_per_s_vs_torch": {"torch": 1.0, "int8": 3.5, "torch, small": 2.0,
+                                    "int8, small": 8.5},
+        "requests_per_s_vs_model": {"torch, small": 2.0, "int8, small": 2.5},
+    }  # fmt: skip
+    no_torch = [{k: v for k, v in r.items() if k.startswith("int8")} for r in per_round]
+    assert ratios(no_torch, ["int8", "int8, small"], 1) == {
+        "requests_per_s_vs_torch": None,
+        "requests_per_s_vs_model": {"int8, small": 2.5},
+    }
+
+
 @pytest.mark.slow
 def test_paired_runs_scores_both_runs_on_their_shared_test_rows(tmp_path, bench):
     """bench/paired_runs.py on two tiny ranking runs (one split, two learning rates): each
@@ -639,6 +662,7 @@ def test_data_pipeline_reports_each_figure(tmp_path, bench):
     args = ["--repeats", "1", "--docs", "200"]
     got = json.loads(bench(str(ROOT / "bench/data_pipeline.py"), *args, cwd=tmp_path))
     assert set(got) == {"throughput", "packing", "rss", "headroom"}
+    assert got["packing"]["document"]["examples"] == 150  # a document each, 50 held out
     assert got["headroom"]["bert_mini_steps_per_s"] > 0 and got["headroom"]["headroom"] > 0
 
 
