@@ -24,8 +24,8 @@ from bert_lightning.model.heads import (
     BertForTokenClassification,
 )
 from bert_lightning.tasks.ad_relevance import lambda_weights, listwise_loss
+from bert_lightning.tasks.classification import bio_spans
 from bert_lightning.tasks.kinds import load_splits, make_task, pairwise_loss
-from bert_lightning.tasks.metrics import bio_spans
 from bert_lightning.tasks.ranking import ndcg
 from finetune_fixtures import (
     cfg_for,

@@ -7,28 +7,18 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-import bm25s
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torchmetrics.classification import BinaryAccuracy
 
 from bert_lightning.data import tables as D
 from bert_lightning.errors import UserError
 from bert_lightning.model.heads import HEAD_POOLINGS, ZERO_SHOT_POOLING, BertBiEncoder
 from bert_lightning.progress import Waiting
 from bert_lightning.tasks.base import TableConfig, Task, ZeroShot, baselines_table
-from bert_lightning.tasks.metrics import (
-    AUROC,
-    F1,
-    NDCG,
-    SpearmanCorrCoef,
-    no_order,
-    nothing_relevant,
-    one_class,
-)
 from bert_lightning.tasks.ranking import RELEVANT, ranking_report, ranking_table
+from bert_lightning.tasks.undefined import no_order, nothing_relevant, one_class
 
 LOSSES = ("pointwise", "pairwise", "listwise", "pointwise+pairwise", "pointwise+listwise")
 
@@ -247,6 +237,10 @@ class AdRelevance(Task):
         of 0.5 only for 0/1 targets, where a score is a probability of relevance and 0.5
         means something. Click rates have no AUROC: a rate is not relevant or not, and at 0.5
         nearly every row would be one class."""
+        from torchmetrics.classification import BinaryAccuracy
+
+        from bert_lightning.tasks.metrics import AUROC, F1, NDCG, SpearmanCorrCoef
+
         c = self.cfg
         m = {} if c.label_type == "clicks" else {"auroc": AUROC()}
         if self.binary_targets:
@@ -380,6 +374,8 @@ def words(text: str) -> list[str]:
 
 def bm25_scores(queries: list[str], ads: list[str]) -> torch.Tensor:
     """(N,) BM25 of row i's query against row i's ad."""
+    import bm25s  # and scipy with it: the test's baseline alone, not scoring's
+
     logging.getLogger("bm25s").setLevel(logging.WARNING)  # its DEBUG lines reached stdout
     docs = list(dict.fromkeys(ads))
     doc_id = {d: i for i, d in enumerate(docs)}

@@ -10,7 +10,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import torch
 from tokenizers import Encoding, Tokenizer
@@ -20,7 +20,9 @@ from bert_lightning.data import tables as D
 from bert_lightning.errors import UserError
 from bert_lightning.model.heads import HEAD_POOLINGS, BertForSequenceClassification
 from bert_lightning.shipped import group_defaults
-from bert_lightning.tasks.metrics import SplitLoss
+
+if TYPE_CHECKING:  # torchmetrics, imported where a metric is made: scoring and serving make none
+    from bert_lightning.tasks.metrics import SplitLoss
 
 log = logging.getLogger(__name__)
 
@@ -244,6 +246,8 @@ class Task:
 
     def loss_metric(self) -> SplitLoss:
         """What a split's loss is added up in, batch by batch."""
+        from bert_lightning.tasks.metrics import SplitLoss
+
         return SplitLoss(self.loss_of)
 
     def logits_and_rows(self, model, batch: dict) -> tuple[torch.Tensor, dict]:

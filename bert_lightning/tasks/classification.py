@@ -7,13 +7,12 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
 from bert_lightning.data import tables as D
 from bert_lightning.errors import UserError
 from bert_lightning.model.heads import BertForTokenClassification
 from bert_lightning.tasks.base import SentenceConfig, Task, TaskConfig, truncating
-from bert_lightning.tasks.metrics import F1, EntityF1, MatthewsCorrCoef, bio_spans, single_class
+from bert_lightning.tasks.undefined import single_class
 
 
 @dataclass
@@ -62,6 +61,10 @@ class SeqClassification(Task):
         return F.cross_entropy(rows["logits"], rows["label"])
 
     def metrics(self):
+        from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
+
+        from bert_lightning.tasks.metrics import F1, MatthewsCorrCoef
+
         n = self.num_labels
         return nn.ModuleDict(
             {
@@ -164,10 +167,14 @@ class TokenClassification(Task):
     loss_of = SeqClassification.loss_of
 
     def metrics(self):
+        from bert_lightning.tasks.metrics import EntityF1
+
         return nn.ModuleDict({"entity": EntityF1(self.cfg.labels)})
 
     @property
     def metric_names(self):
+        from bert_lightning.tasks.metrics import EntityF1
+
         return list(EntityF1.NAMES)
 
     def monitor_undefined(self, table):
@@ -187,3 +194,17 @@ class TokenClassification(Task):
 
     def compute(self, metrics):
         return {k: float(v) for k, v in metrics["entity"].compute().items()}
+
+
+def bio_spans(tags: list[str]) -> set[tuple[int, int, str]]:
+    """(start, end exclusive, type) of each entity. An `I-X` that does not continue an `X`
+    entity starts one (conlleval's rule); `O` and anything else end the current one."""
+    spans, start, kind = set(), None, None
+    for i, tag in enumerate([*tags, "O"]):
+        prefix, _, t = tag.partition("-")
+        if start is not None and not (prefix == "I" and t == kind):
+            spans.add((start, i, kind))
+            start = kind = None
+        if prefix == "B" or (prefix == "I" and start is None):
+            start, kind = i, t
+    return spans

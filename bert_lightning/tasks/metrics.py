@@ -7,8 +7,6 @@ same however its rows are batched."""
 
 from __future__ import annotations
 
-import logging
-
 import torch
 import torchmetrics
 from torchmetrics import Metric
@@ -16,40 +14,14 @@ from torchmetrics.classification import BinaryAUROC, BinaryF1Score, MulticlassMa
 from torchmetrics.retrieval import RetrievalNormalizedDCG
 from torchmetrics.utilities import dim_zero_cat
 
-log = logging.getLogger(__name__)
-
-
-def undefined(name: str, why: str) -> torch.Tensor:
-    """NaN, with the one line that says why."""
-    log.warning("%s is undefined %s: NaN", name, why)
-    return torch.tensor(float("nan"))
-
-
-def one_class(target: torch.Tensor) -> str | None:
-    """Why AUROC-like metrics have no value on these 0/1 targets (N,), or None."""
-    pos = int(target.sum())
-    if 0 < pos < len(target):
-        return None
-    return f"on rows of one class ({pos} relevant, {len(target) - pos} not)"
-
-
-def single_class(counts: torch.Tensor) -> str | None:
-    """Why MCC has no value on rows of these counts per true class (C,), or None."""
-    return (
-        None if int((counts > 0).sum()) >= 2 else f"on rows of one class ({int(counts.sum())} rows)"
-    )
-
-
-def nothing_relevant(target: torch.Tensor) -> str | None:
-    """Why NDCG has no value on these gains (N,), or None."""
-    return None if bool((target > 0).any()) else "with no relevant row in any query"
-
-
-def no_order(target: torch.Tensor) -> str | None:
-    """Why a correlation has no value on these targets (N,) (no order to read), or None."""
-    if len(target) < 2:
-        return f"on {len(target)} row(s)"
-    return "on targets of one value" if bool((target == target[0]).all()) else None
+from bert_lightning.tasks.classification import bio_spans
+from bert_lightning.tasks.undefined import (
+    no_order,
+    nothing_relevant,
+    one_class,
+    single_class,
+    undefined,
+)
 
 
 class AUROC(BinaryAUROC):
@@ -107,20 +79,6 @@ class SplitLoss(Metric):
 
     def compute(self) -> torch.Tensor:
         return self.loss_of({k: dim_zero_cat(getattr(self, k)) for k in self.fields})
-
-
-def bio_spans(tags: list[str]) -> set[tuple[int, int, str]]:
-    """(start, end exclusive, type) of each entity. An `I-X` that does not continue an `X`
-    entity starts one (conlleval's rule); `O` and anything else end the current one."""
-    spans, start, kind = set(), None, None
-    for i, tag in enumerate([*tags, "O"]):
-        prefix, _, t = tag.partition("-")
-        if start is not None and not (prefix == "I" and t == kind):
-            spans.add((start, i, kind))
-            start = kind = None
-        if prefix == "B" or (prefix == "I" and start is None):
-            start, kind = i, t
-    return spans
 
 
 class EntityF1(Metric):

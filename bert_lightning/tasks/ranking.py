@@ -9,7 +9,6 @@ import math
 import warnings
 
 import numpy as np
-from scipy import stats
 
 # the correlations within a query are `query_*`: `spearman` (a task metric) is over all rows
 PER_QUERY = ("query_spearman", "query_kendall", "ndcg@5", "ndcg@10", "mrr")
@@ -69,6 +68,8 @@ def query_values(score, target, group) -> dict[str, np.ndarray]:
     """{metric: (Q,)} each query's value (queries in order of first appearance; NaN where the
     metric is undefined for the query, which depends on its targets only, so two scorers of the
     same rows are defined on the same queries)."""
+    from scipy import stats  # a second to import: the ranking report's alone, not scoring's
+
     score, target = np.asarray(score, dtype=np.float64), np.asarray(target, dtype=np.float64)
     rows: dict = {}
     for i, g in enumerate(group):

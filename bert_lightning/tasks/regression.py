@@ -8,12 +8,11 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torchmetrics import MeanAbsoluteError, MeanSquaredError, PearsonCorrCoef
 
 from bert_lightning.data import tables as D
 from bert_lightning.errors import UserError
 from bert_lightning.tasks.base import SentenceConfig, Task
-from bert_lightning.tasks.metrics import SpearmanCorrCoef, no_order
+from bert_lightning.tasks.undefined import no_order
 
 
 @dataclass
@@ -72,6 +71,10 @@ class Regression(Task):
         return F.mse_loss(rows["pred"], rows["z"])
 
     def metrics(self):
+        from torchmetrics import MeanAbsoluteError, MeanSquaredError, PearsonCorrCoef
+
+        from bert_lightning.tasks.metrics import SpearmanCorrCoef
+
         return nn.ModuleDict(
             {
                 "mse": MeanSquaredError(),
