@@ -100,7 +100,8 @@ def main() -> None:
                 for tree, root in trees.items():
                     env = os.environ | {"PYTHONPATH": str(root)}
                     cmd = [sys.executable, *(x.format(tree=root) for x in argv)]
-                    seconds, lines[what, tree] = timed(cmd, env, Path(tmp), first)
+                    seconds, line = timed(cmd, env, Path(tmp), first)
+                    lines[what, tree] = line.replace(f"{tmp}/", "")  # no machine's paths
                     runs[what, tree].append(seconds)
     medians = {k: statistics.median(v) for k, v in runs.items()}
     print(
