@@ -242,8 +242,8 @@ def main():
     p.add_argument("--rss-child", nargs=2, metavar=("TOKEN_DIR", "COPIES"))
     args = p.parse_args()
     lines = Path(SAMPLE).read_text().splitlines(keepends=True)
-    if args.docs is not None and not 100 <= args.docs <= len(lines):  # 50 are held out
-        p.error(f"--docs {args.docs}: the sample has {len(lines)} documents; give 100 to that")
+    if args.docs is not None and not 100 <= args.docs <= len(lines):
+        p.error(f"--docs {args.docs}: give 100 to {len(lines)} (the sample's; 50 are held out)")
     if args.rss_child:
         return rss_child(args.rss_child[0], int(args.rss_child[1]))
     with tempfile.TemporaryDirectory() as tmp:

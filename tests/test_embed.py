@@ -114,6 +114,17 @@ def test_embed_without_a_normalize_module_keeps_the_length(tmp_path, tok):
     assert np.abs(served(folder, TEXTS) - want).max() <= 1e-5
 
 
+@pytest.mark.parametrize("name", ["vectors", "vectors.bin"])
+def test_embed_writes_the_file_named_whatever_its_suffix(tmp_path, tok, name):
+    """`np.save` adds `.npy` to a path without it: the vectors went to the temporary file's
+    name, and an empty file to the one asked for. The named file holds them (.npy format)."""
+    folder = write_st_folder(tmp_path / "st", tok, MEAN, modules=("Pooling",))
+    want = cli_embed(folder, tmp_path)
+    main(["embed", str(folder), str(tmp_path / "texts.txt"), str(tmp_path / name)])
+    assert np.array_equal(np.load(tmp_path / name), want)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["st", "texts.txt", "v.npy", name])
+
+
 def test_another_pooling_than_the_declared_one_is_one_line(tmp_path, tok, capsys):
     folder = write_st_folder(tmp_path / "st", tok, MEAN)
     capsys.readouterr()

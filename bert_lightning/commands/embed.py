@@ -97,8 +97,8 @@ def _main(args) -> None:
     pooling = pooling_of(model, args.pooling)
     vectors = embed_texts(model, tok, texts, pooling, args.batch_size, progress=True).numpy()
     out = Path(args.output)
-    with atomic_path(out) as tmp:
-        np.save(tmp, vectors)
+    with atomic_path(out) as tmp, open(tmp, "wb") as f:  # a path without .npy: np.save adds it
+        np.save(f, vectors)
     if args.jsonl:
         with atomic_path(args.jsonl) as tmp, open(tmp, "w", encoding="utf-8") as f:
             for text, v in zip(texts, vectors.tolist(), strict=True):
