@@ -80,7 +80,6 @@ def throughput(tok, work: Path, repeats: int, sample: str) -> dict:
             val_files=files[0],
             cache_dir=str(work / f"arrow_{time.perf_counter_ns()}"),
             out_dir=None,
-            given_tokenizer=tok,
         )
         dm.examples(dm.read(files), tok)
 
@@ -96,7 +95,6 @@ def throughput(tok, work: Path, repeats: int, sample: str) -> dict:
         val_files=files[0],
         cache_dir=str(work / "ar"),
         out_dir=None,
-        given_tokenizer=tok,
     )
     arrow = dm.examples(dm.read(files), tok)
     arrow_bytes = sum(
@@ -124,8 +122,8 @@ def packing_efficiency(tok, work: Path, sample: str) -> dict:
             packing=packing,
             cache_dir=str(work / "pack"),
             out_dir=None,
-            given_tokenizer=tok,
         )
+        dm.build_tokenizer(tok)
         dm.setup()
         real = total = 0
         for batch in dm.train_dataloader():
@@ -138,7 +136,7 @@ def packing_efficiency(tok, work: Path, sample: str) -> dict:
 
 def masking():
     """The shipped data config's masking (a data module built without a run folder)."""
-    return configured("data", out_dir=None, given_tokenizer=None).masking
+    return configured("data", out_dir=None).masking
 
 
 def rss_child(token_dir: str, n_copies: int) -> None:

@@ -73,7 +73,7 @@ def main(out: Path, overrides: list[str]) -> dict:
     cfg = compose("train", [f"paths.output_dir={out}", *overrides])
     budget = seconds(OmegaConf.to_container(cfg.trainer, resolve=True)["max_time"])
     L.seed_everything(cfg.seed)
-    dm = instantiate(cfg.data, "data", out_dir=str(out), given_tokenizer=None)
+    dm = instantiate(cfg.data, "data", out_dir=str(out))
     tok = dm.build_tokenizer()
     dm.setup("fit")
     config = instantiate(

@@ -94,7 +94,7 @@ def sentence_batches(n: int, batch: int, c: BertConfig, g) -> list[dict]:
 def corpus_batches(n: int, batch: int, data: list[str]) -> tuple[BertConfig, list[dict]]:
     """bert_mini and `n` training batches of the bundled sample as `train.py <data>` makes
     them."""
-    dm = configured("data", [*data, f"data.batch_size={batch}"], out_dir=None, given_tokenizer=None)
+    dm = configured("data", [*data, f"data.batch_size={batch}"], out_dir=None)
     tok = dm.build_tokenizer()
     dm.setup("fit")
     c = replace(

@@ -94,7 +94,7 @@ def main():
     p.add_argument("--seed", type=int, default=1234)
     args = p.parse_args()
     torch.manual_seed(args.seed)
-    dm = configured("data", [f"seed={args.seed}"], out_dir=None, given_tokenizer=None)
+    dm = configured("data", [f"seed={args.seed}"], out_dir=None)
     tok = dm.build_tokenizer()
     dm.setup("fit")
     c = replace(

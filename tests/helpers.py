@@ -77,10 +77,13 @@ def tiny_overrides(out_dir: Path, *extra: str) -> list[str]:
 def data_module(option: str = "c4_sample", **values):
     """The pretraining DataModule of `data=OPTION` as it ships, `values` merged over its config
     (a dict value, such as `masking`, key by key); by default no run folder and a tokenizer
-    trained from its config (`given_tokenizer=` gives one)."""
-    return configured(
-        "data", [f"data={option}"], **{"out_dir": None, "given_tokenizer": None} | values
-    )
+    trained from its config when set up (`given_tokenizer=` gives one, as a run's start does:
+    `build_tokenizer`)."""
+    given = values.pop("given_tokenizer", None)
+    dm = configured("data", [f"data={option}"], **{"out_dir": None} | values)
+    if given is not None:
+        dm.build_tokenizer(given)
+    return dm
 
 
 def masking(**values) -> MaskingConfig:

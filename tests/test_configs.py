@@ -93,7 +93,7 @@ def test_every_config_composes(group, option, tmp_path):
         for key in ("train_files", "val_files"):  # options whose files the user must name
             if OmegaConf.is_missing(cfg.data, key):
                 cfg.data[key] = bundled("c4_sample.jsonl")
-        dm = instantiate(cfg.data, out_dir=None, given_tokenizer=None)
+        dm = instantiate(cfg.data, out_dir=None)
         files = getattr(dm, "train_files", None)  # None: streamed
         assert files is None or Path(files[0]).is_file()
 

@@ -228,7 +228,7 @@ def test_a_stream_refuses_the_options_it_would_ignore(override):
     cfg = compose(overrides=["data=c4_hub", override])
     key, value = override.split("=")
     with pytest.raises(UserError, match=f"^{key}='?{value}'?"):
-        instantiate(cfg.data, "data", out_dir=None, given_tokenizer=None)
+        instantiate(cfg.data, "data", out_dir=None)
 
 
 @pytest.mark.parametrize("packing", ["packed", "packed_isolated"])
@@ -250,7 +250,8 @@ def test_a_stream_of_files_reads_them_with_our_reader(tmp_path, tiny_tokenizer):
             "data.max_seq_length=32",
         ]
     )
-    dm = instantiate(cfg.data, "data", out_dir=None, given_tokenizer=tiny_tokenizer)
+    dm = instantiate(cfg.data, "data", out_dir=None)
+    dm.build_tokenizer(tiny_tokenizer)
     dm.setup()
     assert len(dm.val_set) > 0 and dm.data_record()["data.text_unit"] == "line"
 
@@ -335,7 +336,6 @@ def test_the_arrow_documents_cache_misses_when_any_input_changes(tmp_path, chang
 def test_the_data_record_names_each_part_a_run_depends_on(tmp_path, tiny_tokenizer):
     corpus = write_corpus(tmp_path / "c.jsonl", 40)
     dm = data_module("corpus", train_files=str(corpus), given_tokenizer=tiny_tokenizer)
-    dm.build_tokenizer()
     record = dm.data_record()
     assert json.loads(json.dumps(record)) == record  # plain values, stored as they are
     ((path, size, mtime),) = record["data.train_files"]

@@ -55,7 +55,7 @@ def test_data_corpus_trains_on_mixed_files_and_a_split_book(tmp_path):
         train(config(tmp_path / "refused", "data.long_docs=error"))  # _corpus.yaml's default
     cfg = config(tmp_path)
     assert cfg.data.long_docs == "split" and len(book) > 5000
-    read = instantiate(cfg.data, out_dir=None, given_tokenizer=None).read([str(books)])["text"]
+    read = instantiate(cfg.data, out_dir=None).read([str(books)])["text"]
     assert len(read) > len(book) // 5000 and max(map(len, read)) <= 5000
     assert " ".join(read).split() == book.split()  # every word of the book, in order
     val_loss = train(cfg)

@@ -243,7 +243,7 @@ def test_the_data_record_holds_each_setting_evaluate_frames_files_by(option, tmp
 
     files = [f"data.train_files={write_corpus(tmp_path / 'c.jsonl')}"] * (option == "text")
     cfg = compose(overrides=["paths.output_dir=.", f"data={option}", *files]).data
-    dm = instantiate(cfg, "data", out_dir=None, given_tokenizer=None)
+    dm = instantiate(cfg, "data", out_dir=None)
     want = {k: OmegaConf.to_container(cfg, resolve=True)[k] for k in VALIDATION_KEYS if k in cfg}
     record = dm.data_record()
     assert {k: record.get(f"data.{k}", "missing") for k in want} == want

@@ -13,6 +13,7 @@ from omegaconf import OmegaConf
 from bert_lightning.checkpoint import read_checkpoint
 from bert_lightning.config import compose, package_dir
 from bert_lightning.data.corpus import iter_documents
+from bert_lightning.data.pretraining import PretrainDataModule
 from bert_lightning.data.tokenizer import (
     extend_wordpiece,
     load_tokenizer,
@@ -338,12 +339,23 @@ def test_extend_wordpiece_adds_the_most_frequent_words_cut_into_three_pieces():
     ]  # fmt: skip
 
 
-def test_new_words_start_from_their_pieces_train_export_and_resume(tmp_path, mlm_start, caplog):
+def test_new_words_start_from_their_pieces_train_export_and_resume(
+    tmp_path, mlm_start, caplog, monkeypatch
+):
     folder, hf, tok = mlm_start
     run = tmp_path / "run"
     cfg = compose(overrides=overrides(run, folder, "data.tokenizer.extend=5"))
+    built = []  # the data modules `build` makes: one, whose corpus gave the words
+    init = PretrainDataModule.__init__
+    monkeypatch.setattr(
+        PretrainDataModule, "__init__", lambda dm, **kw: (built.append(dm), init(dm, **kw))[1]
+    )
     with caplog.at_level(logging.INFO):
-        model = loaded(cfg)
+        dm, module, _ = build(cfg)
+    model = module.model
+    assert (
+        len(built) == 1 and built[0] is dm and dm.tokenizer.get_vocab_size() > tok.get_vocab_size()
+    )
     grown = f"Hugging Face folder {folder} with 5 new words"
     assert f"starts from weights: {grown}; tokenizer: {grown}; shape: {grown}" in caplog.text
     new = load_tokenizer(run / "tokenizer.json")

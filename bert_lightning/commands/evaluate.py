@@ -99,9 +99,8 @@ def evaluate_mlm(
         settings["masking"] = {**settings["masking"], "mlm_probability": mlm_probability}
     max_len = min(settings["max_seq_length"], pre.config.max_position_embeddings)
     settings |= {"max_seq_length": max_len, "train_files": None, "val_files": files}
-    dm = instantiate(
-        data, "data", cache_dir=cache_dir, out_dir=None, given_tokenizer=pre.tokenizer, **settings
-    )
+    dm = instantiate(data, "data", cache_dir=cache_dir, out_dir=None, **settings)
+    dm.build_tokenizer(pre.tokenizer)
     dm.setup()
     if len(dm.val_set) == 0:
         raise UserError(

@@ -90,8 +90,7 @@ def to_input_ids(symbols: torch.Tensor, tokenizer: Tokenizer) -> torch.Tensor:
 
 class BracketsDataModule(L.LightningDataModule):
     """Fresh random sentences for training; a validation set masked once with a fixed seed.
-    `out_dir`: where the run's tokenizer is saved (None: not saved); `given_tokenizer`: unused,
-    the toy's tokenizer is fixed."""
+    `out_dir`: where the run's tokenizer is saved (None: not saved)."""
 
     nsp = False
 
@@ -107,7 +106,6 @@ class BracketsDataModule(L.LightningDataModule):
         num_workers: int,
         seed: int,
         out_dir: str | None,
-        given_tokenizer: Tokenizer | None,
     ):
         super().__init__()
         if max_seq_length != 2 * pairs + 1:
@@ -120,9 +118,10 @@ class BracketsDataModule(L.LightningDataModule):
         self.tokenizer: Tokenizer | None = None  # build_tokenizer()'s
         self.train_set = self.val_set = None
 
-    def build_tokenizer(self) -> Tokenizer:
+    def build_tokenizer(self, given: Tokenizer | None = None) -> Tokenizer:
         """A run's first step (`setup` takes it when the run has not): the fixed symbol
-        vocabulary, saved as `out_dir/tokenizer.json`."""
+        vocabulary, saved as `out_dir/tokenizer.json` (`given`, a resumed run's, is the same
+        vocabulary: the toy's tokenizer is fixed)."""
         self.tokenizer = brackets_tokenizer()
         if self.out_dir:
             save_tokenizer(self.tokenizer, os.path.join(self.out_dir, "tokenizer.json"))
@@ -131,8 +130,9 @@ class BracketsDataModule(L.LightningDataModule):
     def collator(self) -> MLMCollator:
         return MLMCollator.for_tokenizer(self.tokenizer, self.masking, padded=False)  # (T + 1,)
 
-    def data_record(self) -> dict:
-        """What the sentences depend on, by config key (as `BertDataModule.data_record`)."""
+    def data_record(self, tokenizer: Tokenizer | None = None) -> dict:
+        """What the sentences depend on, by config key (as `BertDataModule.data_record`; the
+        tokenizer is fixed)."""
         return {
             "data._target_": f"{type(self).__module__}.{type(self).__qualname__}",
             "data.n_train": self.n_train,

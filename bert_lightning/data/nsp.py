@@ -225,9 +225,9 @@ class NSPDataModule(PretrainDataModule):
             seed=self.seed,
         )
 
-    def data_record(self) -> dict:
+    def data_record(self, tokenizer: Tokenizer | None = None) -> dict:
         pairing = self.examples.keywords
-        return super().data_record() | {
+        return super().data_record(tokenizer) | {
             "data.nsp": self.nsp,
             "data.short_seq_prob": pairing["short_seq_prob"],
             "data.dupe_factor": pairing["dupe_factor"],

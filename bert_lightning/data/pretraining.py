@@ -66,11 +66,10 @@ def world_and_rank(trainer) -> tuple[int, int]:
 
 class BertDataModule(KeepsTrainLoaderPosition, L.LightningDataModule):
     """Tokenizer, loaders and the once-built sets, from what it is given when built: the
-    `data` config, the run folder (`out_dir`, where the tokenizer in use is saved; None: not
-    saved) and a tokenizer to use as it is (`given_tokenizer`: a resumed checkpoint's, the
-    evaluated one's; else None). A corpus gives `build()`, its (train, validation) sets,
-    `tokenizer_documents()`, the stream a tokenizer is trained on, and `source()`, where that
-    stream comes from (for an error)."""
+    `data` config and the run folder (`out_dir`, where the tokenizer in use is saved; None: not
+    saved); the tokenizer comes first (`build_tokenizer`). A corpus gives `build()`, its
+    (train, validation) sets, `tokenizer_documents()`, the stream a tokenizer is trained on,
+    and `source()`, where that stream comes from (for an error)."""
 
     nsp = False  # the examples train NSP too (NSPDataModule's pairs, `data.nsp`)
 
@@ -93,7 +92,6 @@ class BertDataModule(KeepsTrainLoaderPosition, L.LightningDataModule):
         cache_dir: str | None,
         seed: int,
         out_dir: str | None,
-        given_tokenizer: Tokenizer | None,
     ):
         super().__init__()
         if packing not in PACKINGS:
@@ -113,7 +111,7 @@ class BertDataModule(KeepsTrainLoaderPosition, L.LightningDataModule):
         self.max_doc_chars, self.long_docs = max_doc_chars, long_docs
         self.text_unit = text_unit
         self.cache_dir, self.seed = cache_dir, seed
-        self.out_dir, self.given_tokenizer = out_dir, given_tokenizer
+        self.out_dir = out_dir
         self.tokenizer: Tokenizer | None = None  # build_tokenizer()'s
         self.derived: list[Path] = []  # built from the corpus by this run: `setup` keeps or not
         self.train_set = self.val_set = None
@@ -121,15 +119,15 @@ class BertDataModule(KeepsTrainLoaderPosition, L.LightningDataModule):
             datasets.disable_progress_bars()
 
     # -- tokenizer -------------------------------------------------------------------------
-    def build_tokenizer(self) -> Tokenizer:
-        """A run's first step (`setup` takes it when the run has not), in order:
-        `given_tokenizer`, `tokenizer.path`, the run's own `tokenizer.json` if it exists (DDP
-        ranks reuse rank 0's), else trained on `tokenizer_documents()` (refusing an empty
-        corpus: its tokenizer would hold the special tokens only). Saved as
-        `out_dir/tokenizer.json`; `self.tokenizer` from then on."""
+    def build_tokenizer(self, given: Tokenizer | None = None) -> Tokenizer:
+        """A run's first step (`setup` takes it when the run has not), in order: `given` (a
+        resumed checkpoint's, `init_from=`'s, the evaluated one's), `tokenizer.path`, the run's
+        own `tokenizer.json` if it exists (DDP ranks reuse rank 0's), else trained on
+        `tokenizer_documents()` (refusing an empty corpus: its tokenizer would hold the special
+        tokens only). Saved as `out_dir/tokenizer.json`; `self.tokenizer` from then on."""
         saved = Path(self.out_dir) / "tokenizer.json" if self.out_dir else None
-        if self.given_tokenizer is not None:
-            tokenizer = self.given_tokenizer
+        if given is not None:
+            tokenizer = given
         elif self.tokenizer_cfg.path:
             tokenizer = load_tokenizer(self.tokenizer_cfg.path)
         elif saved and saved.is_file():
@@ -174,13 +172,13 @@ class BertDataModule(KeepsTrainLoaderPosition, L.LightningDataModule):
         stream's documents may change; `PretrainDataModule` keys its files)."""
         return None
 
-    def data_record(self) -> dict:
+    def data_record(self, tokenizer: Tokenizer | None = None) -> dict:
         """What the examples of a run depend on, each part under the config key that sets it
         (plain values), the checkpoint's one data record: a resumed run compares its
         checkpoint's record with its own and names the parts that differ (training/resume.py),
-        before it writes anything (the tokenizer: the one built, else the one given);
+        before it writes anything (the tokenizer: the one given, else the one built);
         `evaluate` frames and masks any files as the run framed its validation files."""
-        tok = self.tokenizer or self.given_tokenizer
+        tok = tokenizer or self.tokenizer
         return {
             "data._target_": f"{type(self).__module__}.{type(self).__qualname__}",
             **self.source_record(),

@@ -27,7 +27,8 @@ def build(cfg: DictConfig, resume: ResumePoint | None = None):
     (`run_start`: weights, tokenizer, shape, teacher). `resume`: the checkpoint a resumed run
     continues (its schedule here; `run_start` checks the rest against it)."""
     check_types(cfg.optim, "optim")  # built by the trainer, once the corpus is read
-    start, dm = run_start(cfg, resume)
+    dm = instantiate(cfg.data, "data", out_dir=str(Path(cfg.paths.output_dir)))
+    start = run_start(cfg, resume, dm)
     log.info("the run starts from %s", start)
     optim = OmegaConf.to_container(cfg.optim, resolve=True)
     module = instantiate(cfg.objective, "objective")(

@@ -1,4 +1,4 @@
-"""`run_start(cfg, resume)`: what a pretraining run starts from, in one record (`Start`): the
+"""`run_start(cfg, resume, dm)`: what a pretraining run starts from, in one record (`Start`): the
 model's shape, the tokenizer, the weights loaded before the first step, a distillation's
 teacher, and where each came from. It is the one place that reads the start's files (the
 teacher, `init_from=`) and that checks a resumed run against the run it continues, so that
@@ -11,7 +11,6 @@ import logging
 import math
 from dataclasses import asdict, dataclass, fields, replace
 from itertools import islice
-from pathlib import Path
 
 import lightning as L
 from hydra.core.hydra_config import HydraConfig
@@ -274,12 +273,13 @@ def origins(
     )
 
 
-def run_start(cfg: DictConfig, resume: ResumePoint | None) -> tuple[Start, L.LightningDataModule]:
-    """The start of a run and its data module (which makes the tokenizer when nothing gives
-    one). The weights, shape and tokenizer come from `init_from=` or a distillation's teacher
-    when given (`starting_point`); a resumed run (`resume`) keeps the tokenizer it trained
-    with, reads `init_from=` again for its shape, and is checked against the run it continues
-    before anything is written."""
+def run_start(cfg: DictConfig, resume: ResumePoint | None, dm: L.LightningDataModule) -> Start:
+    """The start of a run: its data module's first step (`build_tokenizer`, which trains one
+    when nothing gives it) taken with the tokenizer the start gives. The weights, shape and
+    tokenizer come from `init_from=` or a distillation's teacher when given (`starting_point`),
+    with `data.tokenizer.extend` words from the corpus (`with_corpus_words`); a resumed run
+    (`resume`) keeps the tokenizer it trained with, reads `init_from=` again for its shape, and
+    is checked against the run it continues before anything is written."""
     teacher = read_checkpoint(cfg.objective.teacher) if cfg.objective.get("teacher") else None
     begin = starting_point(cfg, teacher)
     given = begin or teacher  # the tokenizer a run starts with
@@ -290,16 +290,11 @@ def run_start(cfg: DictConfig, resume: ResumePoint | None) -> tuple[Start, L.Lig
         objective = OmegaConf.to_container(cfg.objective, resolve=True)
         check_same_objective(resume, cfg.ckpt_path, objective, digest)
         check_same_model(resume, cfg.ckpt_path, asdict(model_config(cfg, resumed, begin)))
-    out_dir = str(Path(cfg.paths.output_dir))
-    data = lambda tok: instantiate(cfg.data, "data", out_dir=out_dir, given_tokenizer=tok)
-    dm = data(resumed or (given.tokenizer if given is not None else None))
-    if resume is not None:  # the resumed run's tokenizer given: nothing written yet
-        check_same_data(resume, cfg.ckpt_path, dm.data_record(), cfg.resume_with_new_data)
+        check_same_data(resume, cfg.ckpt_path, dm.data_record(resumed), cfg.resume_with_new_data)
     # a resumed run has the new words in its tokenizer
     if OmegaConf.select(cfg, "data.tokenizer.extend", default=0) and resume is None:
         given = begin = with_corpus_words(cfg, dm, begin, teacher)
-        dm = data(begin.tokenizer)
-    tok = dm.build_tokenizer()
+    tok = dm.build_tokenizer(resumed or (given.tokenizer if given is not None else None))
     config = model_config(cfg, tok, begin)
     check_positions(cfg.data.max_seq_length, config, teacher)
     weights = None if resume is not None else begin
@@ -309,4 +304,4 @@ def run_start(cfg: DictConfig, resume: ResumePoint | None) -> tuple[Start, L.Lig
         say_schedule(cfg)
         check_mlm_head(cfg, begin, config.vocab_size)
     where = origins(cfg, resume, begin, given, weights, config)
-    return Start(config, tok, weights, teacher, digest, **where), dm
+    return Start(config, tok, weights, teacher, digest, **where)
