@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import os
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
@@ -27,6 +27,7 @@ from bert_lightning.errors import MissingFileError, UserError
 from bert_lightning.fields import check_values, json_file
 from bert_lightning.interop import (
     DECODER,
+    SCORE_HEAD,
     WORD_EMBEDDINGS,
     bert_config,
     config_from_hf,
@@ -410,7 +411,37 @@ def load_hf_folder(folder: str | Path) -> Checkpoint:
     check_tied(folder, weights)
     state = hf_to_ours(weights)
     check_shapes(config, state, folder)
-    return Checkpoint(config, state, tokenizer, source=f"Hugging Face folder {folder}")
+    hparams, head = {}, folder / SCORE_HEAD
+    if head.is_file():  # a fine-tuned bi-encoder's sentence-transformers folder
+        hparams, classifier = score_head(head, config)
+        state |= classifier
+    return Checkpoint(config, state, tokenizer, hparams, f"Hugging Face folder {folder}")
+
+
+def score_head(path: Path, config: BertConfig) -> tuple[dict, dict[str, torch.Tensor]]:
+    """The hyper-parameters (task, max_seq_length) and head of the bi-encoder whose
+    sentence-transformers folder holds `path` (`interop.sentence_transformers_files`), each value
+    checked: read, the folder is the fine-tuned checkpoint it was exported from."""
+    hints = {"task": dict, "max_seq_length": int, "classifier": dict}
+    record = json_file(path, hints)
+    if missing := [k for k in hints if k not in record]:
+        raise UserError(f"{path}: no {', '.join(missing)}; expected {', '.join(hints)}")
+    head = record["classifier"]
+    check_values(head, {"weight": float, "bias": float}, f"{path}: classifier")
+    if missing := [k for k in ("weight", "bias") if k not in head]:
+        raise UserError(f"{path}: classifier has no {', '.join(missing)}; expected weight, bias")
+    task = record["task"]
+    if (task.get("kind"), task.get("architecture")) != ("ad_relevance", "bi_encoder"):
+        raise UserError(
+            f"{path}: task kind={task.get('kind')!r} architecture={task.get('architecture')!r};"
+            " a score head is a bi-encoder's (ad_relevance, bi_encoder)"
+        )
+    hparams = {"config": asdict(config), "task": task, "max_seq_length": record["max_seq_length"]}
+    weight, bias = float(head["weight"]), float(head["bias"])
+    return hparams, {
+        "classifier.weight": torch.tensor([[weight]]),
+        "classifier.bias": torch.tensor([bias]),
+    }
 
 
 def read_checkpoint(path: str | Path, origin: str | None = None, use: str = "") -> Checkpoint:

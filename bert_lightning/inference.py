@@ -27,7 +27,7 @@ from bert_lightning.choices import (
 from bert_lightning.data.tables import collate, eval_loader
 from bert_lightning.errors import MissingFileError, UserError
 from bert_lightning.fields import check_values, json_file, read_json
-from bert_lightning.interop import hf_folder_head
+from bert_lightning.interop import ST_POOLING_KEYS, hf_folder_head
 from bert_lightning.model import BertForPreTraining, BertModel
 from bert_lightning.model.heads import HEAD_POOLINGS, ZERO_SHOT_POOLING, BertBiEncoder, pool
 from bert_lightning.ort import OrtModel, is_exported, load_exported
@@ -37,16 +37,6 @@ from bert_lightning.weights import ENCODER, POOLER, WHOLE, load_weights
 
 # of a sentence-transformers folder's modules (modules.json), what `embed_texts` computes
 ST_MODULES = ("Transformer", "Pooling", "Normalize")
-# sentence-transformers' pooling modes by their keys in an older Pooling config.json (a newer
-# one says `pooling_mode`), in the order it concatenates those set
-ST_POOLING_KEYS = {
-    "pooling_mode_cls_token": "cls",
-    "pooling_mode_max_tokens": "max",
-    "pooling_mode_mean_tokens": "mean",
-    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
-    "pooling_mode_weightedmean_tokens": "weightedmean",
-    "pooling_mode_lasttoken": "lasttoken",
-}
 # what a fine-tuned checkpoint that stores no max_seq_length is truncated to: the shipped one
 DEFAULT_MAX_SEQ_LENGTH = FINETUNE.data.max_seq_length
 

@@ -1,5 +1,6 @@
 """Hugging Face BERT checkpoints <-> this model: the one key map, used both ways, and the
-export to a Hugging Face folder (reading one is `bert_lightning.checkpoint`).
+export to a Hugging Face folder, a fine-tuned bi-encoder's as a sentence-transformers one
+(reading one is `bert_lightning.checkpoint`).
 
 Our parameter names are HF BERT's (`BertForPreTraining` key space: `bert.*`, `cls.*`, task
 heads such as `classifier.*`), so the map is mostly identity; it only bridges what HF files
@@ -35,6 +36,21 @@ _DROPPED = (
     "cls.predictions.decoder.bias",  # the same tensor as cls.predictions.bias
 )
 _ENCODER_PREFIXES = ("embeddings.", "encoder.", "pooler.")
+
+# sentence-transformers' pooling modes by their keys in an older Pooling config.json (a newer
+# one says `pooling_mode`), in the order it concatenates those set
+ST_POOLING_KEYS = {
+    "pooling_mode_cls_token": "cls",
+    "pooling_mode_max_tokens": "max",
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
+    "pooling_mode_weightedmean_tokens": "weightedmean",
+    "pooling_mode_lasttoken": "lasttoken",
+}
+# a fine-tuned bi-encoder's sentence-transformers folder: its score head and task (ours), which
+# `read_checkpoint` reads back so that `score` and `serve` score pairs as the checkpoint did
+SCORE_HEAD = "score_head.json"
+CLASSIFIER = ("classifier.weight", "classifier.bias")  # a bi-encoder's head: 1 -> 1
 
 
 _QKV = ("query", "key", "value")  # HF's three projections: the row blocks of our `qkv`
@@ -283,6 +299,58 @@ def hf_tokenizer_files(tok: Tokenizer, model_max_length: int) -> dict[str, str]:
     }
 
 
+def sentence_transformers_files(
+    state: dict[str, torch.Tensor], task: dict, max_seq_length: int, width: int
+) -> dict[str, str]:
+    """A fine-tuned bi-encoder (`task.architecture=bi_encoder`) as sentence-transformers reads
+    a model: the encoder, pooled as it was fine-tuned, normalised (its `encode` then gives the
+    vectors whose dot product is the cosine the head reads), truncating each text to
+    `max_seq_length`; and `SCORE_HEAD`, the task and the head (1 -> 1) that maps the cosine of
+    a query and an ad to the logit of their 0-1 score. Pooled by BERT's pooler (`cls`: a dense
+    layer and tanh), it has no sentence-transformers pooling: refused."""
+    pooling = task["pooling"]
+    if pooling not in ("mean", "max"):
+        raise UserError(
+            f"task.pooling={pooling}: a bi-encoder pooled by BERT's pooler (dense + tanh) has no "
+            "sentence-transformers Pooling mode; export-onnx exports it"
+        )
+    modules = [
+        (0, "", "Transformer"),
+        (1, "1_Pooling", "Pooling"),
+        (2, "2_Normalize", "Normalize"),
+    ]
+    pool = {"word_embedding_dimension": width}
+    pool |= {key: mode == pooling for key, mode in ST_POOLING_KEYS.items()}
+    (weight,), (bias,) = state[CLASSIFIER[0]].flatten().tolist(), state[CLASSIFIER[1]].tolist()
+    head = {
+        "score": "sigmoid(weight * cos(query vector, ad vector) + bias)",
+        "classifier": {"weight": weight, "bias": bias},
+        "task": task,
+        "max_seq_length": max_seq_length,
+    }
+    as_json = lambda value: json.dumps(value, indent=2) + "\n"  # noqa: E731
+    return {
+        "modules.json": as_json(
+            [
+                {
+                    "idx": i,
+                    "name": str(i),
+                    "path": path,
+                    "type": f"sentence_transformers.models.{t}",
+                }
+                for i, path, t in modules
+            ]
+        ),
+        "sentence_bert_config.json": as_json(
+            {"max_seq_length": max_seq_length, "do_lower_case": False}
+        ),
+        "config_sentence_transformers.json": as_json({"similarity_fn_name": "cosine"}),
+        "1_Pooling/config.json": as_json(pool),
+        "2_Normalize/": "",  # a module without settings: its folder
+        SCORE_HEAD: as_json(head),
+    }
+
+
 def export_hf_folder(
     state: dict[str, torch.Tensor],
     config: BertConfig,
@@ -294,6 +362,7 @@ def export_hf_folder(
     target_scale: tuple[float, float] | None = None,
     max_seq_length: int | None = None,
     kept: dict | None = None,
+    extra: dict[str, str] | None = None,
 ) -> Path:
     """Write a folder that `transformers`' `from_pretrained` reads: config.json,
     model.safetensors and the tokenizer files. `state` is in our key space; `head`, the HF
@@ -302,8 +371,9 @@ def export_hf_folder(
     `target_scale`, a regression head's (mean, std), folded into its weights (`folded`);
     `max_seq_length`, what `transformers` truncates to (`model_max_length`; None: the model's
     positions); `kept`, config.json fields of a Hugging Face folder exported again
-    (`hf_folder_head`). Written into a temporary sibling folder, then renamed: never a
-    half-written folder."""
+    (`hf_folder_head`); `extra`, more files by their path in the folder (a path ending in `/`:
+    a folder; `sentence_transformers_files`). Written into a temporary sibling folder, then
+    renamed: never a half-written folder."""
     from safetensors.torch import save_file
 
     out_dir = Path(out_dir)
@@ -322,10 +392,15 @@ def export_hf_folder(
     files = {"config.json": json.dumps(hf, indent=2) + "\n"}
     length = min(max_seq_length or config.max_position_embeddings, config.max_position_embeddings)
     files.update(hf_tokenizer_files(tokenizer, length))
+    files.update(extra or {})
 
     with atomic_path(out_dir, folder=True) as tmp:  # an old folder goes once the new is whole
         save_file(weights, tmp / "model.safetensors", metadata={"format": "pt"})
         for name, text in files.items():
-            (tmp / name).write_text(text, encoding="utf-8")
+            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+            if name.endswith("/"):
+                (tmp / name).mkdir(exist_ok=True)
+            else:
+                (tmp / name).write_text(text, encoding="utf-8")
     log.info("wrote %s (%s, %d tensors)", out_dir, arch, len(weights))
     return out_dir

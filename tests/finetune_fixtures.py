@@ -165,6 +165,14 @@ def relevance_ckpt(tmp_path, tok):
     return path, module.model.eval()
 
 
+def our_scores(model_path, rows) -> torch.Tensor:
+    """(N,) what `bert-lightning score` gives for `rows` (texts or (query, ad) pairs)."""
+    from bert_lightning.inference import load_finetuned, score_rows
+
+    ft = load_finetuned(model_path)
+    return torch.tensor(score_rows(ft.model, ft.task, ft.tokenizer(), rows))
+
+
 def finetuned_ckpt(path: Path, tok, *overrides: str) -> Path:
     """A checkpoint as finetune.py writes it (untrained head) of the task `overrides` make."""
     cfg = compose("finetune", ["task.train_file=x", "paths.output_dir=.", *overrides])

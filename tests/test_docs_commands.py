@@ -134,6 +134,12 @@ def workspace(tmp_path_factory):
             ],
         )
     )
+    recipe = ws / "outputs/home_depot_minilm/runs/RUN"  # the recipe's shape: a bi-encoder
+    overrides = ["task=ad_relevance", f"task.train_file={ws / 'ads.csv'}", f"init_from={ckpt}"]
+    overrides += ["task.architecture=bi_encoder", f"paths.output_dir={recipe}", *STEPS]
+    finetune(compose("finetune", overrides))
+    best = next((recipe / "checkpoints").glob("best-step*.ckpt"))
+    cli.main(["export-hf", str(best), str(ws / "hd-ranker")])  # rank-ads.md's folder
     hf = ws / "path/to/hf_bert_folder"
     cli.main(["export-hf", str(ckpt), str(hf)])
     (ws / "path/to/model").symlink_to(hf)
@@ -168,15 +174,23 @@ def workspace(tmp_path_factory):
         cli.main(["brackets-data"])
     finally:
         os.chdir(cwd)
-    return {"ws": ws, "corpus": corpus, "pretrain": ckpt, "finetune": fine / "checkpoints"}
+    return {
+        "ws": ws,
+        "corpus": corpus,
+        "pretrain": ckpt,
+        "finetune": fine / "checkpoints",
+        "recipe": recipe / "checkpoints",
+    }
 
 
 def substitute(command: str, ws: dict) -> str:
     """Placeholders of the docs -> the workspace's files."""
 
     def ckpt(m: re.Match) -> str:
-        if re.search(r"finetune|home_depot_minilm", m.group(0)):  # a fine-tuning run's folder
-            return str(next(ws["finetune"].glob("best-step*.ckpt")))
+        runs = {"home_depot_minilm": ws["recipe"], "finetune": ws["finetune"]}  # fine-tuning's
+        for name, folder in runs.items():
+            if name in m.group(0):
+                return str(next(folder.glob("best-step*.ckpt")))
         return str(ws["pretrain"])
 
     command = re.sub(r"[^\s=<]*<[^>]+>[^\s=]*\.ckpt", ckpt, command)
@@ -262,5 +276,6 @@ def test_documented_command_runs(where, command, workspace, tmp_path, monkeypatc
             pytest.skip(f"{why}: {command}")
     monkeypatch.chdir(workspace["ws"])
     args = shlex.split(substitute(command, workspace))
-    args = [a.replace("my-bert-hf", str(tmp_path / "my-bert-hf")) for a in args]
+    if "export-hf" in args:  # a folder of its own (the workspace has the ones read)
+        args[-1] = str(tmp_path / args[-1])
     run_command(args, tmp_path, workspace)

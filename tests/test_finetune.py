@@ -14,6 +14,7 @@ from bert_lightning.tasks.base import Task
 from bert_lightning.tasks.kinds import make_task
 from bert_lightning.training.finetune import finetune
 from finetune_fixtures import (
+    our_scores,
     overrides,
     task_files,
     write_dataset,
@@ -203,8 +204,13 @@ def test_bi_encoder_trains_beside_its_baselines(tmp_path):
     assert moved < 1e-5  # ~1e-7 a step
     for scores in (results["test"], *results["baselines"].values()):
         assert {"test/auroc", "test/spearman", "test/ndcg@10"} <= set(scores)
-    with pytest.raises(ValueError, match="bi_encoder"):  # no transformers class for it
-        export_hf(best, str(tmp_path / "hf_out"))
+    # no transformers class computes it: exported as a sentence-transformers model, which
+    # scores as the checkpoint does (tests/test_interop.py checks the vectors)
+    folder = export_hf(best, str(tmp_path / "st"))
+    pairs = [("drill 1", "cordless drill"), ("a lamp", "the lamp shade for a lamp")]
+    torch.testing.assert_close(
+        our_scores(folder, pairs), our_scores(best, pairs), atol=1e-6, rtol=0
+    )
 
 
 def test_a_bi_encoder_trains_with_the_in_batch_contrastive_term(tmp_path):

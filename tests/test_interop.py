@@ -13,11 +13,18 @@ from bert_lightning.data.corpus import iter_documents
 from bert_lightning.data.masking import picked_positions
 from bert_lightning.data.tokenizer import SPECIAL_TOKENS, load_tokenizer, train_wordpiece
 from bert_lightning.errors import UserError
-from bert_lightning.inference import embed_texts, load_embedder, load_finetuned, score_rows
+from bert_lightning.inference import cosines, embed_texts, load_embedder, load_finetuned
 from bert_lightning.interop import export_hf_folder, hf_to_ours, load_into, ours_to_hf
 from bert_lightning.model import BertConfig, BertForPreTraining
 from bert_lightning.tasks.kinds import hf_head
-from finetune_fixtures import finetuned_ckpt, write_hf_folder, write_our_ckpt, write_tokenizer
+from finetune_fixtures import (
+    WORDS,
+    finetuned_ckpt,
+    our_scores,
+    write_hf_folder,
+    write_our_ckpt,
+    write_tokenizer,
+)
 from helpers import TINY_BERT, tiny_overrides, write_corpus
 
 transformers = pytest.importorskip("transformers")
@@ -176,12 +183,6 @@ def hf_logits(folder, texts, truncation=False) -> torch.Tensor:
         return torch.cat(
             [model(**hf_tok(t, truncation=truncation, return_tensors="pt")).logits for t in texts]
         )
-
-
-def our_scores(model_path, texts) -> torch.Tensor:
-    """(N,) what `bert-lightning score` gives for `texts`."""
-    ft = load_finetuned(model_path)
-    return torch.tensor(score_rows(ft.model, ft.task, ft.tokenizer(), texts))
 
 
 # --- row 6: export-hf of a regression model ---------------------------------------------------
@@ -494,3 +495,92 @@ def test_relative_position_embeddings_are_refused(tmp_path, tok):
     (tmp_path / "hf/config.json").write_text(json.dumps(cfg))
     with pytest.raises(UserError, match="only absolute position embeddings"):
         load_hf_folder(tmp_path / "hf")
+
+
+# --- a fine-tuned bi-encoder as a sentence-transformers model ---------------------------------
+
+
+def bi_encoder_ckpt(path, tok, pooling="mean"):
+    """A bi-encoder checkpoint as finetune.py writes it, its head moved off its start (20, -10)
+    so that a head read back as the start would show."""
+    ckpt = finetuned_ckpt(
+        path, tok, "task=ad_relevance", "task.architecture=bi_encoder", f"task.pooling={pooling}"
+    )
+    raw = torch.load(ckpt, weights_only=True)
+    raw["state_dict"]["model.classifier.weight"].fill_(7.5)
+    raw["state_dict"]["model.classifier.bias"].fill_(-3.25)
+    torch.save(raw, ckpt)
+    return ckpt
+
+
+def pairs_of_many_lengths(n=64) -> list[tuple[str, str]]:
+    """`n` (query, ad) pairs of 1-4 and 1-9 words, each a token of the tiny tokenizer (no pair
+    truncated): batches pad most of them."""
+    words = WORDS
+    rng = np.random.default_rng(0)
+    pick = lambda k: " ".join(rng.choice(words, k))  # noqa: E731
+    return [(pick(1 + i % 4), pick(1 + i % 9)) for i in range(n)]
+
+
+@pytest.mark.parametrize("pooling", ["mean", "max"])
+def test_a_bi_encoder_exports_as_a_sentence_transformers_model(tmp_path, tok, pooling):
+    """sentence-transformers loads the folder; its vectors' cosines are the checkpoint's own, its
+    vectors are `embed`'s of the folder, and `score` of the folder reads the head back."""
+    st = pytest.importorskip("sentence_transformers")
+    ckpt = bi_encoder_ckpt(tmp_path / "bi.ckpt", tok, pooling)
+    folder = export_hf(str(ckpt), str(tmp_path / "st"))
+    pairs = pairs_of_many_lengths()
+    model = st.SentenceTransformer(folder, device="cpu")
+    queries, ads = ([p[i] for p in pairs] for i in (0, 1))
+    u, v = (model.encode(t, convert_to_tensor=True, batch_size=16) for t in (queries, ads))
+    torch.testing.assert_close(u.norm(dim=-1), torch.ones(len(u)))  # Normalize: unit vectors
+    ft = load_finetuned(ckpt)
+    ours = cosines(ft.model, ft.tokenizer(), pairs)  # (64,)
+    torch.testing.assert_close(st.util.pairwise_cos_sim(u, v), ours, atol=1e-5, rtol=0)
+    embedder, embed_tok = load_embedder(folder)
+    torch.testing.assert_close(embed_texts(embedder, embed_tok, queries), u, atol=1e-5, rtol=0)
+    scores = our_scores(folder, pairs)
+    torch.testing.assert_close(scores, our_scores(ckpt, pairs), atol=1e-6, rtol=0)
+    torch.testing.assert_close(scores, torch.sigmoid(7.5 * ours - 3.25), atol=1e-6, rtol=0)
+    again = export_hf(folder, str(tmp_path / "again"))  # the folder reads as its checkpoint
+    for name in ("score_head.json", "modules.json", "1_Pooling/config.json"):
+        assert (tmp_path / "again" / name).read_text() == (tmp_path / "st" / name).read_text()
+    torch.testing.assert_close(our_scores(again, pairs), scores, atol=0, rtol=0)
+
+
+def test_a_bi_encoder_pooled_by_the_pooler_is_refused_by_export_hf(tmp_path, tok):
+    ckpt = bi_encoder_ckpt(tmp_path / "bi.ckpt", tok, "cls")
+    with pytest.raises(UserError) as e:
+        export_hf(str(ckpt), str(tmp_path / "st"))
+    assert str(e.value) == (
+        "task.pooling=cls: a bi-encoder pooled by BERT's pooler (dense + tanh) has no "
+        "sentence-transformers Pooling mode; export-onnx exports it"
+    )
+    assert not (tmp_path / "st").exists()
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda h: h.pop("classifier"), "no classifier; expected task, max_seq_length, classifier"),
+        (
+            lambda h: h["classifier"].update(weight="7.5"),
+            "classifier.weight: expected float, got '7.5'",
+        ),
+        (
+            lambda h: h["task"].update(architecture="cross_encoder"),
+            "task kind='ad_relevance' architecture='cross_encoder'; a score head is a "
+            "bi-encoder's (ad_relevance, bi_encoder)",
+        ),
+    ],
+    ids=["no head", "a string", "a cross-encoder"],
+)
+def test_a_score_head_that_is_not_a_bi_encoders_is_one_line(tmp_path, tok, edit, message):
+    folder = tmp_path / "st"
+    export_hf(str(bi_encoder_ckpt(tmp_path / "bi.ckpt", tok)), str(folder))
+    head = json.loads((folder / "score_head.json").read_text())
+    edit(head)
+    (folder / "score_head.json").write_text(json.dumps(head))
+    with pytest.raises(UserError) as e:
+        load_finetuned(folder)
+    assert str(e.value) == f"{folder / 'score_head.json'}: {message}"

@@ -22,6 +22,7 @@ import pytest
 
 from bert_lightning.cli import main
 from bert_lightning.commands.embed import embed
+from bert_lightning.commands.export_hf import export_hf
 from bert_lightning.commands.fill_mask import fill_mask
 from bert_lightning.serving import (
     MALLOC,
@@ -89,8 +90,9 @@ def started(endpoint, model, max_batch_size: int = 8):
 
 
 def test_score_gives_what_bert_lightning_score_writes_however_rows_are_batched(tmp_path, tok):
-    """Cross- and bi-encoder pairs and a sentence task's texts, in requests of 1, 4 and the
-    rest answered by one `predict` (padded together) and one at a time."""
+    """Cross- and bi-encoder pairs (the bi-encoder's sentence-transformers export too) and a
+    sentence task's texts, in requests of 1, 4 and the rest answered by one `predict` (padded
+    together) and one at a time."""
     rows = ad_rows(4)
     texts = regression_rows(9)
     cases = [
@@ -100,6 +102,8 @@ def test_score_gives_what_bert_lightning_score_writes_however_rows_are_batched(t
         (finetuned_ckpt(tmp_path / "reg.ckpt", tok, "task=regression", "task.target_mean=2.0",
                    "task.target_std=0.5"), texts, ScoreTexts),
     ]  # fmt: skip
+    # the bi-encoder exported as a sentence-transformers folder: its score head read back
+    cases.append((Path(export_hf(cases[1][0], str(tmp_path / "st"))), rows, ScorePairs))
     for ckpt, table, kind in cases:
         assert endpoints(str(ckpt))["/score"] is kind
         expected = scored(tmp_path, ckpt, table)
