@@ -209,3 +209,24 @@ def test_holding_out_documents_says_the_share_of_text_it_takes(caplog, long_doc)
         "training"
     )
     assert (record.levelname == "WARNING") == long_doc == (share > 0.1)
+
+
+def test_a_new_run_in_a_used_folder_trains_its_own_tokenizer(tmp_path, tiny_tokenizer, monkeypatch):
+    """A `tokenizer.json` already in the run folder (an earlier run's, of other files or
+    settings) is replaced by the one this run trains; only a DDP rank other than 0 reads the
+    file, rank 0's of the same run."""
+    from lightning.pytorch.utilities import rank_zero_only
+
+    from bert_lightning.data.tokenizer import load_tokenizer, save_tokenizer
+
+    save_tokenizer(tiny_tokenizer, tmp_path / "run" / "tokenizer.json")
+    kw = dict(
+        train_files=str(write_corpus(tmp_path / "c.jsonl", 40)), out_dir=str(tmp_path / "run")
+    )
+    kw |= dict(cache_dir=str(tmp_path / "cache"), tokenizer={"vocab_size": 150}, val_docs=5)
+    trained = data_module(**kw).build_tokenizer()
+    assert trained.get_vocab_size() != tiny_tokenizer.get_vocab_size()
+    assert load_tokenizer(tmp_path / "run" / "tokenizer.json").to_str() == trained.to_str()
+    save_tokenizer(tiny_tokenizer, tmp_path / "run" / "tokenizer.json")  # as rank 0 saved it
+    monkeypatch.setattr(rank_zero_only, "rank", 1)
+    assert data_module(**kw).build_tokenizer().to_str() == tiny_tokenizer.to_str()

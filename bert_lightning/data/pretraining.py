@@ -19,6 +19,7 @@ from pathlib import Path
 import datasets
 import lightning as L
 import torch
+from lightning.pytorch.utilities import rank_zero_only
 from tokenizers import Tokenizer
 from torchdata.stateful_dataloader import StatefulDataLoader
 
@@ -121,8 +122,8 @@ class BertDataModule(KeepsTrainLoaderPosition, L.LightningDataModule):
     # -- tokenizer -------------------------------------------------------------------------
     def build_tokenizer(self, given: Tokenizer | None = None) -> Tokenizer:
         """A run's first step (`setup` takes it when the run has not), in order: `given` (a
-        resumed checkpoint's, `init_from=`'s, the evaluated one's), `tokenizer.path`, the run's
-        own `tokenizer.json` if it exists (DDP ranks reuse rank 0's), else trained on
+        resumed checkpoint's, `init_from=`'s, the evaluated one's), `tokenizer.path`, on a DDP
+        rank other than 0 the `tokenizer.json` rank 0 saved, else trained on
         `tokenizer_documents()` (refusing an empty corpus: its tokenizer would hold the special
         tokens only). Saved as `out_dir/tokenizer.json`; `self.tokenizer` from then on."""
         saved = Path(self.out_dir) / "tokenizer.json" if self.out_dir else None
@@ -130,8 +131,8 @@ class BertDataModule(KeepsTrainLoaderPosition, L.LightningDataModule):
             tokenizer = given
         elif self.tokenizer_cfg.path:
             tokenizer = load_tokenizer(self.tokenizer_cfg.path)
-        elif saved and saved.is_file():
-            tokenizer, saved = load_tokenizer(saved), None  # the run's own: nothing to write
+        elif saved and saved.is_file() and rank_zero_only.rank > 0:
+            tokenizer, saved = load_tokenizer(saved), None  # rank 0's: nothing to write
         else:
             tokenizer = self.trained_tokenizer()
             self.derived += [saved] if saved else []
