@@ -26,6 +26,7 @@ COMMANDS = [
     "score",
     "fill_mask",
     "embed",
+    "index",
     "export_hf",
     "export_onnx",
     "report",

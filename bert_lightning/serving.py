@@ -1,6 +1,7 @@
 """`bert-lightning serve` on LitServe: one `LitAPI` per endpoint (`/score`, `/embed`,
-`/fill-mask`), each in a worker process of its own with the model loaded once, and requests of
-concurrent clients batched into one forward pass (`max_batch_size`, `batch_timeout`).
+`/fill-mask`, and `/rank` of a bi-encoder's catalogue index), each in a worker process of its own
+with the model (and index) loaded once, and requests of concurrent clients batched into one
+forward pass (`max_batch_size`, `batch_timeout`).
 
 SIGTERM or SIGINT to the server's process drains it: new requests and `/health` answer 503,
 requests in flight get their answers (for at most `grace` seconds), then every process of the
@@ -42,6 +43,7 @@ from pydantic import (
 from starlette.exceptions import HTTPException
 from tokenizers import Encoding
 
+from bert_lightning.catalogue import check_encoder, head_scores, read_index, text_vectors, top_k
 from bert_lightning.checkpoint import FINETUNING, read_checkpoint
 from bert_lightning.errors import UserError
 from bert_lightning.inference import (
@@ -161,6 +163,22 @@ class EmbedRequest(Body):
     )
 
 
+class RankRequest(Body):
+    query: NonBlank
+    k: Annotated[int, Field(ge=1, le=MAX_TOP_K)] | None = Field(
+        None, description="the top k ads of the catalogue, best first"
+    )
+    ids: Annotated[list[Text], Field(min_length=1, max_length=MAX_ITEMS)] | None = Field(
+        None, description="these ads' scores, in this order"
+    )
+
+    @model_validator(mode="after")
+    def _k_or_ids(self) -> Self:
+        if (self.k is None) == (self.ids is None):
+            raise ValueError("give k (the top k ads of the catalogue) or ids (their scores)")
+        return self
+
+
 class FillMaskRequest(Body):
     texts: Annotated[list[Masked], Field(min_length=1, max_length=MAX_ITEMS)]
     top_k: Annotated[int, Field(ge=1, le=MAX_TOP_K)] = 5
@@ -189,12 +207,18 @@ class Endpoint(ls.LitAPI):
     route = ""
 
     def __init__(
-        self, model: str, max_batch_size: int, batch_timeout: float, threads: int, state=None
+        self,
+        model: str,
+        max_batch_size: int,
+        batch_timeout: float,
+        threads: int,
+        state=None,
+        index: str | None = None,
     ):
         super().__init__(
             max_batch_size=max_batch_size, batch_timeout=batch_timeout, api_path=self.route
         )
-        self.model_path, self.threads = model, threads
+        self.model_path, self.threads, self.index_path = model, threads, index
         self.state = state if state is not None else mp.RawValue("i", SERVING)
 
     def setup(self, device):
@@ -324,6 +348,44 @@ class FillMask(Endpoint):
         return [e or Reply({"masks": per_request[i]}) for i, e in enumerate(errors)]
 
 
+class Rank(Endpoint):
+    """`/rank` of a bi-encoder with the index of a catalogue (`bert-lightning index`): a
+    request's query is encoded (one forward pass for the batch's queries), the ads come from the
+    index; `k` answers the catalogue's top k ads, `ids` those ads' scores, each as `score
+    --index` and pair scoring give it."""
+
+    route = "/rank"
+
+    def load(self, device):
+        self.finetuned = load_finetuned(self.model_path, "bert-lightning serve")
+        self.finetuned.model.to(device)
+        self.index = read_index(self.index_path)
+        self.vectors = torch.from_numpy(self.index.vectors)  # (N, H), on the CPU
+        self.rows = {i: n for n, i in enumerate(self.index.ids)}
+
+    def decode_request(self, request: RankRequest) -> RankRequest:
+        return request
+
+    def answer(self, requests: list[RankRequest]) -> list[Reply]:
+        queries = text_vectors(self.finetuned, [r.query for r in requests])  # (R, H)
+        return [self.ranked(r, q) for r, q in zip(requests, queries, strict=True)]
+
+    def ranked(self, request: RankRequest, query: torch.Tensor) -> Reply:
+        n = len(self.index.ids)
+        if request.ids is None:
+            if request.k > n:
+                return Reply({"error": f"k {request.k}: the index holds {n} ads"}, 400)
+            scores = head_scores(self.finetuned, self.vectors @ query)  # (N,)
+            best, rows = (t[0].tolist() for t in top_k(scores[None], request.k))
+            ads = [{"id": self.index.ids[r], "ad": self.index.ads[r], "score": s}
+                   for r, s in zip(rows, best, strict=True)]  # fmt: skip
+            return Reply({"ads": ads})
+        if unknown := [i for i in request.ids if i not in self.rows]:
+            return Reply({"error": f"ids {unknown[:5]}: not in the index"}, 400)
+        cos = self.vectors[[self.rows[i] for i in request.ids]] @ query  # (len(ids),)
+        return Reply({"scores": head_scores(self.finetuned, cos).tolist()})
+
+
 SERVING, DRAINING, STOPPED = 0, 1, 2  # the server's state, shared by its processes
 QUIET = 1.0  # seconds with nothing in flight that end a drain
 
@@ -398,11 +460,18 @@ def model_name(model: str) -> str:
     return Path(model).resolve().name
 
 
-def endpoints(model: str) -> dict[str, type[Endpoint] | str]:
+def endpoints(model: str, index: str | None = None) -> dict[str, type[Endpoint] | str]:
     """For each route, what serves it for this checkpoint (or exported ONNX folder), or why
     none can (a 404's message, naming the model by `model_name`). Read here once, so that a bad
-    path is a one-line error before any worker starts."""
+    path, or an index of another encoder, is a one-line error before any worker starts."""
     name = model_name(model)
+    rank: type[Endpoint] | str = (
+        f"{name}: served without --index; /rank ranks the ads of a catalogue's index "
+        "(bert-lightning index)"
+    )
+    if index is not None:
+        check_encoder(read_index(index), load_finetuned(model, "serve --index"), model)
+        rank = Rank
     if is_exported(model):
         spec = spec_of(model)
         fine_tuned = spec["use"] == "finetuned"
@@ -436,7 +505,7 @@ def endpoints(model: str) -> dict[str, type[Endpoint] | str]:
             routes["/score"] = ScorePairs if task.text_columns[1] else ScoreTexts
         except UserError as e:  # token classification, more than two classes
             routes["/score"] = f"{name}: {e}; /score has nothing to give"
-    return routes
+    return routes | {"/rank": rank}
 
 
 def error_line(errors: list[dict], content_type: str) -> str:
@@ -478,6 +547,7 @@ def serve(
     device: str = "auto",
     threads: int | None = None,
     grace: float = 20.0,
+    index: str | None = None,
 ) -> None:
     """Blocks until SIGTERM or SIGINT (Ctrl+C), then drains for at most `grace` seconds.
     `device` auto: CUDA when there is one. `threads`: torch's intra-op threads in each worker;
@@ -498,10 +568,10 @@ def serve(
         device = "cuda" if torch.cuda.is_available() else "cpu"
     for key, value in MALLOC.items():
         os.environ.setdefault(key, value)
-    routes = endpoints(model)
+    routes = endpoints(model, index)
     drain = Drain(grace)
     apis = [
-        e(model, max_batch_size, batch_timeout, threads, drain.state)
+        e(model, max_batch_size, batch_timeout, threads, drain.state, index)
         for e in routes.values()
         if not isinstance(e, str)
     ]

@@ -140,6 +140,15 @@ def workspace(tmp_path_factory):
     finetune(compose("finetune", overrides))
     best = next((recipe / "checkpoints").glob("best-step*.ckpt"))
     cli.main(["export-hf", str(best), str(ws / "hd-ranker")])  # rank-ads.md's folder
+    titles = sorted({r["ad"] for r in binary})  # its catalogue, index, and rows of ids
+    uid = {t: str(100001 + n) for n, t in enumerate(titles)}
+    write_csv(ws / "catalogue.csv", [{"product_uid": uid[t], "product_title": t} for t in titles])
+    rows_of_ids = [{"query": r["query"], "product_uid": uid[r["ad"]]} for r in binary]
+    write_csv(ws / "queries_and_ids.csv", rows_of_ids)
+    index = ["--column", "id=product_uid", "--column", "ad=product_title"]
+    cli.main(
+        ["index", str(ws / "hd-ranker"), str(ws / "catalogue.csv"), str(ws / "hd-index")] + index
+    )
     hf = ws / "path/to/hf_bert_folder"
     cli.main(["export-hf", str(ckpt), str(hf)])
     (ws / "path/to/model").symlink_to(hf)
@@ -276,6 +285,8 @@ def test_documented_command_runs(where, command, workspace, tmp_path, monkeypatc
             pytest.skip(f"{why}: {command}")
     monkeypatch.chdir(workspace["ws"])
     args = shlex.split(substitute(command, workspace))
-    if "export-hf" in args:  # a folder of its own (the workspace has the ones read)
-        args[-1] = str(tmp_path / args[-1])
+    out = {"export-hf": -1, "index": 4}  # where each writes: a folder of its own (the
+    for command, at in out.items():  # workspace has the ones the other commands read)
+        if command in args[:2]:
+            args[at] = str(tmp_path / args[at])
     run_command(args, tmp_path, workspace)

@@ -45,6 +45,7 @@ LAYERS = {  # module path -> layer, lowest first; the longest matching prefix wi
     "inference": 5,  # loading a model and the batched loop of each use
     "ort": 5,  # an exported model run by ONNX Runtime, as inference loads it
     "onnx_export": 5,  # a model as it is used, written as an ONNX folder
+    "catalogue": 5,  # a catalogue's ads encoded once, as inference encodes them
     "training": 6,
     "config": 7,
     "commands": 7,
@@ -251,7 +252,7 @@ def test_unknown_module_has_no_layer():
 # the modules a run's config passes through (a call given a DictConfig), in the order entered
 CONFIG_WALK = {
     "train": ["training/pretrain.py", "training/run.py", "training/instantiate.py",
-              "training/resume.py", "training/start.py", "fields.py", "data/pretraining.py",
+              "training/resume.py", "fields.py", "data/pretraining.py", "training/start.py",
               "training/trainer.py"],
     "finetune": ["training/finetune.py", "training/run.py", "training/instantiate.py",
                  "training/resume.py", "training/trainer.py"],

@@ -33,10 +33,13 @@ from bert_lightning.serving import (
     FillMask,
     FillMaskRequest,
     PairsRequest,
+    Rank,
+    RankRequest,
     ScorePairs,
     ScoreTexts,
     TextsRequest,
     endpoints,
+    error_line,
 )
 from finetune_fixtures import (
     ad_rows,
@@ -399,3 +402,116 @@ def test_the_soak_test_counts_bad_requests_as_refusals_not_errors(tmp_path, tok,
         assert mib == round(last[pid] - first[pid], 1)
         assert percent == round(100 * (last[pid] / first[pid] - 1), 2)
     assert soak["backend"] == backend
+
+
+def indexed(tmp_path, tok) -> tuple[Path, Path, dict[str, str]]:
+    """(a bi-encoder checkpoint, its index of ad_rows' ads, their ids by ad)."""
+    ckpt = finetuned_ckpt(
+        tmp_path / "bi.ckpt", tok, "task=ad_relevance", "task.architecture=bi_encoder"
+    )
+    ads = sorted({r["ad"] for r in ad_rows(6)})
+    ids = {ad: f"ad{n}" for n, ad in enumerate(ads)}
+    write_csv(tmp_path / "catalogue.csv", [{"id": i, "ad": ad} for ad, i in ids.items()])
+    main(["index", str(ckpt), str(tmp_path / "catalogue.csv"), str(tmp_path / "ix")])
+    return ckpt, tmp_path / "ix", ids
+
+
+def test_rank_answers_the_top_k_and_given_ids_as_pair_scoring_does(tmp_path, tok):
+    """A batch of /rank requests: `k` gives the catalogue's best ads by the score pair scoring
+    gives each (query, ad), best first; `ids` those ads' scores; a request the index cannot
+    answer (an unknown id, k past the catalogue) is its own 400."""
+    ckpt, ix, ids = indexed(tmp_path, tok)
+    ads = list(ids)
+    assert endpoints(str(ckpt), str(ix))["/rank"] is Rank
+    assert "without --index" in endpoints(str(ckpt))["/rank"]
+    api = Rank(str(ckpt), 8, 0.0, 1, index=str(ix))
+    api.setup("cpu")
+    requests = [
+        RankRequest(query="movie 0", k=5),
+        RankRequest(query="a lovely film", ids=[ids[ads[3]], ids[ads[0]]]),
+        RankRequest(query="movie 0", ids=["ad1", "nope"]),
+        RankRequest(query="movie 0", k=len(ads) + 1),
+    ]
+    replies = api.predict([api.decode_request(r) for r in requests])
+    every = scored(tmp_path, ckpt, [{"query": "movie 0", "ad": ad} for ad in ads])
+    expected = dict(zip(ads, every, strict=True))
+    best = sorted(ads, key=lambda a: -expected[a])[:5]
+    got = replies[0].body["ads"]
+    assert [g["ad"] for g in got] == best and [g["id"] for g in got] == [ids[a] for a in best]
+    assert [g["score"] for g in got] == pytest.approx([expected[a] for a in best], abs=1e-5)
+    theirs = scored(tmp_path, ckpt, [{"query": "a lovely film", "ad": ads[i]} for i in (3, 0)])
+    assert replies[1].body["scores"] == pytest.approx(theirs, abs=1e-5)
+    assert (replies[2].status, replies[2].body) == (
+        400,
+        {"error": "ids ['nope']: not in the index"},
+    )
+    assert (replies[3].status, replies[3].body) == (
+        400,
+        {"error": f"k {len(ads) + 1}: the index holds {len(ads)} ads"},
+    )
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        ({"query": "a", "k": 2, "ids": ["ad1"]}, "give k (the top k ads of the catalogue) or ids"),
+        ({"query": "a"}, "give k (the top k ads of the catalogue) or ids"),
+        ({"query": " ", "k": 2}, "query: Value error, a blank text"),
+        ({"query": "a", "k": 0}, "k: Input should be greater than or equal to 1"),
+        ({"query": "a", "k": 101}, "k: Input should be less than or equal to 100"),
+    ],
+)
+def test_a_bad_rank_request_is_refused_before_it_joins_a_batch(body, says):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError) as e:
+        RankRequest(**body)
+    errors = [{**x, "loc": ("body", *x["loc"])} for x in e.value.errors()]  # as FastAPI's
+    assert says in error_line(errors, "application/json")
+
+
+def test_serve_refuses_an_index_of_another_encoder_in_one_line(tmp_path, tok, capsys):
+    _, ix, _ = indexed(tmp_path, tok)
+    other = finetuned_ckpt(
+        tmp_path / "other.ckpt", write_tokenizer(tmp_path / "t.json"), "task=ad_relevance",
+        "task.architecture=bi_encoder",
+    )  # fmt: skip
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        main(["serve", str(other), "--index", str(ix), "--port", "8123"])
+    err = capsys.readouterr().err
+    assert (
+        err.startswith(f"error: {ix}: built by another encoder than {other}")
+        and err.count("\n") == 1
+    )
+
+
+@pytest.mark.slow
+def test_rank_over_http_refuses_bad_requests_in_one_line_and_drains_on_sigterm(
+    tmp_path, tok, bench
+):
+    ckpt, ix, ids = indexed(tmp_path, tok)
+    with bench.server(str(ckpt), tmp_path / "server.log", "--index", str(ix)) as (url, pid):
+        http = httpx.Client(base_url=url, timeout=60)
+        top = http.post("/rank", json={"query": "movie 0", "k": 3})
+        assert top.status_code == 200 and len(top.json()["ads"]) == 3
+        first = top.json()["ads"][0]
+        again = http.post("/rank", json={"query": "movie 0", "ids": [first["id"]]}).json()
+        assert again["scores"] == pytest.approx([first["score"]], abs=1e-6)
+        for body, status, says in [
+            ({"query": "movie 0", "ids": ["nope"]}, 400, "ids ['nope']: not in the index"),
+            ({"query": "", "k": 3}, 422, "query: Value error, a blank text"),
+            ({"query": "a", "k": 500}, 422, "k: Input should be less than or equal to 100"),
+            ({"query": "a", "k": len(ids) + 1}, 400, f"the index holds {len(ids)} ads"),
+        ]:
+            r = http.post("/rank", json=body)
+            assert r.status_code == status and list(r.json()) == ["error"], r.text
+            assert says in r.json()["error"] and "\n" not in r.json()["error"]
+        os.kill(pid, signal.SIGTERM)
+        t, done = time.monotonic(), 0
+        while not done and time.monotonic() < t + 30:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            time.sleep(0.1)
+        assert done and os.waitstatus_to_exitcode(status) == 0
+        assert session_ends(pid, seconds=5), "a process of the server outlived it"
+    assert "Traceback" not in (tmp_path / "server.log").read_text()

@@ -1,6 +1,8 @@
 """`bert-lightning score`: a fine-tuned model scores every (query, ad) row of a table. A file
 is read as the model's task read its files (format, encoding, header, column names), unless
-`--format`, `--encoding`, `--header/--no-header`, `--names` or `--column` say otherwise."""
+`--format`, `--encoding`, `--header/--no-header`, `--names` or `--column` say otherwise. With
+`--index` (a bi-encoder's `bert-lightning index` of a catalogue), rows name an ad by its id
+and the ads' vectors come from the index: only the queries are encoded."""
 
 from __future__ import annotations
 
@@ -56,8 +58,12 @@ def register(sub) -> None:
     add_table_arguments(p)
     add_column_argument(
         p,
-        "query, ad for ad relevance; text, text_pair for sentence tasks; default: the columns "
-        "the model was fine-tuned on",
+        "query, ad for ad relevance; text, text_pair for sentence tasks; query, id with "
+        "--index; default: the columns the model was fine-tuned on, and id",
+    )
+    p.add_argument(
+        "--index",
+        help="a bi-encoder's index of the catalogue (bert-lightning index): rows of (query, id)",
     )
     p.set_defaults(func=_main)
 
@@ -67,6 +73,8 @@ def _main(args) -> None:
     from bert_lightning.inference import load_finetuned
 
     finetuned = load_finetuned(args.model)
+    if args.index:
+        return _from_index(args, finetuned)
     options = table_options(args) | column_options(args.column, finetuned.task)
     finetuned = finetuned.with_table_options(options)
     rows = finetuned.task.read_rows(args.input)
@@ -80,3 +88,26 @@ def _main(args) -> None:
     )
     write_table(rows, Path(args.output))
     print(f"wrote {len(rows)} scored rows to {args.output}")
+
+
+def _from_index(args, finetuned: Finetuned) -> None:
+    """`score --index`: (query, id) rows scored from the index's ad vectors."""
+    from bert_lightning.catalogue import check_encoder, indexed_pair_scores, read_index
+    from bert_lightning.commands.options import columns
+    from bert_lightning.data.tables import column, text_values, write_table
+    from bert_lightning.errors import UserError
+
+    if args.max_seq_length:
+        raise UserError("--max-seq-length with --index: the index's ads were cut as fine-tuned")
+    index = read_index(args.index)
+    check_encoder(index, finetuned, args.model)
+    names = {"query": finetuned.task.cfg.query_column, "id": "id"}
+    names |= columns(args.column, list(names), "the rows' columns with --index")
+    rows = finetuned.with_table_options(table_options(args)).task.read_rows(args.input)
+    queries, ids = (
+        text_values(column(rows, names[k], args.input, f"{k}_column"), args.input, names[k])
+        for k in ("query", "id")
+    )
+    rows["score"] = indexed_pair_scores(finetuned, index, queries, ids, args.batch_size).tolist()
+    write_table(rows, Path(args.output))
+    print(f"wrote {len(rows)} scored rows to {args.output} (ads from {args.index})")

@@ -1,7 +1,8 @@
 """`bert-lightning serve`: a model over HTTP, requests of concurrent clients batched into one
 forward pass (LitServe, an optional dependency: `pip install 'bert-lightning[serve]'`).
 `POST /score` (a fine-tuned checkpoint), `POST /embed` (any), `POST /fill-mask` (an MLM head),
-`GET /health`; docs/serving.md says what each takes and returns."""
+`POST /rank` (a bi-encoder with `--index`), `GET /health`; docs/serving.md says what each takes
+and returns."""
 
 from __future__ import annotations
 
@@ -32,6 +33,9 @@ def register(sub) -> None:
         default=20.0,
         help="after SIGTERM or Ctrl+C, seconds the requests in flight get to finish",
     )
+    p.add_argument(
+        "--index", help="a bi-encoder's index of a catalogue (bert-lightning index): /rank"
+    )
     p.set_defaults(func=_main)
 
 
@@ -50,4 +54,5 @@ def _main(args) -> None:
         args.device,
         args.threads,
         args.grace,
+        args.index,
     )

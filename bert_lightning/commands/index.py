@@ -1,0 +1,68 @@
+"""`bert-lightning index MODEL CATALOGUE OUT`: every ad of a catalogue encoded once by a fine-tuned
+bi-encoder, for `score --index` and `serve --index` to rank from (bert_lightning/catalogue.py).
+An index that exists is compared with the catalogue instead: up to date, or the ids added,
+removed or edited since (or another encoder) in one line; `--overwrite` builds it again."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bert_lightning.choices import SCORE_BATCH
+from bert_lightning.commands.options import add_column_argument, add_table_arguments, columns
+from bert_lightning.errors import UserError
+
+KEYS = {"id": "id", "ad": "ad"}  # --column KEY: its default column name
+
+
+def read_catalogue(path: str, named: dict[str, str], **table) -> tuple[list[str], list[str]]:
+    """The ids (as text) and ads of a catalogue table; `named`: `--column` KEY -> NAME."""
+    from bert_lightning.data.tables import column, read_table, text_values
+
+    rows = read_table(path, table.pop("format", None), **table)
+    names = KEYS | named
+    ids, ads = (
+        text_values(column(rows, names[k], path, f"{k}_column"), path, names[k]) for k in KEYS
+    )
+    return ids, ads
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "index",
+        help="encode a catalogue's ads once with a fine-tuned bi-encoder (score/serve --index)",
+    )
+    p.add_argument("model", help="a fine-tuned bi-encoder: its .ckpt or export-hf folder")
+    p.add_argument("catalogue", help="CSV/TSV/JSONL/Parquet with an id and an ad column")
+    p.add_argument("out", help="the index folder to write")
+    add_table_arguments(p)
+    add_column_argument(p, "id, ad; default: id, ad")
+    p.add_argument("--batch-size", type=int, default=SCORE_BATCH)
+    p.add_argument("--overwrite", action="store_true", help="build OUT again if it exists")
+    p.set_defaults(func=_main)
+
+
+def _main(args) -> None:
+    from bert_lightning.catalogue import (
+        build_index,
+        catalogue_changes,
+        changes_line,
+        check_encoder,
+        read_index,
+    )
+    from bert_lightning.commands.options import table_options
+    from bert_lightning.inference import load_finetuned
+
+    named = columns(args.column, list(KEYS), "the catalogue's columns")
+    ids, ads = read_catalogue(args.catalogue, named, **table_options(args))
+    ft = load_finetuned(args.model, "bert-lightning index")
+    out = Path(args.out)
+    if out.exists() and not args.overwrite:
+        index = read_index(out)
+        check_encoder(index, ft, args.model)
+        said = changes_line(catalogue_changes(index, ids, ads))
+        if said is None:
+            print(f"{out}: up to date with {args.catalogue} ({len(ids)} ads)")
+            return
+        raise UserError(f"{out}: {args.catalogue} changed since: {said}; --overwrite rebuilds it")
+    build_index(ft, args.model, ids, ads, out, args.batch_size, args.catalogue, progress=True)
+    print(f"wrote {out}: {len(ids)} ads")
