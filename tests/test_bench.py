@@ -700,3 +700,28 @@ def test_a_script_that_leaves_a_process_fails_the_in_process_runner(tmp_path, be
     with pytest.raises(AssertionError, match="outlived it"):
         bench(str(script), cwd=tmp_path)
     assert descendants(os.getpid()) <= before
+
+
+@pytest.mark.slow
+def test_rank_catalogue_measures_the_index_the_endpoints_and_retrieval(tmp_path, bench):
+    """bench/rank_catalogue.py on a tiny Home Depot file: the whole catalogue indexed, both
+    endpoints loaded without errors, recall within [0, 1] and growing with k, for the model and
+    BM25 alike."""
+    from finetune_fixtures import write_dataset
+
+    data = write_dataset(tmp_path / "hd", "home_depot")
+    out = tmp_path / "rank.json"
+    args = ["--data-dir", str(data), "--seconds", "1", "--json", str(out)]
+    bench(str(ROOT / "bench/rank_catalogue.py"), *args, cwd=tmp_path)
+    got = json.loads(out.read_text())
+    titles = pd.read_csv(data / "train.csv.zip", encoding="latin-1")["product_title"]
+    assert got["catalogue"] == titles.nunique() and got["vectors_per_s"] > 0
+    recall = got["retrieval"]
+    for who in ("model", "bm25"):
+        at10, at100 = (recall[f"recall@{k}"][who]["mean"] for k in (10, 100))
+        assert 0 <= at10 <= at100 <= 1
+    assert set(got["load"]) == {
+        f"{name}_{c}_clients" for name in ("rank_top10", "rank_100_ids", "score_100_pairs")
+        for c in (1, 16)
+    }  # fmt: skip
+    assert all(v["errors"] == 0 and v["requests"] > 0 for v in got["load"].values())
