@@ -39,10 +39,14 @@ RELEVANT = 2.5  # a judged-relevant title: a grade of 2.5 or more (1 to 3)
 
 
 def catalogue(data_dir: Path) -> pd.DataFrame:
-    """Every distinct title of train.csv.zip, its id the first product_uid it has."""
+    """Every distinct title of train.csv.zip, its id the first product_uid it has (a product_uid
+    with several titles: `uid`, `uid-2`, ...)."""
     rows = pd.read_csv(data_dir / "train.csv.zip", encoding="latin-1", dtype=str)
     first = rows.drop_duplicates("product_title")
-    return pd.DataFrame({"id": first["product_uid"], "ad": first["product_title"]})
+    uid = first["product_uid"]
+    n = uid.groupby(uid).cumcount()  # 0 for a uid's first title
+    ids = uid.where(n == 0, uid + "-" + (n + 1).astype(str))
+    return pd.DataFrame({"id": ids.tolist(), "ad": first["product_title"].tolist()})
 
 
 def test_queries(data_dir: Path) -> dict[str, set[str]]:

@@ -3,16 +3,18 @@ sponsored search serves them: a query then costs one encoding and a dot product 
 score of an ad is the one pair scoring gives, `sigmoid(weight x cos(query, ad) + bias)` (the
 bi-encoder's head, read from the model at search time).
 
-An index is a folder: `vectors.npy` (N, H), each ad's vector at unit length; `ads.parquet`, the
-ids and texts in the same order; `index.json`, what the vectors depend on (the encoder's
-fingerprint, pooling, length, normalisation) and the digest of `vectors.npy`. Each is checked
-when read: an index of another encoder, a file cut short or edited, is refused in one line."""
+An index is a folder: `vectors.npy` (N, H), each ad's vector at unit length; `ads.jsonl`, the
+ids and texts in the same order (JSON lines: what a file holds is what it reads into, nothing
+compressed); `index.json`, what the vectors depend on (the encoder's fingerprint, pooling,
+length, normalisation) and the digests of the other two. Each is checked when read: an index of
+another encoder, a file cut short or edited, is refused in one line."""
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -22,11 +24,10 @@ from bert_lightning.atomic import atomic_path
 from bert_lightning.choices import SCORE_BATCH
 from bert_lightning.errors import MissingFileError, UserError
 from bert_lightning.fields import json_file
-from bert_lightning.fingerprints import fingerprint
 from bert_lightning.inference import Finetuned, per_row
 from bert_lightning.model.heads import BertBiEncoder
 
-INDEX, VECTORS, ADS = "index.json", "vectors.npy", "ads.parquet"
+INDEX, VECTORS, ADS = "index.json", "vectors.npy", "ads.jsonl"
 RECORD = {  # index.json: key -> type
     "encoder": str,
     "pooling": str,
@@ -35,6 +36,7 @@ RECORD = {  # index.json: key -> type
     "count": int,
     "width": int,
     "vectors_sha256": str,
+    "ads_sha256": str,
 }
 
 
@@ -62,20 +64,25 @@ def bi_encoder(ft: Finetuned, path) -> BertBiEncoder:
     what an index encodes ads and queries with."""
     if not isinstance(ft.model, BertBiEncoder):
         raise UserError(
-            f"{path}: not a fine-tuned bi-encoder (task.architecture=bi_encoder, a .ckpt or its "
-            "export-hf folder); an index holds the vectors a bi-encoder scores by"
+            f"{path}: not a fine-tuned bi-encoder's .ckpt or export-hf folder (an index holds "
+            "the vectors a bi-encoder, task.architecture=bi_encoder, scores by, as PyTorch "
+            "computes them: not an export-onnx folder's)"
         )
     return ft.model
 
 
 def encoder_fingerprint(ft: Finetuned, path) -> str:
-    """What an ad's vector depends on: the encoder's weights, the tokenizer, the pooling and the
-    length texts are cut to; the same for a checkpoint and its export-hf folder."""
+    """What an ad's vector depends on: the encoder's shape and weights, the tokenizer, the
+    pooling and the length texts are cut to; the same for a checkpoint and its export-hf folder.
+    The weights are hashed a tensor at a time (no copy of them all)."""
     model = bi_encoder(ft, path)
-    tensors = [
-        (k, v.detach().float().cpu().numpy().tobytes()) for k, v in model.bert.state_dict().items()
-    ]
-    return fingerprint(ft.tokenizer_json, model.pooling, ft.max_seq_length, *sorted(tensors))
+    h = hashlib.sha256()
+    for part in (ft.tokenizer_json, model.pooling, ft.max_seq_length, asdict(model.config)):
+        h.update(repr(part).encode())
+    for key, value in sorted(model.bert.state_dict().items()):
+        h.update(key.encode())
+        h.update(value.detach().float().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()[:32]
 
 
 @torch.inference_mode()
@@ -112,8 +119,6 @@ def build_index(
     """Encode every ad once and write the index folder `out` (a temporary sibling, then renamed:
     never read half-written)."""
     check_catalogue(ids, ads, source)
-    import pandas as pd
-
     model = bi_encoder(ft, model_path)
     vectors = text_vectors(ft, ads, batch_size, "index" if progress else None).numpy()
     record = {
@@ -124,20 +129,23 @@ def build_index(
         "count": len(ids),
         "width": int(vectors.shape[1]),
     }
+    lines = "".join(
+        json.dumps({"id": i, "ad": a}, ensure_ascii=False) + "\n"
+        for i, a in zip(ids, ads, strict=True)
+    )
     with atomic_path(out, folder=True) as tmp:
         with open(tmp / VECTORS, "wb") as f:
             np.save(f, vectors.astype(np.float32))
-        record["vectors_sha256"] = hashlib.sha256((tmp / VECTORS).read_bytes()).hexdigest()
-        pd.DataFrame({"id": ids, "ad": ads}).to_parquet(tmp / ADS, index=False)
+        (tmp / ADS).write_text(lines, encoding="utf-8")
+        for name, key in ((VECTORS, "vectors_sha256"), (ADS, "ads_sha256")):
+            record[key] = hashlib.sha256((tmp / name).read_bytes()).hexdigest()
         (tmp / INDEX).write_text(json.dumps(record, indent=2) + "\n")
     return Path(out)
 
 
 def read_index(folder) -> Index:
-    """An index folder, each file checked against index.json: a missing, cut or edited file is
-    one line naming it."""
-    import pandas as pd
-
+    """An index folder, each file read once and checked against index.json's digest: a missing,
+    cut or edited file is one line naming it."""
     folder = Path(folder)
     for name in (INDEX, VECTORS, ADS):
         if not (folder / name).is_file():
@@ -148,18 +156,17 @@ def read_index(folder) -> Index:
     record = json_file(folder / INDEX, RECORD)
     if missing := [k for k in RECORD if k not in record]:
         raise UserError(f"{folder / INDEX}: no {', '.join(missing)}")
-    raw = (folder / VECTORS).read_bytes()
-    if hashlib.sha256(raw).hexdigest() != record["vectors_sha256"]:
-        raise UserError(
-            f"{folder / VECTORS}: not the file this index wrote (its digest differs from "
-            f"{INDEX}'s: cut short or edited); build the index again"
-        )
-    vectors = np.load(folder / VECTORS, allow_pickle=False)
-    try:
-        table = pd.read_parquet(folder / ADS)
-        ids, ads = table["id"].astype(str).tolist(), table["ad"].astype(str).tolist()
-    except Exception as e:  # a parquet file cut short, or without the columns
-        raise UserError(f"{folder / ADS}: not an index's table of ids and ads ({e})") from None
+    raw = {}
+    for name, key in ((VECTORS, "vectors_sha256"), (ADS, "ads_sha256")):
+        raw[name] = (folder / name).read_bytes()
+        if hashlib.sha256(raw[name]).hexdigest() != record[key]:
+            raise UserError(
+                f"{folder / name}: not the file this index wrote (its digest differs from "
+                f"{INDEX}'s: cut short or edited); build the index again"
+            )
+    vectors = np.load(io.BytesIO(raw[VECTORS]), allow_pickle=False)
+    rows = [json.loads(line) for line in raw[ADS].decode("utf-8").splitlines()]
+    ids, ads = [r["id"] for r in rows], [r["ad"] for r in rows]
     shape = (record["count"], record["width"])
     if vectors.shape != shape or vectors.dtype != np.float32 or len(ids) != shape[0]:
         raise UserError(
@@ -203,8 +210,8 @@ def head_scores(ft: Finetuned, cos: torch.Tensor) -> torch.Tensor:
     """The 0-1 scores of cosines (any shape): the bi-encoder's head and its task's score, as
     pair scoring applies them (`BertBiEncoder.score`)."""
     head = ft.model.classifier
-    logits = head(cos.reshape(-1, 1).to(head.weight.dtype))  # (n, 1)
-    return ft.task.scores(logits).reshape(cos.shape)
+    logits = head(cos.reshape(-1, 1).to(head.weight))  # (n, 1), on the head's device
+    return ft.task.scores(logits).cpu().reshape(cos.shape)
 
 
 @torch.inference_mode()

@@ -28,9 +28,11 @@ from bert_lightning.fields import check_values, json_file
 from bert_lightning.interop import (
     DECODER,
     SCORE_HEAD,
+    ST_POOLINGS,
     WORD_EMBEDDINGS,
     bert_config,
     config_from_hf,
+    declared_by,
     has_mlm_head,
     hf_to_ours,
     join_qkv,
@@ -413,15 +415,18 @@ def load_hf_folder(folder: str | Path) -> Checkpoint:
     check_shapes(config, state, folder)
     hparams, head = {}, folder / SCORE_HEAD
     if head.is_file():  # a fine-tuned bi-encoder's sentence-transformers folder
-        hparams, classifier = score_head(head, config)
+        hparams, classifier = score_head(folder, config)
         state |= classifier
     return Checkpoint(config, state, tokenizer, hparams, f"Hugging Face folder {folder}")
 
 
-def score_head(path: Path, config: BertConfig) -> tuple[dict, dict[str, torch.Tensor]]:
+def score_head(folder: Path, config: BertConfig) -> tuple[dict, dict[str, torch.Tensor]]:
     """The hyper-parameters (task, max_seq_length) and head of the bi-encoder whose
-    sentence-transformers folder holds `path` (`interop.sentence_transformers_files`), each value
-    checked: read, the folder is the fine-tuned checkpoint it was exported from."""
+    sentence-transformers folder this is (`interop.sentence_transformers_files`), each value
+    checked, and the pooling, normalisation and length its modules declare the ones the head was
+    trained on: read, the folder is the fine-tuned checkpoint it was exported from, and
+    sentence-transformers computes its vectors."""
+    path = folder / SCORE_HEAD
     hints = {"task": dict, "max_seq_length": int, "classifier": dict}
     record = json_file(path, hints)
     if missing := [k for k in hints if k not in record]:
@@ -430,13 +435,34 @@ def score_head(path: Path, config: BertConfig) -> tuple[dict, dict[str, torch.Te
     check_values(head, {"weight": float, "bias": float}, f"{path}: classifier")
     if missing := [k for k in ("weight", "bias") if k not in head]:
         raise UserError(f"{path}: classifier has no {', '.join(missing)}; expected weight, bias")
-    task = record["task"]
+    if not all(math.isfinite(head[k]) for k in ("weight", "bias")):
+        raise UserError(f"{path}: classifier {head}: expected finite numbers")
+    task, length = record["task"], record["max_seq_length"]
     if (task.get("kind"), task.get("architecture")) != ("ad_relevance", "bi_encoder"):
         raise UserError(
             f"{path}: task kind={task.get('kind')!r} architecture={task.get('architecture')!r};"
             " a score head is a bi-encoder's (ad_relevance, bi_encoder)"
         )
-    hparams = {"config": asdict(config), "task": task, "max_seq_length": record["max_seq_length"]}
+    if task.get("pooling") not in ST_POOLINGS:
+        raise UserError(
+            f"{path}: task pooling={task.get('pooling')!r}; a bi-encoder's sentence-transformers "
+            f"folder pools by one of {ST_POOLINGS} (BERT's pooler has no weights here)"
+        )
+    declared = declared_by(folder)
+    said = (task["pooling"], True, length)
+    modules = declared and (declared.pooling, declared.normalize, declared.max_seq_length)
+    if modules != said:
+        raise UserError(
+            f"{path}: pooling, unit length, max_seq_length {said}; the folder's "
+            f"sentence-transformers modules declare {modules}: sentence-transformers would "
+            "compute other vectors than the head was trained on"
+        )
+    if not 1 <= length <= config.max_position_embeddings:
+        raise UserError(
+            f"{path}: max_seq_length {length}; expected 1 to the model's "
+            f"{config.max_position_embeddings} positions"
+        )
+    hparams = {"config": asdict(config), "task": task, "max_seq_length": length}
     weight, bias = float(head["weight"]), float(head["bias"])
     return hparams, {
         "classifier.weight": torch.tensor([[weight]]),

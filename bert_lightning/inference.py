@@ -25,18 +25,15 @@ from bert_lightning.choices import (
     SCORE_BATCH,
 )
 from bert_lightning.data.tables import collate, eval_loader
-from bert_lightning.errors import MissingFileError, UserError
-from bert_lightning.fields import check_values, json_file, read_json
-from bert_lightning.interop import ST_POOLING_KEYS, hf_folder_head
+from bert_lightning.errors import UserError
+from bert_lightning.interop import declared_by
 from bert_lightning.model import BertForPreTraining, BertModel
-from bert_lightning.model.heads import HEAD_POOLINGS, ZERO_SHOT_POOLING, BertBiEncoder, pool
+from bert_lightning.model.heads import ZERO_SHOT_POOLING, BertBiEncoder, pool
 from bert_lightning.ort import OrtModel, is_exported, load_exported
 from bert_lightning.tasks.base import Task, encode_rows, inputs, truncating
 from bert_lightning.tasks.kinds import make_task, stored_task
 from bert_lightning.weights import ENCODER, POOLER, WHOLE, load_weights
 
-# of a sentence-transformers folder's modules (modules.json), what `embed_texts` computes
-ST_MODULES = ("Transformer", "Pooling", "Normalize")
 # what a fine-tuned checkpoint that stores no max_seq_length is truncated to: the shipped one
 DEFAULT_MAX_SEQ_LENGTH = FINETUNE.data.max_seq_length
 
@@ -152,57 +149,6 @@ def load_embedder(
     model.declared = declared_by(Path(path))  # what `pooling_of` and `embed_texts` follow
     default = EMBED_LENGTH if model.declared is None else model.declared.max_seq_length
     return model, truncating(pre.tokenizer, min(max_seq_length or default or positions, positions))
-
-
-@dataclass(frozen=True)
-class Declared:
-    """How a sentence-transformers folder makes its vectors (modules.json, its modules'
-    configs): `embed_texts` makes them so, as `SentenceTransformer.encode` does."""
-
-    source: Path  # the Pooling module's config.json, named when another pooling is asked
-    pooling: str
-    normalize: bool  # a Normalize module: unit-length vectors
-    max_seq_length: int | None  # None: as many positions as the model has
-
-
-def declared_by(folder: Path) -> Declared | None:
-    """What the sentence-transformers folder `folder` declares (None: no modules.json, not
-    one), read as sentence-transformers reads it; what `embed_texts` cannot compute (another
-    module, another pooling) is refused rather than left out."""
-    path = folder / "modules.json"
-    if not path.is_file():
-        return None
-    paths = {}  # module kind -> its folder
-    for module in read_json(path, list):
-        if not isinstance(module, dict):
-            raise UserError(f"{path}: holds a {type(module).__name__}; expected module objects")
-        check_values(module, {"type": str, "path": str}, str(path))
-        kind = str(module.get("type")).rsplit(".", 1)[-1]
-        if kind not in ST_MODULES:
-            only = "/".join(ST_MODULES)
-            raise UserError(
-                f"{path}: a {module.get('type')} module; embed runs {only} modules only"
-            )
-        paths[kind] = module.get("path") or ""
-    if "Pooling" not in paths:
-        raise UserError(f"{path}: no Pooling module; embed gives one vector per text")
-    source = folder / paths["Pooling"] / "config.json"
-    if not source.resolve().is_relative_to(folder.resolve()):
-        raise UserError(f"{path}: the Pooling module's path {paths['Pooling']!r} leaves {folder}")
-    if not source.is_file():
-        raise MissingFileError(f"{source}: no such file (the Pooling module of {path})")
-    config = json_file(source, dict.fromkeys(ST_POOLING_KEYS, bool))
-    modes = [mode for key, mode in ST_POOLING_KEYS.items() if config.get(key)]
-    pooling = config.get("pooling_mode") or modes or "mean"  # as sentence-transformers reads it
-    if isinstance(pooling, list) and len(pooling) == 1:
-        pooling = pooling[0]
-    if pooling not in HEAD_POOLINGS:
-        raise UserError(f"{source}: pooling {pooling}; embed pools by one of {list(HEAD_POOLINGS)}")
-    # its length: sentence_bert_config.json's, else (a newer save) its tokenizer's
-    st_config = folder / "sentence_bert_config.json"
-    st = json_file(st_config, {"max_seq_length": int | None}) if st_config.is_file() else {}
-    length = st.get("max_seq_length") or hf_folder_head(folder)[1]
-    return Declared(source, pooling, "Normalize" in paths, length)
 
 
 def load_bi_encoder(path, max_seq_length: int, pooling: str) -> tuple[BertBiEncoder, Tokenizer]:

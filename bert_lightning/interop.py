@@ -12,17 +12,18 @@ from __future__ import annotations
 import json
 import logging
 import os
-from dataclasses import asdict, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer
 
 from bert_lightning.atomic import atomic_path
-from bert_lightning.errors import UserError
-from bert_lightning.fields import from_dict, json_file
+from bert_lightning.errors import MissingFileError, UserError
+from bert_lightning.fields import check_values, from_dict, json_file, read_json
 from bert_lightning.model import BertConfig
 from bert_lightning.model.flops import encoder_parameter_formula
+from bert_lightning.model.heads import HEAD_POOLINGS
 
 log = logging.getLogger(__name__)
 
@@ -47,10 +48,13 @@ ST_POOLING_KEYS = {
     "pooling_mode_weightedmean_tokens": "weightedmean",
     "pooling_mode_lasttoken": "lasttoken",
 }
+# of a sentence-transformers folder's modules (modules.json), what `embed_texts` computes
+ST_MODULES = ("Transformer", "Pooling", "Normalize")
 # a fine-tuned bi-encoder's sentence-transformers folder: its score head and task (ours), which
 # `read_checkpoint` reads back so that `score` and `serve` score pairs as the checkpoint did
 SCORE_HEAD = "score_head.json"
 CLASSIFIER = ("classifier.weight", "classifier.bias")  # a bi-encoder's head: 1 -> 1
+ST_POOLINGS = ("mean", "max")  # a bi-encoder's poolings that sentence-transformers computes
 
 
 _QKV = ("query", "key", "value")  # HF's three projections: the row blocks of our `qkv`
@@ -309,7 +313,7 @@ def sentence_transformers_files(
     a query and an ad to the logit of their 0-1 score. Pooled by BERT's pooler (`cls`: a dense
     layer and tanh), it has no sentence-transformers pooling: refused."""
     pooling = task["pooling"]
-    if pooling not in ("mean", "max"):
+    if pooling not in ST_POOLINGS:
         raise UserError(
             f"task.pooling={pooling}: a bi-encoder pooled by BERT's pooler (dense + tanh) has no "
             "sentence-transformers Pooling mode; export-onnx exports it"
@@ -404,3 +408,54 @@ def export_hf_folder(
                 (tmp / name).write_text(text, encoding="utf-8")
     log.info("wrote %s (%s, %d tensors)", out_dir, arch, len(weights))
     return out_dir
+
+
+@dataclass(frozen=True)
+class Declared:
+    """How a sentence-transformers folder makes its vectors (modules.json, its modules'
+    configs): `embed_texts` makes them so, as `SentenceTransformer.encode` does."""
+
+    source: Path  # the Pooling module's config.json, named when another pooling is asked
+    pooling: str
+    normalize: bool  # a Normalize module: unit-length vectors
+    max_seq_length: int | None  # None: as many positions as the model has
+
+
+def declared_by(folder: Path) -> Declared | None:
+    """What the sentence-transformers folder `folder` declares (None: no modules.json, not
+    one), read as sentence-transformers reads it; what `embed_texts` cannot compute (another
+    module, another pooling) is refused rather than left out."""
+    path = folder / "modules.json"
+    if not path.is_file():
+        return None
+    paths = {}  # module kind -> its folder
+    for module in read_json(path, list):
+        if not isinstance(module, dict):
+            raise UserError(f"{path}: holds a {type(module).__name__}; expected module objects")
+        check_values(module, {"type": str, "path": str}, str(path))
+        kind = str(module.get("type")).rsplit(".", 1)[-1]
+        if kind not in ST_MODULES:
+            only = "/".join(ST_MODULES)
+            raise UserError(
+                f"{path}: a {module.get('type')} module; embed runs {only} modules only"
+            )
+        paths[kind] = module.get("path") or ""
+    if "Pooling" not in paths:
+        raise UserError(f"{path}: no Pooling module; embed gives one vector per text")
+    source = folder / paths["Pooling"] / "config.json"
+    if not source.resolve().is_relative_to(folder.resolve()):
+        raise UserError(f"{path}: the Pooling module's path {paths['Pooling']!r} leaves {folder}")
+    if not source.is_file():
+        raise MissingFileError(f"{source}: no such file (the Pooling module of {path})")
+    config = json_file(source, dict.fromkeys(ST_POOLING_KEYS, bool))
+    modes = [mode for key, mode in ST_POOLING_KEYS.items() if config.get(key)]
+    pooling = config.get("pooling_mode") or modes or "mean"  # as sentence-transformers reads it
+    if isinstance(pooling, list) and len(pooling) == 1:
+        pooling = pooling[0]
+    if pooling not in HEAD_POOLINGS:
+        raise UserError(f"{source}: pooling {pooling}; embed pools by one of {list(HEAD_POOLINGS)}")
+    # its length: sentence_bert_config.json's, else (a newer save) its tokenizer's
+    st_config = folder / "sentence_bert_config.json"
+    st = json_file(st_config, {"max_seq_length": int | None}) if st_config.is_file() else {}
+    length = st.get("max_seq_length") or hf_folder_head(folder)[1]
+    return Declared(source, pooling, "Normalize" in paths, length)

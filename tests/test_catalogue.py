@@ -3,6 +3,7 @@ vectors are the bi-encoder's, the scores pair scoring's, and what the index chec
 encoder, a changed catalogue, a file cut short or edited) is one line."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -84,6 +85,18 @@ def test_an_index_serves_the_checkpoint_and_its_export_alike(tmp_path, catalogue
     )
 
 
+def test_a_model_of_other_settings_with_the_same_weights_is_another_encoder(tmp_path, catalogue):
+    """The fingerprint holds the encoder's shape, not only its weights: the same tensors under
+    another `layer_norm_eps` compute other vectors."""
+    ckpt, cat, _, _ = catalogue
+    folder = Path(export_hf(str(ckpt), str(tmp_path / "st")))
+    index(folder, cat, tmp_path / "ix")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(config | {"layer_norm_eps": 0.5}))
+    with pytest.raises(SystemExit):
+        index(folder, cat, tmp_path / "ix")
+
+
 def test_a_changed_catalogue_is_reported_and_built_again_on_request(tmp_path, catalogue, capsys):
     ckpt, cat, ids, _ = catalogue
     index(ckpt, cat, tmp_path / "ix")
@@ -108,13 +121,15 @@ def test_a_changed_catalogue_is_reported_and_built_again_on_request(tmp_path, ca
         (lambda ix: (ix / "vectors.npy").write_bytes((ix / "vectors.npy").read_bytes()[:-64]),
          "vectors.npy: not the file this index wrote (its digest differs from index.json's: cut "
          "short or edited); build the index again"),
-        (lambda ix: (ix / "ads.parquet").write_bytes(b"PAR1"),
-         "ads.parquet: not an index's table of ids and ads"),
+        (lambda ix: (ix / "ads.jsonl").write_text(
+            "".join(reversed((ix / "ads.jsonl").read_text().splitlines(keepends=True)))),
+         "ads.jsonl: not the file this index wrote (its digest differs from index.json's: cut "
+         "short or edited); build the index again"),
         (lambda ix: (ix / "index.json").unlink(),
-         "index.json: no such file (an index folder has index.json, vectors.npy and ads.parquet: "
+         "index.json: no such file (an index folder has index.json, vectors.npy and ads.jsonl: "
          "bert-lightning index writes them)"),
     ],
-    ids=["vectors cut short", "a broken table", "no record"],
+    ids=["vectors cut short", "ids given other vectors", "no record"],
 )  # fmt: skip
 def test_a_spoilt_index_is_one_line(tmp_path, catalogue, capsys, spoil, says):
     ckpt, cat, _, rows = catalogue
@@ -152,8 +167,9 @@ def test_only_a_bi_encoder_indexes(tmp_path, tok, capsys):
     with pytest.raises(SystemExit):
         main(["index", str(cross), str(tmp_path / "cat.csv"), str(tmp_path / "ix")])
     assert capsys.readouterr().err == (
-        f"error: {cross}: not a fine-tuned bi-encoder (task.architecture=bi_encoder, a .ckpt or "
-        "its export-hf folder); an index holds the vectors a bi-encoder scores by\n"
+        f"error: {cross}: not a fine-tuned bi-encoder's .ckpt or export-hf folder (an index holds "
+        "the vectors a bi-encoder, task.architecture=bi_encoder, scores by, as PyTorch computes "
+        "them: not an export-onnx folder's)\n"
     )
 
 

@@ -572,8 +572,17 @@ def test_a_bi_encoder_pooled_by_the_pooler_is_refused_by_export_hf(tmp_path, tok
             "task kind='ad_relevance' architecture='cross_encoder'; a score head is a "
             "bi-encoder's (ad_relevance, bi_encoder)",
         ),
+        (
+            lambda h: h["task"].update(pooling="cls"),
+            "task pooling='cls'; a bi-encoder's sentence-transformers folder pools by one of "
+            "('mean', 'max') (BERT's pooler has no weights here)",
+        ),
+        (
+            lambda h: h["classifier"].update(weight=float("nan")),
+            "classifier {'weight': nan, 'bias': -3.25}: expected finite numbers",
+        ),
     ],
-    ids=["no head", "a string", "a cross-encoder"],
+    ids=["no head", "a string", "a cross-encoder", "the pooler", "not a number"],
 )
 def test_a_score_head_that_is_not_a_bi_encoders_is_one_line(tmp_path, tok, edit, message):
     folder = tmp_path / "st"
@@ -584,3 +593,28 @@ def test_a_score_head_that_is_not_a_bi_encoders_is_one_line(tmp_path, tok, edit,
     with pytest.raises(UserError) as e:
         load_finetuned(folder)
     assert str(e.value) == f"{folder / 'score_head.json'}: {message}"
+
+
+@pytest.mark.parametrize(
+    ("name", "edit", "declared"),
+    [
+        ("sentence_bert_config.json", {"max_seq_length": 8}, "('mean', True, 8)"),
+        ("1_Pooling/config.json", {"pooling_mode_mean_tokens": False,
+                                   "pooling_mode_max_tokens": True}, "('max', True, 32)"),
+    ],
+    ids=["length", "pooling"],
+)  # fmt: skip
+def test_a_folder_whose_modules_contradict_its_head_is_refused(tmp_path, tok, name, edit, declared):
+    """sentence-transformers reads the modules, `score` the head's record: a folder where they
+    differ would give two models' numbers under one name."""
+    folder = tmp_path / "st"
+    export_hf(str(bi_encoder_ckpt(tmp_path / "bi.ckpt", tok)), str(folder))
+    settings = json.loads((folder / name).read_text())
+    (folder / name).write_text(json.dumps(settings | edit))
+    with pytest.raises(UserError) as e:
+        load_finetuned(folder)
+    assert str(e.value) == (
+        f"{folder / 'score_head.json'}: pooling, unit length, max_seq_length ('mean', True, 32); "
+        f"the folder's sentence-transformers modules declare {declared}: sentence-transformers "
+        "would compute other vectors than the head was trained on"
+    )
