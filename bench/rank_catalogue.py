@@ -77,9 +77,9 @@ def retrieval(ft, index, relevant: dict[str, set[str]]) -> dict:
 
     queries = list(relevant)
     wanted = [relevant[q] for q in queries]
-    ours = []
+    ours, tok = [], ft.tokenizer()
     for start in range(0, len(queries), 256):
-        q = text_vectors(ft, queries[start : start + 256])  # (B, H)
+        q = text_vectors(ft.model, tok, queries[start : start + 256])  # (B, H)
         _, rows = top_k(ad_scores(ft, index, q), 100)  # (B, 100)
         ours += [[index.ads[r] for r in row] for row in rows.tolist()]
     bm25 = bm25s.BM25()

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from tokenizers import Tokenizer
 
 from bert_lightning.atomic import atomic_path
 from bert_lightning.choices import SCORE_BATCH
@@ -87,11 +88,11 @@ def encoder_fingerprint(ft: Finetuned, path) -> str:
 
 @torch.inference_mode()
 def text_vectors(
-    ft: Finetuned, texts: list[str], batch_size=SCORE_BATCH, desc: str | None = None
+    model: BertBiEncoder, tok: Tokenizer, texts: list[str], batch_size=SCORE_BATCH, desc=None
 ) -> torch.Tensor:
     """(N, H) each text encoded alone (`[CLS] text [SEP]`, as the bi-encoder reads each side of a
-    pair) and pooled, at unit length, float32 on the CPU."""
-    model, tok = ft.model, ft.tokenizer()
+    pair) and pooled, at unit length, float32 on the CPU. `tok`: `Finetuned.tokenizer()`, built
+    once per model (a copy of its vocabulary per call cost a /rank request 100 ms)."""
 
     def vectors(b: dict) -> torch.Tensor:
         v = model.embed(b["input_ids"], b["attention_mask"]).float()  # (B, H)
@@ -120,7 +121,7 @@ def build_index(
     never read half-written)."""
     check_catalogue(ids, ads, source)
     model = bi_encoder(ft, model_path)
-    vectors = text_vectors(ft, ads, batch_size, "index" if progress else None).numpy()
+    vectors = text_vectors(model, ft.tokenizer(), ads, batch_size, "index" if progress else None)
     record = {
         "encoder": encoder_fingerprint(ft, model_path),
         "pooling": model.pooling,
@@ -135,7 +136,7 @@ def build_index(
     )
     with atomic_path(out, folder=True) as tmp:
         with open(tmp / VECTORS, "wb") as f:
-            np.save(f, vectors.astype(np.float32))
+            np.save(f, vectors.numpy())
         (tmp / ADS).write_text(lines, encoding="utf-8")
         for name, key in ((VECTORS, "vectors_sha256"), (ADS, "ads_sha256")):
             record[key] = hashlib.sha256((tmp / name).read_bytes()).hexdigest()
@@ -228,12 +229,20 @@ def indexed_pair_scores(
     encoded once, each ad not at all."""
     rows = index.rows_of(ids)
     distinct = {q: n for n, q in enumerate(dict.fromkeys(queries))}
-    u = text_vectors(ft, list(distinct), batch_size)[[distinct[q] for q in queries]]  # (N, H)
+    u = text_vectors(ft.model, ft.tokenizer(), list(distinct), batch_size)  # (Q, H)
+    u = u[[distinct[q] for q in queries]]  # (N, H)
     v = torch.from_numpy(index.vectors[rows])  # (N, H)
     return head_scores(ft, (u * v).sum(-1))  # (N,)
 
 
 def top_k(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(Q, k) the best scores of each query and their rows, best first; ties by row."""
-    best, rows = torch.sort(scores, dim=1, descending=True, stable=True)  # (Q, N) each
-    return best[:, :k], rows[:, :k]
+    """(Q, k) the best scores of each query and their rows, best first, equal scores by row (at
+    the k-th place too: the first rows of that score are kept)."""
+    kth = torch.topk(scores, k, dim=1).values[:, -1:]  # (Q, 1)
+    above, equal = scores > kth, scores == kth  # (Q, N) each
+    room = k - above.sum(1, keepdim=True)  # (Q, 1): places left for the k-th score
+    keep = above | (equal & (equal.cumsum(1) <= room))  # (Q, N), k a row
+    rows = keep.nonzero()[:, 1].reshape(len(scores), k)  # (Q, k), by row
+    best = scores.gather(1, rows)  # (Q, k)
+    order = torch.argsort(best, dim=1, descending=True, stable=True)
+    return best.gather(1, order), rows.gather(1, order)

@@ -359,6 +359,7 @@ class Rank(Endpoint):
     def load(self, device):
         self.finetuned = load_finetuned(self.model_path, "bert-lightning serve")
         self.finetuned.model.to(device)
+        self.tok = self.finetuned.tokenizer()
         self.index = read_index(self.index_path)
         self.vectors = torch.from_numpy(self.index.vectors)  # (N, H), on the CPU
         self.rows = {i: n for n, i in enumerate(self.index.ids)}
@@ -367,23 +368,28 @@ class Rank(Endpoint):
         return request
 
     def answer(self, requests: list[RankRequest]) -> list[Reply]:
-        queries = text_vectors(self.finetuned, [r.query for r in requests])  # (R, H)
-        return [self.ranked(r, q) for r, q in zip(requests, queries, strict=True)]
-
-    def ranked(self, request: RankRequest, query: torch.Tensor) -> Reply:
-        n = len(self.index.ids)
-        if request.ids is None:
-            if request.k > n:
-                return Reply({"error": f"k {request.k}: the index holds {n} ads"}, 400)
-            scores = head_scores(self.finetuned, self.vectors @ query)  # (N,)
-            best, rows = (t[0].tolist() for t in top_k(scores[None], request.k))
-            ads = [{"id": self.index.ids[r], "ad": self.index.ads[r], "score": s}
-                   for r, s in zip(rows, best, strict=True)]  # fmt: skip
-            return Reply({"ads": ads})
-        if unknown := [i for i in request.ids if i not in self.rows]:
-            return Reply({"error": f"ids {unknown[:5]}: not in the index"}, 400)
-        cos = self.vectors[[self.rows[i] for i in request.ids]] @ query  # (len(ids),)
-        return Reply({"scores": head_scores(self.finetuned, cos).tolist()})
+        queries = text_vectors(self.finetuned.model, self.tok, [r.query for r in requests])
+        n, replies = len(self.index.ids), {}
+        ranked = [i for i, r in enumerate(requests) if r.ids is None and r.k <= n]
+        if ranked:  # one product and one top-k for the batch, at its largest k
+            scores = head_scores(self.finetuned, queries[ranked] @ self.vectors.T)  # (R, N)
+            best, rows = top_k(scores, max(requests[i].k for i in ranked))  # (R, k) each
+            for i, b, r in zip(ranked, best.tolist(), rows.tolist(), strict=True):
+                k = requests[i].k
+                ads = [{"id": self.index.ids[j], "ad": self.index.ads[j], "score": s}
+                       for j, s in zip(r[:k], b[:k], strict=True)]  # fmt: skip
+                replies[i] = Reply({"ads": ads})
+        for i, r in enumerate(requests):
+            if i in replies:
+                continue
+            if r.ids is None:
+                replies[i] = Reply({"error": f"k {r.k}: the index holds {n} ads"}, 400)
+            elif unknown := [j for j in r.ids if j not in self.rows]:
+                replies[i] = Reply({"error": f"ids {unknown[:5]}: not in the index"}, 400)
+            else:
+                cos = self.vectors[[self.rows[j] for j in r.ids]] @ queries[i]  # (len(ids),)
+                replies[i] = Reply({"scores": head_scores(self.finetuned, cos).tolist()})
+        return [replies[i] for i in range(len(requests))]
 
 
 SERVING, DRAINING, STOPPED = 0, 1, 2  # the server's state, shared by its processes

@@ -183,3 +183,12 @@ def test_an_unknown_id_is_named(tmp_path, catalogue, capsys):
               "--index", str(tmp_path / "ix")])  # fmt: skip
     assert capsys.readouterr().err == "error: ids ['x']: not in the index ix\n"
     assert json.loads((tmp_path / "ix" / "index.json").read_text())["count"] == len(ids)
+
+
+def test_top_k_is_best_first_and_equal_scores_by_row():
+    from bert_lightning.catalogue import top_k
+
+    scores = torch.tensor([[0.5, 0.9, 0.5, 0.9, 0.1], [0.2, 0.2, 0.2, 0.2, 0.3]])
+    best, rows = top_k(scores, 3)
+    assert rows.tolist() == [[1, 3, 0], [4, 0, 1]]
+    torch.testing.assert_close(best, torch.tensor([[0.9, 0.9, 0.5], [0.3, 0.2, 0.2]]))
