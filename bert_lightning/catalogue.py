@@ -237,7 +237,9 @@ def indexed_pair_scores(
 
 def top_k(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(Q, k) the best scores of each query and their rows, best first, equal scores by row (at
-    the k-th place too: the first rows of that score are kept)."""
+    the k-th place too: the first rows of that score are kept); all rows where there are fewer
+    than k."""
+    k = min(k, scores.shape[1])
     kth = torch.topk(scores, k, dim=1).values[:, -1:]  # (Q, 1)
     above, equal = scores > kth, scores == kth  # (Q, N) each
     room = k - above.sum(1, keepdim=True)  # (Q, 1): places left for the k-th score

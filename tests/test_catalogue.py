@@ -192,3 +192,4 @@ def test_top_k_is_best_first_and_equal_scores_by_row():
     best, rows = top_k(scores, 3)
     assert rows.tolist() == [[1, 3, 0], [4, 0, 1]]
     torch.testing.assert_close(best, torch.tensor([[0.9, 0.9, 0.5], [0.3, 0.2, 0.2]]))
+    assert top_k(scores, 9)[1].tolist() == [[1, 3, 0, 2, 4], [4, 0, 1, 2, 3]]  # all there are
