@@ -166,7 +166,8 @@ def read_index(folder) -> Index:
                 f"{INDEX}'s: cut short or edited); build the index again"
             )
     vectors = np.load(io.BytesIO(raw[VECTORS]), allow_pickle=False)
-    rows = [json.loads(line) for line in raw[ADS].decode("utf-8").splitlines()]
+    lines = raw[ADS].decode("utf-8").split("\n")[:-1]  # not at U+2028 and kin: JSON keeps them
+    rows = [json.loads(line) for line in lines]
     ids, ads = [r["id"] for r in rows], [r["ad"] for r in rows]
     shape = (record["count"], record["width"])
     if vectors.shape != shape or vectors.dtype != np.float32 or len(ids) != shape[0]:

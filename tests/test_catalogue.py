@@ -10,9 +10,10 @@ import pandas as pd
 import pytest
 import torch
 
-from bert_lightning.catalogue import read_index
+from bert_lightning.catalogue import build_index, read_index
 from bert_lightning.cli import main
 from bert_lightning.commands.export_hf import export_hf
+from bert_lightning.inference import load_finetuned
 from finetune_fixtures import ad_rows, finetuned_ckpt, our_scores, write_csv, write_tokenizer
 
 
@@ -62,6 +63,17 @@ def test_scores_from_the_index_are_pair_scores(tmp_path, catalogue, capsys):
     pairs = [(r["query"], r["ad"]) for r in rows]
     torch.testing.assert_close(got, our_scores(ckpt, pairs), atol=1e-5, rtol=0)
     assert len(set(got.tolist())) > len(rows) // 2  # the pairs' own scores, not a constant
+
+
+def test_an_index_reads_back_the_ids_and_ads_it_was_given(tmp_path, tok):
+    """Line and paragraph separators, NEL and quotes inside an ad, ids that look like numbers:
+    the index's table reads back as written."""
+    ids = ["007", "7", "1e3", "a b"]
+    ads = ["the film\u2028was great", "a\u2029plot\x85show", 'bob "said" \\n', "tab\there"]
+    ckpt = bi_encoder(tmp_path / "bi.ckpt", tok)
+    build_index(load_finetuned(ckpt), ckpt, ids, ads, tmp_path / "ix")
+    ix = read_index(tmp_path / "ix")
+    assert (ix.ids, ix.ads) == (ids, ads)
 
 
 def test_an_index_serves_the_checkpoint_and_its_export_alike(tmp_path, catalogue, capsys):
