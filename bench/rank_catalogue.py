@@ -6,9 +6,11 @@ every distinct product title of train.csv.zip encoded once, then queries ranked 
 
 The default model is the recipe's start, all-MiniLM-L6-v2 under an untrained bi-encoder head
 (its zero-shot cosine; `--model` a fine-tuned bi-encoder). It measures, in one run on one
-machine: the index's build time and vectors/s; `/rank` latency (p50, p99) for one query's top 10
-of the whole catalogue and for 100 given ids, at 1 and 16 clients; `/rank`'s requests/s
-against `/score`'s on the same 100 (query, title) pairs, each request scoring all 100; and
+machine: the index's build time and vectors/s, and an HNSW graph's over the same vectors (`index
+--hnsw 32`); `/rank` latency (p50, p99) for one query's top 10 of the whole catalogue (exact and
+HNSW search) and for 100 given ids, at 1 and 16 clients; HNSW's recall@10 of exact search's;
+`/rank`'s requests/s against `/score`'s on the same 100 (query, title) pairs, each request
+scoring all 100; and
 retrieval over the whole catalogue for the recipe's test queries: recall@10 and recall@100 of
 each query's judged-relevant titles (grade >= 2.5), beside BM25 over the same titles, with a
 paired bootstrap interval of the difference."""
@@ -27,15 +29,17 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pandas as pd
+import torch
 from loadtest import minilm_folder, p99, relevance_ckpt, server
 
-from bert_lightning.catalogue import ad_scores, build_index, read_index, text_vectors, top_k
+from bert_lightning.catalogue import build_index, ranked, read_index, text_vectors, write_index
 from bert_lightning.config import compose
 from bert_lightning.inference import load_finetuned
 from bert_lightning.tasks.ranking import interval
 from bert_lightning.training.finetune import task_tables
 
 RELEVANT = 2.5  # a judged-relevant title: a grade of 2.5 or more (1 to 3)
+HNSW_M = 32  # the HNSW index's links per title (`bert-lightning index --hnsw 32`)
 
 
 def catalogue(data_dir: Path) -> pd.DataFrame:
@@ -80,7 +84,7 @@ def retrieval(ft, index, relevant: dict[str, set[str]]) -> dict:
     ours, tok = [], ft.tokenizer()
     for start in range(0, len(queries), 256):
         q = text_vectors(ft.model, tok, queries[start : start + 256])  # (B, H)
-        _, rows = top_k(ad_scores(ft, index, q), 100)  # (B, 100)
+        _, rows = ranked(ft, index, q, 100)  # (B, 100)
         ours += [[index.ads[r] for r in row] for row in rows.tolist()]
     bm25 = bm25s.BM25()
     bm25.index(bm25s.tokenize(index.ads, show_progress=False), show_progress=False)
@@ -96,6 +100,13 @@ def retrieval(ft, index, relevant: dict[str, set[str]]) -> dict:
             "model - bm25": interval(a - b),
         }
     return out
+
+
+def hnsw_recall(ft, exact, hnsw, queries: list[str]) -> float:
+    """The share of exact search's top 10 that HNSW finds, over `queries`."""
+    q = text_vectors(ft.model, ft.tokenizer(), queries)  # (Q, H)
+    a, b = ranked(ft, exact, q, 10)[1].tolist(), ranked(ft, hnsw, q, 10)[1].tolist()
+    return round(float(np.mean([len(set(x) & set(y)) / 10 for x, y in zip(a, b, strict=True)])), 4)
 
 
 async def latencies(url: str, route: str, bodies: list[dict], clients: int, seconds: float) -> dict:
@@ -143,11 +154,19 @@ def main() -> None:
     build_index(ft, model, ads["id"].tolist(), ads["ad"].tolist(), work / "index", progress=True)
     built = time.perf_counter() - t
     index = read_index(work / "index")
+    t = time.perf_counter()
+    vectors = torch.from_numpy(index.vectors)
+    write_index(ft, model, index.ids, index.ads, vectors, work / "hnsw", hnsw_m=HNSW_M)
+    graph = time.perf_counter() - t
+    hnsw = read_index(work / "hnsw")
     out = {"model": args.model or "all-MiniLM-L6-v2, untrained bi-encoder head (zero-shot)",
            "catalogue": len(ads), "index_s": round(built, 1),
-           "vectors_per_s": round(len(ads) / built, 1)}  # fmt: skip
+           "vectors_per_s": round(len(ads) / built, 1),
+           "hnsw": {"m": HNSW_M, "ef_search": hnsw.record["ef_search"],
+                    "graph_s": round(graph, 1)}}  # fmt: skip
     relevant = test_queries(data_dir)
     out["retrieval"] = retrieval(ft, index, relevant)
+    out["hnsw"]["recall@10_of_exact"] = hnsw_recall(ft, index, hnsw, list(relevant))
     print(json.dumps(out, indent=2), flush=True)
     rng = random.Random(0)
     queries = rng.sample(list(relevant), min(200, len(relevant)))
@@ -166,12 +185,17 @@ def main() -> None:
                 stats = asyncio.run(latencies(url, route, bodies, clients, args.seconds))
                 load[f"{name}_{clients}_clients"] = stats
                 print(name, clients, stats, flush=True)
-        out["load"] = load
         out["rank_vs_score_requests_per_s"] = {
             c: round(load[f"rank_100_ids_{c}_clients"]["requests_per_s"]
                      / load[f"score_100_pairs_{c}_clients"]["requests_per_s"], 1)
             for c in (1, 16)
         }  # fmt: skip
+    with server(model, work / "server_hnsw.log", "--index", str(work / "hnsw")) as (url, _):
+        for clients in (1, 16):
+            stats = asyncio.run(latencies(url, "/rank", top10, clients, args.seconds))
+            load[f"rank_top10_hnsw_{clients}_clients"] = stats
+            print("rank_top10_hnsw", clients, stats, flush=True)
+    out["load"] = load
     Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
     print(json.dumps(out, indent=2))
 

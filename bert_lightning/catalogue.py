@@ -5,9 +5,11 @@ bi-encoder's head, read from the model at search time).
 
 An index is a folder: `vectors.npy` (N, H), each ad's vector at unit length; `ads.jsonl`, the
 ids and texts in the same order (JSON lines: what a file holds is what it reads into, nothing
-compressed); `index.json`, what the vectors depend on (the encoder's fingerprint, pooling,
-length, normalisation) and the digests of the other two. Each is checked when read: an index of
-another encoder, a file cut short or edited, is refused in one line."""
+compressed); with `--hnsw M`, `hnsw.faiss`, FAISS's graph over the vectors for approximate search
+of large catalogues; `index.json`, what the vectors depend on (the encoder's fingerprint, pooling,
+length, normalisation), how the index is searched, and the digests of the other files. Each is
+checked when read: an index of another encoder, a file cut short or edited, is refused in one
+line. Search is FAISS's (the `rank` extra): exact inner product, or the HNSW graph."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import hashlib
 import io
 import json
 from dataclasses import asdict, dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -22,13 +25,13 @@ import torch
 from tokenizers import Tokenizer
 
 from bert_lightning.atomic import atomic_path
-from bert_lightning.choices import SCORE_BATCH
+from bert_lightning.choices import EF_SEARCH, SCORE_BATCH
 from bert_lightning.errors import MissingFileError, UserError
 from bert_lightning.fields import json_file
 from bert_lightning.inference import Finetuned, per_row
 from bert_lightning.model.heads import BertBiEncoder
 
-INDEX, VECTORS, ADS = "index.json", "vectors.npy", "ads.jsonl"
+INDEX, VECTORS, ADS, HNSW = "index.json", "vectors.npy", "ads.jsonl", "hnsw.faiss"
 RECORD = {  # index.json: key -> type
     "encoder": str,
     "pooling": str,
@@ -36,9 +39,23 @@ RECORD = {  # index.json: key -> type
     "normalized": bool,
     "count": int,
     "width": int,
+    "search": str,  # exact | hnsw
+    "hnsw_m": int,  # the graph's links per ad (0: exact)
+    "ef_search": int,  # the candidates HNSW keeps while it searches (0: exact)
     "vectors_sha256": str,
     "ads_sha256": str,
 }
+
+
+def faiss():
+    """FAISS, which searches an index: in the `rank` extra."""
+    try:
+        import faiss as module
+    except ImportError:
+        raise UserError(
+            "searching an index needs FAISS: pip install 'bert-lightning[rank]' (faiss-cpu)"
+        ) from None
+    return module
 
 
 @dataclass(frozen=True)
@@ -51,6 +68,24 @@ class Index:
     ids: list[str]
     ads: list[str]
     record: dict
+    graph: object = None  # the HNSW graph (faiss.IndexHNSWFlat) of an index searched by it
+
+    @cached_property
+    def searcher(self):
+        """FAISS over the vectors: the HNSW graph, or exact inner product (built here, once)."""
+        if self.graph is not None:
+            return self.graph
+        flat = faiss().IndexFlatIP(self.vectors.shape[1])
+        flat.add(self.vectors)
+        return flat
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(Q, k) the largest inner products of each query (Q, H) with the ads and their rows,
+        largest first; k at most the catalogue's size."""
+        inner, rows = self.searcher.search(np.ascontiguousarray(queries, np.float32), k)
+        if (rows < 0).any():  # a row -1 would name the last ad
+            raise RuntimeError(f"{self.folder}: HNSW found fewer than {k} ads; build it again")
+        return inner, rows
 
     def rows_of(self, ids: list[str]) -> list[int]:
         """The rows of `ids`; an id the catalogue lacks is a UserError naming it."""
@@ -115,13 +150,25 @@ def check_catalogue(ids: list[str], ads: list[str], source: str) -> None:
 
 def build_index(
     ft: Finetuned, model_path, ids: list[str], ads: list[str], out, batch_size=SCORE_BATCH,
-    source="catalogue", progress=False,
+    source="catalogue", progress=False, hnsw_m=0, ef_search=EF_SEARCH,
 ) -> Path:  # fmt: skip
-    """Encode every ad once and write the index folder `out` (a temporary sibling, then renamed:
-    never read half-written)."""
+    """Encode every ad once and write the index folder `out` (`write_index`)."""
     check_catalogue(ids, ads, source)
     model = bi_encoder(ft, model_path)
     vectors = text_vectors(model, ft.tokenizer(), ads, batch_size, "index" if progress else None)
+    return write_index(ft, model_path, ids, ads, vectors, out, hnsw_m, ef_search)
+
+
+def write_index(
+    ft: Finetuned, model_path, ids: list[str], ads: list[str], vectors: torch.Tensor, out,
+    hnsw_m=0, ef_search=EF_SEARCH,
+) -> Path:  # fmt: skip
+    """The index folder `out` of the ads' `vectors` (N, H) as `text_vectors` gives them (a
+    temporary sibling, then renamed: never read half-written). `hnsw_m` > 0: with an HNSW graph
+    of that many links per ad, searched `ef_search` wide."""
+    if hnsw_m < 0 or (hnsw_m and ef_search < 1):
+        raise UserError(f"--hnsw {hnsw_m} --ef-search {ef_search}: expected positive numbers")
+    model = bi_encoder(ft, model_path)
     record = {
         "encoder": encoder_fingerprint(ft, model_path),
         "pooling": model.pooling,
@@ -129,16 +176,26 @@ def build_index(
         "normalized": True,
         "count": len(ids),
         "width": int(vectors.shape[1]),
+        "search": "hnsw" if hnsw_m else "exact",
+        "hnsw_m": hnsw_m,
+        "ef_search": ef_search if hnsw_m else 0,
     }
     lines = "".join(
         json.dumps({"id": i, "ad": a}, ensure_ascii=False) + "\n"
         for i, a in zip(ids, ads, strict=True)
     )
+    files = [(VECTORS, "vectors_sha256"), (ADS, "ads_sha256")]
     with atomic_path(out, folder=True) as tmp:
         with open(tmp / VECTORS, "wb") as f:
             np.save(f, vectors.numpy())
         (tmp / ADS).write_text(lines, encoding="utf-8")
-        for name, key in ((VECTORS, "vectors_sha256"), (ADS, "ads_sha256")):
+        if hnsw_m:
+            f = faiss()
+            graph = f.IndexHNSWFlat(record["width"], hnsw_m, f.METRIC_INNER_PRODUCT)
+            graph.add(vectors.numpy())
+            (tmp / HNSW).write_bytes(f.serialize_index(graph).tobytes())
+            files.append((HNSW, "hnsw_sha256"))
+        for name, key in files:
             record[key] = hashlib.sha256((tmp / name).read_bytes()).hexdigest()
         (tmp / INDEX).write_text(json.dumps(record, indent=2) + "\n")
     return Path(out)
@@ -154,11 +211,21 @@ def read_index(folder) -> Index:
                 f"{folder / name}: no such file (an index folder has {INDEX}, {VECTORS} and "
                 f"{ADS}: bert-lightning index writes them)"
             )
-    record = json_file(folder / INDEX, RECORD)
+    record = json_file(folder / INDEX, RECORD | {"hnsw_sha256": str})
     if missing := [k for k in RECORD if k not in record]:
         raise UserError(f"{folder / INDEX}: no {', '.join(missing)}")
+    if record["search"] not in ("exact", "hnsw"):
+        raise UserError(f"{folder / INDEX}: search {record['search']!r}; expected exact or hnsw")
+    files = [(VECTORS, "vectors_sha256"), (ADS, "ads_sha256")]
+    if record["search"] == "hnsw":
+        files.append((HNSW, "hnsw_sha256"))
+        if not (folder / HNSW).is_file() or "hnsw_sha256" not in record:
+            raise MissingFileError(
+                f"{folder / HNSW}: no such file or digest (index.json says the index is searched "
+                "by an HNSW graph): build the index again"
+            )
     raw = {}
-    for name, key in ((VECTORS, "vectors_sha256"), (ADS, "ads_sha256")):
+    for name, key in files:
         raw[name] = (folder / name).read_bytes()
         if hashlib.sha256(raw[name]).hexdigest() != record[key]:
             raise UserError(
@@ -175,7 +242,19 @@ def read_index(folder) -> Index:
             f"{folder}: {VECTORS} holds {vectors.shape} {vectors.dtype}, {ADS} {len(ids)} rows; "
             f"{INDEX} says {shape} float32"
         )
-    return Index(folder, vectors, ids, ads, record)
+    graph = None
+    if HNSW in raw:
+        f = faiss()
+        graph = f.deserialize_index(np.frombuffer(raw[HNSW], np.uint8))
+        if not (
+            isinstance(graph, f.IndexHNSWFlat)
+            and graph.metric_type == f.METRIC_INNER_PRODUCT
+            and (graph.ntotal, graph.d) == shape
+            and np.array_equal(graph.reconstruct_n(0, graph.ntotal), vectors)
+        ):
+            raise UserError(f"{folder / HNSW}: not an HNSW graph over {VECTORS}'s vectors")
+        graph.hnsw.efSearch = record["ef_search"]
+    return Index(folder, vectors, ids, ads, record, graph)
 
 
 def check_encoder(index: Index, ft: Finetuned, model_path) -> None:
@@ -217,9 +296,21 @@ def head_scores(ft: Finetuned, cos: torch.Tensor) -> torch.Tensor:
 
 
 @torch.inference_mode()
-def ad_scores(ft: Finetuned, index: Index, queries: torch.Tensor) -> torch.Tensor:
-    """(Q, N) the score of each query vector (Q, H) against every ad of the index."""
-    return head_scores(ft, queries @ torch.from_numpy(index.vectors).T)  # (Q, N): unit vectors
+def ranked(
+    ft: Finetuned, index: Index, queries: torch.Tensor, k: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(Q, k) the top k ads of each query vector (Q, H) by score, best first, and their rows (all
+    rows where the catalogue holds fewer). The head's score, `sigmoid(w cos + b)`, rises with the
+    cosine where w > 0 and falls where w < 0: the index searches the largest cosines of the
+    query, or of its opposite, and only the k found are scored, as `indexed_pair_scores` scores
+    given ids."""
+    sign = -1.0 if float(ft.model.classifier.weight) < 0 else 1.0
+    _, rows = index.search(sign * queries.numpy(), min(k, len(index.ids)))  # (Q, k)
+    rows = torch.from_numpy(rows)
+    ads = torch.from_numpy(index.vectors)[rows]  # (Q, k, H)
+    scores = head_scores(ft, (queries[:, None, :] * ads).sum(-1))  # (Q, k): as `ids` scores
+    order = torch.argsort(scores, dim=1, descending=True, stable=True)
+    return scores.gather(1, order), rows.gather(1, order)
 
 
 @torch.inference_mode()
@@ -234,18 +325,3 @@ def indexed_pair_scores(
     u = u[[distinct[q] for q in queries]]  # (N, H)
     v = torch.from_numpy(index.vectors[rows])  # (N, H)
     return head_scores(ft, (u * v).sum(-1))  # (N,)
-
-
-def top_k(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(Q, k) the best scores of each query and their rows, best first, equal scores by row (at
-    the k-th place too: the first rows of that score are kept); all rows where there are fewer
-    than k."""
-    k = min(k, scores.shape[1])
-    kth = torch.topk(scores, k, dim=1).values[:, -1:]  # (Q, 1)
-    above, equal = scores > kth, scores == kth  # (Q, N) each
-    room = k - above.sum(1, keepdim=True)  # (Q, 1): places left for the k-th score
-    keep = above | (equal & (equal.cumsum(1) <= room))  # (Q, N), k a row
-    rows = keep.nonzero()[:, 1].reshape(len(scores), k)  # (Q, k), by row
-    best = scores.gather(1, rows)  # (Q, k)
-    order = torch.argsort(best, dim=1, descending=True, stable=True)
-    return best.gather(1, order), rows.gather(1, order)

@@ -27,6 +27,7 @@ FINETUNE = OmegaConf.load(CONFIG_DIR / "finetune.yaml")  # what a fine-tuning ru
 EMBED_LENGTH = 128  # what `embed` and /embed truncate a checkpoint's texts to by default
 SCORE_BATCH = FINETUNE.data.eval_batch_size  # rows per forward pass of `score`, as a run evaluates
 EMBED_BATCH = 32  # rows per forward pass of the other uses
+EF_SEARCH = 128  # an HNSW index's breadth of search: recall@10 near exact's on product titles
 # what `embed` and /embed pool a checkpoint's texts by default: the pooled [CLS], as BERT (an
 # ONNX export pools as it was exported, a sentence-transformers folder as it declares)
 EMBED_POOLING = "cls"

@@ -43,7 +43,7 @@ from pydantic import (
 from starlette.exceptions import HTTPException
 from tokenizers import Encoding
 
-from bert_lightning.catalogue import check_encoder, head_scores, read_index, text_vectors, top_k
+from bert_lightning.catalogue import check_encoder, head_scores, ranked, read_index, text_vectors
 from bert_lightning.checkpoint import FINETUNING, read_checkpoint
 from bert_lightning.errors import UserError
 from bert_lightning.inference import (
@@ -361,6 +361,7 @@ class Rank(Endpoint):
         self.finetuned.model.to(device)
         self.tok = self.finetuned.tokenizer()
         self.index = read_index(self.index_path)
+        self.searcher = self.index.searcher  # FAISS's, built before the first request
         self.vectors = torch.from_numpy(self.index.vectors)  # (N, H), on the CPU
         self.rows = {i: n for n, i in enumerate(self.index.ids)}
 
@@ -370,11 +371,11 @@ class Rank(Endpoint):
     def answer(self, requests: list[RankRequest]) -> list[Reply]:
         queries = text_vectors(self.finetuned.model, self.tok, [r.query for r in requests])
         n, replies = len(self.index.ids), {}
-        ranked = [i for i, r in enumerate(requests) if r.ids is None and r.k <= n]
-        if ranked:  # one product and one top-k for the batch, at its largest k
-            scores = head_scores(self.finetuned, queries[ranked] @ self.vectors.T)  # (R, N)
-            best, rows = top_k(scores, max(requests[i].k for i in ranked))  # (R, k) each
-            for i, b, r in zip(ranked, best.tolist(), rows.tolist(), strict=True):
+        top = [i for i, r in enumerate(requests) if r.ids is None and r.k <= n]
+        if top:  # one search for the batch, at its largest k
+            k = max(requests[i].k for i in top)
+            best, rows = ranked(self.finetuned, self.index, queries[top], k)  # (R, k) each
+            for i, b, r in zip(top, best.tolist(), rows.tolist(), strict=True):
                 k = requests[i].k
                 ads = [{"id": self.index.ids[j], "ad": self.index.ads[j], "score": s}
                        for j, s in zip(r[:k], b[:k], strict=True)]  # fmt: skip
@@ -387,7 +388,8 @@ class Rank(Endpoint):
             elif unknown := [j for j in r.ids if j not in self.rows]:
                 replies[i] = Reply({"error": f"ids {unknown[:5]}: not in the index"}, 400)
             else:
-                cos = self.vectors[[self.rows[j] for j in r.ids]] @ queries[i]  # (len(ids),)
+                ads = self.vectors[[self.rows[j] for j in r.ids]]  # (len(ids), H)
+                cos = (queries[i] * ads).sum(-1)  # (len(ids),), as `ranked` computes it
                 replies[i] = Reply({"scores": head_scores(self.finetuned, cos).tolist()})
         return [replies[i] for i in range(len(requests))]
 

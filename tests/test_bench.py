@@ -720,8 +720,7 @@ def test_rank_catalogue_measures_the_index_the_endpoints_and_retrieval(tmp_path,
     for who in ("model", "bm25"):
         at10, at100 = (recall[f"recall@{k}"][who]["mean"] for k in (10, 100))
         assert 0 <= at10 <= at100 <= 1
-    assert set(got["load"]) == {
-        f"{name}_{c}_clients" for name in ("rank_top10", "rank_100_ids", "score_100_pairs")
-        for c in (1, 16)
-    }  # fmt: skip
+    names = ("rank_top10", "rank_100_ids", "score_100_pairs", "rank_top10_hnsw")
+    assert set(got["load"]) == {f"{name}_{c}_clients" for name in names for c in (1, 16)}
+    assert got["hnsw"]["recall@10_of_exact"] == 1.0  # a tiny catalogue: HNSW finds them all
     assert all(v["errors"] == 0 and v["requests"] > 0 for v in got["load"].values())

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bert_lightning.choices import SCORE_BATCH
+from bert_lightning.choices import EF_SEARCH, SCORE_BATCH
 from bert_lightning.commands.options import add_column_argument, add_table_arguments, columns
 from bert_lightning.errors import UserError
 
@@ -37,6 +37,17 @@ def register(sub) -> None:
     add_table_arguments(p)
     add_column_argument(p, "id, ad; default: id, ad")
     p.add_argument("--batch-size", type=int, default=SCORE_BATCH)
+    p.add_argument(
+        "--hnsw",
+        type=int,
+        default=0,
+        metavar="M",
+        help="search by an HNSW graph of M links per ad (e.g. 32; large catalogues) rather than "
+        "exactly",
+    )
+    p.add_argument(
+        "--ef-search", type=int, default=EF_SEARCH, help="HNSW's breadth of search (with --hnsw)"
+    )
     p.add_argument("--overwrite", action="store_true", help="build OUT again if it exists")
     p.set_defaults(func=_main)
 
@@ -60,9 +71,16 @@ def _main(args) -> None:
         index = read_index(out)
         check_encoder(index, ft, args.model)
         said = changes_line(catalogue_changes(index, ids, ads))
+        was = (index.record["hnsw_m"], index.record["ef_search"])
+        if said is None and was != (args.hnsw, args.ef_search if args.hnsw else 0):
+            how = f"--hnsw {was[0]} --ef-search {was[1]}" if was[0] else "exact search"
+            raise UserError(f"{out}: built for {how}, not as asked; --overwrite rebuilds it")
         if said is None:
             print(f"{out}: up to date with {args.catalogue} ({len(ids)} ads)")
             return
         raise UserError(f"{out}: {args.catalogue} changed since: {said}; --overwrite rebuilds it")
-    build_index(ft, args.model, ids, ads, out, args.batch_size, args.catalogue, progress=True)
+    build_index(
+        ft, args.model, ids, ads, out, args.batch_size, args.catalogue, True, args.hnsw,
+        args.ef_search,
+    )  # fmt: skip
     print(f"wrote {out}: {len(ids)} ads")
