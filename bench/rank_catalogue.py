@@ -8,12 +8,12 @@ The default model is the recipe's start, all-MiniLM-L6-v2 under an untrained bi-
 (its zero-shot cosine; `--model` a fine-tuned bi-encoder). It measures, in one run on one
 machine: the index's build time and vectors/s, and an HNSW graph's over the same vectors (`index
 --hnsw 32`); `/rank` latency (p50, p99) for one query's top 10 of the whole catalogue (exact and
-HNSW search) and for 100 given ids, at 1 and 16 clients; HNSW's recall@10 of exact search's;
+HNSW search, the query encoded by PyTorch or by the int8 ONNX export) and for 100 given ids, at
+1 and 16 clients; HNSW's recall@10 of exact search's; the int8 query encoder's score error;
 `/rank`'s requests/s against `/score`'s on the same 100 (query, title) pairs, each request
-scoring all 100; and
-retrieval over the whole catalogue for the recipe's test queries: recall@10 and recall@100 of
-each query's judged-relevant titles (grade >= 2.5), beside BM25 over the same titles, with a
-paired bootstrap interval of the difference."""
+scoring all 100; and retrieval over the whole catalogue for the recipe's test queries:
+recall@10 and recall@100 of each query's judged-relevant titles (grade >= 2.5), beside BM25
+over the same titles, with a paired bootstrap interval of the difference."""
 
 from __future__ import annotations
 
@@ -32,7 +32,14 @@ import pandas as pd
 import torch
 from loadtest import minilm_folder, p99, relevance_ckpt, server
 
-from bert_lightning.catalogue import build_index, ranked, read_index, text_vectors, write_index
+from bert_lightning.catalogue import (
+    indexed_pair_scores,
+    ranked,
+    read_index,
+    text_vectors,
+    write_index,
+)
+from bert_lightning.cli import main as cli
 from bert_lightning.config import compose
 from bert_lightning.inference import load_finetuned
 from bert_lightning.tasks.ranking import interval
@@ -109,6 +116,17 @@ def hnsw_recall(ft, exact, hnsw, queries: list[str]) -> float:
     return round(float(np.mean([len(set(x) & set(y)) / 10 for x, y in zip(a, b, strict=True)])), 4)
 
 
+def int8_error(ft, ft8, index, given: list[dict]) -> dict:
+    """|score| differences of the int8 ONNX query encoder's scores against PyTorch's, over the
+    (query, id) rows of `given` (both from the index's fp32 vectors): p50, p99, max."""
+    queries = [b["query"] for b in given for _ in b["ids"]]
+    ids = [i for b in given for i in b["ids"]]
+    a, b = (indexed_pair_scores(f, index, queries, ids) for f in (ft, ft8))
+    d = np.sort((a - b).abs().numpy())
+    at = {"p50": np.median(d), "p99": d[int(0.99 * (len(d) - 1))], "max": d[-1]}
+    return {"rows": len(d)} | {k: round(float(v), 5) for k, v in at.items()}
+
+
 async def latencies(url: str, route: str, bodies: list[dict], clients: int, seconds: float) -> dict:
     """`clients` loops posting `bodies` in turn for `seconds`: p50, p99 (ms) and requests/s."""
     done, errors = [], 0
@@ -150,8 +168,9 @@ def main() -> None:
     model = args.model or str(relevance_ckpt(minilm_folder(), work / "bi.ckpt", *start))
     ft = load_finetuned(model)
     ads = catalogue(data_dir)
+    ads.to_csv(work / "catalogue.csv", index=False)
     t = time.perf_counter()
-    build_index(ft, model, ads["id"].tolist(), ads["ad"].tolist(), work / "index", progress=True)
+    cli(["index", model, str(work / "catalogue.csv"), str(work / "index")])
     built = time.perf_counter() - t
     index = read_index(work / "index")
     t = time.perf_counter()
@@ -190,11 +209,19 @@ def main() -> None:
                      / load[f"score_100_pairs_{c}_clients"]["requests_per_s"], 1)
             for c in (1, 16)
         }  # fmt: skip
-    with server(model, work / "server_hnsw.log", "--index", str(work / "hnsw")) as (url, _):
-        for clients in (1, 16):
-            stats = asyncio.run(latencies(url, "/rank", top10, clients, args.seconds))
-            load[f"rank_top10_hnsw_{clients}_clients"] = stats
-            print("rank_top10_hnsw", clients, stats, flush=True)
+    int8 = work / "int8"
+    cli(["export-onnx", model, str(int8), "--quantize", "int8"])
+    out["int8_query_score_error"] = int8_error(ft, load_finetuned(str(int8)), index, given)
+    for name, encoder, ix in [
+        ("rank_top10_hnsw", model, "hnsw"),
+        ("rank_top10_int8", str(int8), "index"),
+        ("rank_top10_int8_hnsw", str(int8), "hnsw"),
+    ]:
+        with server(encoder, work / f"{name}.log", "--index", str(work / ix)) as (url, _):
+            for clients in (1, 16):
+                stats = asyncio.run(latencies(url, "/rank", top10, clients, args.seconds))
+                load[f"{name}_{clients}_clients"] = stats
+                print(name, clients, stats, flush=True)
     out["load"] = load
     Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
     print(json.dumps(out, indent=2))

@@ -30,6 +30,7 @@ from bert_lightning.errors import MissingFileError, UserError
 from bert_lightning.fields import json_file
 from bert_lightning.inference import Finetuned, per_row
 from bert_lightning.model.heads import BertBiEncoder
+from bert_lightning.ort import OrtBiEncoder
 
 INDEX, VECTORS, ADS, HNSW = "index.json", "vectors.npy", "ads.jsonl", "hnsw.faiss"
 RECORD = {  # index.json: key -> type
@@ -102,15 +103,23 @@ def bi_encoder(ft: Finetuned, path) -> BertBiEncoder:
         raise UserError(
             f"{path}: not a fine-tuned bi-encoder's .ckpt or export-hf folder (an index holds "
             "the vectors a bi-encoder, task.architecture=bi_encoder, scores by, as PyTorch "
-            "computes them: not an export-onnx folder's)"
+            "computes them; an export-onnx folder of it encodes queries against them)"
         )
     return ft.model
 
 
 def encoder_fingerprint(ft: Finetuned, path) -> str:
     """What an ad's vector depends on: the encoder's shape and weights, the tokenizer, the
-    pooling and the length texts are cut to; the same for a checkpoint and its export-hf folder.
-    The weights are hashed a tensor at a time (no copy of them all)."""
+    pooling and the length texts are cut to; the same for a checkpoint and its export-hf folder,
+    and its export-onnx folder records it (its queries, fp32 or int8, ranked against the
+    checkpoint's vectors). The weights are hashed a tensor at a time (no copy of them all)."""
+    if isinstance(ft.model, OrtBiEncoder):
+        if "encoder" not in ft.model.encoder.spec:
+            raise UserError(
+                f"{path}: exported without its encoder's fingerprint, which an index checks; "
+                "export-onnx the checkpoint again"
+            )
+        return ft.model.encoder.spec["encoder"]
     model = bi_encoder(ft, path)
     h = hashlib.sha256()
     for part in (ft.tokenizer_json, model.pooling, ft.max_seq_length, asdict(model.config)):
@@ -123,7 +132,11 @@ def encoder_fingerprint(ft: Finetuned, path) -> str:
 
 @torch.inference_mode()
 def text_vectors(
-    model: BertBiEncoder, tok: Tokenizer, texts: list[str], batch_size=SCORE_BATCH, desc=None
+    model: BertBiEncoder | OrtBiEncoder,
+    tok: Tokenizer,
+    texts: list[str],
+    batch_size=SCORE_BATCH,
+    desc=None,
 ) -> torch.Tensor:
     """(N, H) each text encoded alone (`[CLS] text [SEP]`, as the bi-encoder reads each side of a
     pair) and pooled, at unit length, float32 on the CPU. `tok`: `Finetuned.tokenizer()`, built
@@ -134,7 +147,10 @@ def text_vectors(
         return torch.nn.functional.normalize(v, dim=-1).cpu()  # (B, H)
 
     out = per_row(vectors, model, tok, tok.encode_batch(texts), batch_size, desc)
-    return torch.stack(out) if out else torch.zeros(0, model.config.hidden_size)
+    if out:
+        return torch.stack(out)
+    ort = isinstance(model, OrtBiEncoder)
+    return torch.zeros(0, model.encoder.spec["width"] if ort else model.config.hidden_size)
 
 
 def check_catalogue(ids: list[str], ads: list[str], source: str) -> None:
@@ -148,24 +164,14 @@ def check_catalogue(ids: list[str], ads: list[str], source: str) -> None:
         seen[i] = row
 
 
-def build_index(
-    ft: Finetuned, model_path, ids: list[str], ads: list[str], out, batch_size=SCORE_BATCH,
-    source="catalogue", progress=False, hnsw_m=0, ef_search=EF_SEARCH,
-) -> Path:  # fmt: skip
-    """Encode every ad once and write the index folder `out` (`write_index`)."""
-    check_catalogue(ids, ads, source)
-    model = bi_encoder(ft, model_path)
-    vectors = text_vectors(model, ft.tokenizer(), ads, batch_size, "index" if progress else None)
-    return write_index(ft, model_path, ids, ads, vectors, out, hnsw_m, ef_search)
-
-
 def write_index(
     ft: Finetuned, model_path, ids: list[str], ads: list[str], vectors: torch.Tensor, out,
     hnsw_m=0, ef_search=EF_SEARCH,
 ) -> Path:  # fmt: skip
-    """The index folder `out` of the ads' `vectors` (N, H) as `text_vectors` gives them (a
-    temporary sibling, then renamed: never read half-written). `hnsw_m` > 0: with an HNSW graph
-    of that many links per ad, searched `ef_search` wide."""
+    """The index folder `out` of the ads' `vectors` (N, H) as `text_vectors` gives them, of a
+    catalogue `check_catalogue` passed (a temporary sibling, then renamed: never read
+    half-written). `hnsw_m` > 0: with an HNSW graph of that many links per ad, searched
+    `ef_search` wide."""
     if hnsw_m < 0 or (hnsw_m and ef_search < 1):
         raise UserError(f"--hnsw {hnsw_m} --ef-search {ef_search}: expected positive numbers")
     model = bi_encoder(ft, model_path)

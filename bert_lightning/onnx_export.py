@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from bert_lightning.atomic import atomic_path
+from bert_lightning.catalogue import encoder_fingerprint
 from bert_lightning.checkpoint import FINETUNING, read_checkpoint
 from bert_lightning.choices import EXPORT_POOLING
 from bert_lightning.errors import UserError
@@ -59,6 +60,7 @@ def export_onnx(
         if isinstance(model, BertBiEncoder):  # the encoder; the cosine and its head run around
             spec |= {"head": "bi_encoder", "pooling": model.pooling}
             spec["classifier"] = [model.classifier.weight.item(), model.classifier.bias.item()]
+            spec["encoder"] = encoder_fingerprint(ft, path)  # a catalogue index's encoder
             model, output = BiEncoderSide(model), "embeddings"
         else:
             spec["head"], output = "logits", "logits"

@@ -58,6 +58,7 @@ SPEC_TYPES = {
     "source": str,
     "width": int,
     "classifier": list,
+    "encoder": str,  # a bi-encoder's fingerprint (`catalogue.encoder_fingerprint`)
     "inputs": list,
 }
 
@@ -196,19 +197,23 @@ class OrtModel(nn.Module):
 
 class OrtBiEncoder(nn.Module):
     """A bi-encoder whose two texts are embedded by the exported encoder: the logit is
-    `classifier(cos(u, v))`, as `BertBiEncoder` computes it."""
+    `classifier(cos(u, v))`, as `BertBiEncoder` computes it; `embed` and `classifier` are
+    `BertBiEncoder`'s, for a catalogue's queries (`catalogue.text_vectors`)."""
 
     def __init__(self, encoder: OrtModel):
         super().__init__()
-        self.encoder = encoder
-        self.weight, self.bias = encoder.spec["classifier"]
+        self.encoder, self.pooling = encoder, encoder.spec["pooling"]
+        self.classifier = nn.Linear(1, 1)
+        with torch.no_grad():
+            self.classifier.weight.fill_(encoder.spec["classifier"][0])
+            self.classifier.bias.fill_(encoder.spec["classifier"][1])
+
+    def embed(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return self.encoder(ids, torch.zeros_like(ids), mask)  # (B, H)
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None):
-        def embed(ids, mask):  # (B, T) each -> (B, H)
-            return self.encoder(ids, torch.zeros_like(ids), mask)
-
-        cos = pair_cosine(embed, input_ids, token_type_ids, attention_mask)  # (B,)
-        return (self.weight * cos + self.bias)[:, None]  # (B, 1)
+        cos = pair_cosine(self.embed, input_ids, token_type_ids, attention_mask)  # (B,)
+        return self.classifier(cos[:, None])  # (B, 1)
 
 
 def load_exported(folder) -> tuple[nn.Module, dict, str]:

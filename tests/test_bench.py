@@ -720,7 +720,10 @@ def test_rank_catalogue_measures_the_index_the_endpoints_and_retrieval(tmp_path,
     for who in ("model", "bm25"):
         at10, at100 = (recall[f"recall@{k}"][who]["mean"] for k in (10, 100))
         assert 0 <= at10 <= at100 <= 1
-    names = ("rank_top10", "rank_100_ids", "score_100_pairs", "rank_top10_hnsw")
+    names = ("rank_top10", "rank_100_ids", "score_100_pairs", "rank_top10_hnsw",
+             "rank_top10_int8", "rank_top10_int8_hnsw")  # fmt: skip
+    error = got["int8_query_score_error"]
+    assert error["rows"] > 0 and 0 <= error["p50"] <= error["p99"] <= error["max"] < 0.2
     assert set(got["load"]) == {f"{name}_{c}_clients" for name in names for c in (1, 16)}
     assert got["hnsw"]["recall@10_of_exact"] == 1.0  # a tiny catalogue: HNSW finds them all
     assert all(v["errors"] == 0 and v["requests"] > 0 for v in got["load"].values())

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import torch
 
-from bert_lightning.catalogue import build_index, ranked, read_index, write_index
+from bert_lightning.catalogue import ranked, read_index, text_vectors, write_index
 from bert_lightning.cli import main
 from bert_lightning.commands.export_hf import export_hf
 from bert_lightning.errors import UserError
@@ -73,7 +73,8 @@ def test_an_index_reads_back_the_ids_and_ads_it_was_given(tmp_path, tok):
     ids = ["007", "7", "1e3", "a b"]
     ads = ["the film\u2028was great", "a\u2029plot\x85show", 'bob "said" \\n', "tab\there"]
     ckpt = bi_encoder(tmp_path / "bi.ckpt", tok)
-    build_index(load_finetuned(ckpt), ckpt, ids, ads, tmp_path / "ix")
+    ft = load_finetuned(ckpt)
+    write_index(ft, ckpt, ids, ads, text_vectors(ft.model, ft.tokenizer(), ads), tmp_path / "ix")
     ix = read_index(tmp_path / "ix")
     assert (ix.ids, ix.ads) == (ids, ads)
 
@@ -190,7 +191,7 @@ def test_only_a_bi_encoder_indexes(tmp_path, tok, capsys):
     assert capsys.readouterr().err == (
         f"error: {cross}: not a fine-tuned bi-encoder's .ckpt or export-hf folder (an index holds "
         "the vectors a bi-encoder, task.architecture=bi_encoder, scores by, as PyTorch computes "
-        "them: not an export-onnx folder's)\n"
+        "them; an export-onnx folder of it encodes queries against them)\n"
     )
 
 
@@ -315,4 +316,34 @@ def test_search_without_faiss_names_the_extra(tmp_path, catalogue, monkeypatch):
         ranked(load_finetuned(ckpt), ix, unit(1, ix.vectors.shape[1], 0), 3)
     assert str(e.value) == (
         "searching an index needs FAISS: pip install 'bert-lightning[rank]' (faiss-cpu)"
+    )
+
+
+def test_an_onnx_export_encodes_the_queries_of_its_checkpoints_index(tmp_path, catalogue, capsys):
+    """`score --index` with the checkpoint's export-onnx folder (queries by ONNX Runtime, ads
+    from the index): fp32 gives pair scoring's scores within 1e-5, int8 within test_onnx's 1e-3
+    for int8 scores. A folder exported without the encoder's fingerprint is refused."""
+    pytest.importorskip("onnxruntime")
+    from bert_lightning.onnx_export import export_onnx
+
+    ckpt, cat, ids, rows = catalogue
+    index(ckpt, cat, tmp_path / "ix")
+    write_csv(tmp_path / "rows.csv", [{"query": r["query"], "sku": ids[r["ad"]]} for r in rows])
+    want = our_scores(ckpt, [(r["query"], r["ad"]) for r in rows])
+    for quantize, tolerance in ((None, 1e-5), ("int8", 1e-3)):
+        folder = export_onnx(ckpt, tmp_path / f"onnx-{quantize}", quantize=quantize,
+                             pooling=None, max_seq_length=None, overwrite=False)  # fmt: skip
+        main(["score", str(folder), str(tmp_path / "rows.csv"), str(tmp_path / "s.csv"),
+              "--index", str(tmp_path / "ix"), "--column", "id=sku"])  # fmt: skip
+        got = torch.tensor(pd.read_csv(tmp_path / "s.csv")["score"].to_numpy(), dtype=torch.float)
+        torch.testing.assert_close(got, want, atol=tolerance, rtol=0)
+    spec = json.loads((folder / "onnx.json").read_text())
+    (folder / "onnx.json").write_text(json.dumps({k: v for k, v in spec.items() if k != "encoder"}))
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        main(["score", str(folder), str(tmp_path / "rows.csv"), str(tmp_path / "s.csv"),
+              "--index", str(tmp_path / "ix"), "--column", "id=sku"])  # fmt: skip
+    assert capsys.readouterr().err == (
+        f"error: {folder}: exported without its encoder's fingerprint, which an index checks; "
+        "export-onnx the checkpoint again\n"
     )

@@ -451,6 +451,30 @@ def test_rank_answers_the_top_k_and_given_ids_as_pair_scoring_does(tmp_path, tok
     )
 
 
+def test_rank_with_an_onnx_export_ranks_as_its_checkpoint(tmp_path, tok):
+    """`serve ONNX_FOLDER --index` of the checkpoint's index: the queries encoded by ONNX
+    Runtime (fp32), the same top ads and scores within 1e-5."""
+    pytest.importorskip("onnxruntime")
+    from bert_lightning.onnx_export import export_onnx
+
+    ckpt, ix, _ = indexed(tmp_path, tok)
+    folder = export_onnx(ckpt, tmp_path / "onnx", quantize=None, pooling=None,
+                         max_seq_length=None, overwrite=False)  # fmt: skip
+    assert endpoints(str(folder), str(ix))["/rank"] is Rank
+    replies = []
+    for model in (ckpt, folder):
+        api = Rank(str(model), 8, 0.0, 1, index=str(ix))
+        api.setup("cpu")
+        requests = [RankRequest(query="movie 0", k=4), RankRequest(query="a film", ids=["ad2"])]
+        replies.append([r.body for r in api.predict(requests)])
+    (top, given), (top_onnx, given_onnx) = replies
+    assert [a["id"] for a in top_onnx["ads"]] == [a["id"] for a in top["ads"]]
+    assert [a["score"] for a in top_onnx["ads"]] == pytest.approx(
+        [a["score"] for a in top["ads"]], abs=1e-5
+    )
+    assert given_onnx["scores"] == pytest.approx(given["scores"], abs=1e-5)
+
+
 @pytest.mark.parametrize(
     ("body", "says"),
     [

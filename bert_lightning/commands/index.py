@@ -1,5 +1,6 @@
 """`bert-lightning index MODEL CATALOGUE OUT`: every ad of a catalogue encoded once by a fine-tuned
-bi-encoder, for `score --index` and `serve --index` to rank from (bert_lightning/catalogue.py).
+bi-encoder, for `score --index` and `serve --index` to rank from (bert_lightning/catalogue.py),
+by Lightning's predict loop (`--devices N`: shared by N processes, DDP).
 An index that exists is compared with the catalogue instead: up to date, or the ids added,
 removed or edited since (or another encoder) in one line; `--overwrite` builds it again."""
 
@@ -38,6 +39,13 @@ def register(sub) -> None:
     add_column_argument(p, "id, ad; default: id, ad")
     p.add_argument("--batch-size", type=int, default=SCORE_BATCH)
     p.add_argument(
+        "--devices",
+        type=int,
+        default=1,
+        help="processes that share the ads (DDP; -1: every GPU), by Lightning's predict loop",
+    )
+    p.add_argument("--accelerator", choices=("auto", "cpu", "gpu"), default="auto")
+    p.add_argument(
         "--hnsw",
         type=int,
         default=0,
@@ -54,11 +62,13 @@ def register(sub) -> None:
 
 def _main(args) -> None:
     from bert_lightning.catalogue import (
-        build_index,
+        bi_encoder,
         catalogue_changes,
         changes_line,
+        check_catalogue,
         check_encoder,
         read_index,
+        write_index,
     )
     from bert_lightning.commands.options import table_options
     from bert_lightning.inference import load_finetuned
@@ -79,8 +89,16 @@ def _main(args) -> None:
             print(f"{out}: up to date with {args.catalogue} ({len(ids)} ads)")
             return
         raise UserError(f"{out}: {args.catalogue} changed since: {said}; --overwrite rebuilds it")
-    build_index(
-        ft, args.model, ids, ads, out, args.batch_size, args.catalogue, True, args.hnsw,
-        args.ef_search,
-    )  # fmt: skip
+    check_catalogue(ids, ads, args.catalogue)
+    from bert_lightning.training.predict import predicted_vectors
+
+    hardware = {"accelerator": args.accelerator, "devices": args.devices}
+    if args.devices != 1:
+        hardware["strategy"] = "ddp"
+    vectors = predicted_vectors(
+        bi_encoder(ft, args.model), ft.tokenizer(), ads, args.batch_size, True, **hardware
+    )
+    if vectors is None:  # a process of rank > 0: rank 0 writes the index
+        return
+    write_index(ft, args.model, ids, ads, vectors, out, args.hnsw, args.ef_search)
     print(f"wrote {out}: {len(ids)} ads")

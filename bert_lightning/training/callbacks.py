@@ -361,17 +361,18 @@ class StepProgressBar(ProgressBar):
 
 
 class EvalProgressBar(StepProgressBar):
-    """Progress over the batches of a validation or test run by itself (`bert-lightning
-    evaluate`), as StepProgressBar's over steps: on a terminal a tqdm bar, otherwise a line
-    `batch 20/42 eta 0m03s` every `every` batches or `seconds` seconds and at the last
-    (Lightning's default, a Rich bar, printed nothing there until the end, then a line of
-    box characters). No metrics line: the command prints its own."""
+    """Progress over the batches of a validation, test or prediction run by itself
+    (`bert-lightning evaluate`, an index's vectors), as StepProgressBar's over steps: on a
+    terminal a tqdm bar, otherwise a line `batch 20/42 eta 0m03s` every `every` batches or
+    `seconds` seconds and at the last (Lightning's default, a Rich bar, printed nothing there
+    until the end, then a line of box characters). No metrics line: the command prints its own.
+    Under DDP, rank 0's share (Lightning disables the other ranks' bars)."""
 
-    def _start(self, batches: list[int | float]) -> None:
+    def _start(self, batches: list[int | float], desc="evaluate") -> None:
         total = sum(batches)  # over the dataloaders; inf: one without a length
         self.total = int(total) if total != float("inf") else None
         if self.enabled:
-            self._open(self.total, 0, "evaluate", "batch")
+            self._open(self.total, 0, desc, "batch")
 
     def _batch_end(self) -> None:
         if not self.enabled:
@@ -400,6 +401,15 @@ class EvalProgressBar(StepProgressBar):
         self._close()
 
     def on_test_end(self, trainer, pl_module):
+        self._close()
+
+    def on_predict_start(self, trainer, pl_module):
+        self._start(trainer.num_predict_batches, "predict")
+
+    def on_predict_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, *args):
+        self._batch_end()
+
+    def on_predict_end(self, trainer, pl_module):
         self._close()
 
 

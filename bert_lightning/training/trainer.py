@@ -1,8 +1,8 @@
 """The trainers: the one builder of both runs (pretraining and fine-tuning), and the bare one of
-an evaluation outside a run (`evaluation_trainer`). A run's: loggers and callbacks
-are dicts of `_target_` entries in the `logger` / `callbacks` groups, instantiated by one loop,
-then handed to the `trainer` group's Trainer. The progress bar and the model summary are
-callbacks too (`callbacks/_progress.yaml`): the summary kept only where
+an evaluation or a prediction outside a run (`evaluation_trainer`). A run's: loggers and
+callbacks are dicts of `_target_` entries in the `logger` / `callbacks` groups, instantiated
+by one loop, then handed to the `trainer` group's Trainer. The progress bar and the model
+summary are callbacks too (`callbacks/_progress.yaml`): the summary kept only where
 `trainer.enable_model_summary` asks for it, the progress shown as lines, not a bar, where
 `trainer.enable_progress_bar` is off."""
 
@@ -73,22 +73,26 @@ class SaveResolvedConfig(L.Callback):
         save_resolved_config(text, Path(trainer.default_root_dir))
 
 
-def evaluation_trainer(progress: bool) -> L.Trainer:
-    """The trainer of an evaluation outside a run (`bert-lightning evaluate`): one device, no
-    logger, checkpoint or summary; `progress`: ours, at a run's cadence
-    (conf/callbacks/_progress.yaml), whose lines off a terminal read as a run's."""
+def evaluation_trainer(progress: bool, **hardware) -> L.Trainer:
+    """The trainer of an evaluation or a prediction outside a run (`bert-lightning evaluate`;
+    an index's vectors, training/predict.py): one device unless `hardware` (accelerator,
+    devices, strategy) shards the rows over processes (a prediction's), no logger, checkpoint
+    or summary; `progress`: ours, at a run's cadence (conf/callbacks/_progress.yaml), whose
+    lines off a terminal read as a run's."""
     silence_noise()
-    bar = dict(group_defaults("callbacks", "_progress")["progress_bar"])
-    bar.pop("_target_")
-    return L.Trainer(
-        accelerator="auto",
-        devices=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_model_summary=False,
-        enable_progress_bar=progress,
-        callbacks=[EvalProgressBar(**bar)] if progress else None,
-    )
+    options = dict(group_defaults("callbacks", "_progress")["progress_bar"])
+    options.pop("_target_")
+    try:
+        return L.Trainer(
+            **{"accelerator": "auto", "devices": 1} | hardware,
+            logger=False,
+            enable_checkpointing=False,
+            enable_model_summary=False,
+            enable_progress_bar=progress,
+            callbacks=[EvalProgressBar(**options)] if progress else None,
+        )
+    except (MisconfigurationException, ValueError) as e:  # a device or strategy refused
+        raise UserError(f"trainer: {first_line(e)}") from e
 
 
 def build_trainer(cfg: DictConfig) -> L.Trainer:
