@@ -16,7 +16,13 @@ import torch
 from tokenizers import Encoding, Tokenizer
 from tqdm import tqdm
 
-from bert_lightning.checkpoint import FINETUNING, Checkpoint, read_checkpoint
+from bert_lightning.checkpoint import (
+    FINETUNING,
+    HUGGING_FACE,
+    Checkpoint,
+    check_origin,
+    read_checkpoint,
+)
 from bert_lightning.choices import (
     EMBED_BATCH,
     EMBED_LENGTH,
@@ -26,7 +32,7 @@ from bert_lightning.choices import (
 )
 from bert_lightning.data.tables import collate, eval_loader
 from bert_lightning.errors import UserError
-from bert_lightning.interop import declared_by
+from bert_lightning.interop import ST_POOLINGS, declared_by
 from bert_lightning.model import BertForPreTraining, BertModel
 from bert_lightning.model.heads import ZERO_SHOT_POOLING, BertBiEncoder, pool
 from bert_lightning.ort import OrtModel, is_exported, load_exported
@@ -77,11 +83,30 @@ def load_finetuned(path, use: str = "score", pre: Checkpoint | None = None) -> F
             raise UserError(f"{path}: an exported embedding model; {use} needs a fine-tuned one")
         task = stored_task(spec["task"], str(path))
         return Finetuned(model, task, tokenizer_json, spec["max_seq_length"])
-    pre = pre or read_checkpoint(path, FINETUNING, use)
+    pre = pre or read_checkpoint(path)
+    if pre.origin == HUGGING_FACE and (start := zero_shot_bi_encoder(path, pre)) is not None:
+        return start
+    check_origin(path, pre, FINETUNING, use)
     task = stored_task(pre.hparams["task"], str(path))
     model = task.build_model(pre.config)
     load_weights(model, pre, WHOLE)
     return Finetuned(model.eval(), task, pre.tokenizer.to_str(), fine_tuned_length(pre))
+
+
+def zero_shot_bi_encoder(path, pre: Checkpoint) -> Finetuned | None:
+    """A sentence-transformers folder without a score head (a model of the hub's, pooled by
+    mean or max) as the bi-encoder a fine-tuning run starts from it
+    (`task.architecture=bi_encoder`): the folder's pooling and length, the head untrained (20
+    cos - 10), so its scores rank as the zero-shot cosine does; None for any other folder."""
+    declared = declared_by(Path(path))
+    if declared is None or declared.pooling not in ST_POOLINGS:
+        return None
+    task = stored_task({"kind": "ad_relevance", "architecture": "bi_encoder", "mode": "max",
+                        "pooling": declared.pooling}, str(path))  # fmt: skip
+    model = task.build_model(pre.config)
+    load_weights(model, pre, ENCODER)
+    length = declared.max_seq_length or pre.config.max_position_embeddings
+    return Finetuned(model.eval(), task, pre.tokenizer.to_str(), length)
 
 
 def fine_tuned_length(pre: Checkpoint) -> int:

