@@ -5,11 +5,13 @@ bi-encoder's head, read from the model at search time).
 
 An index is a folder: `vectors.npy` (N, H), each ad's vector at unit length; `ads.jsonl`, the
 ids and texts in the same order (JSON lines: what a file holds is what it reads into, nothing
-compressed); with `--hnsw M`, `hnsw.faiss`, FAISS's graph over the vectors for approximate search
-of large catalogues; `index.json`, what the vectors depend on (the encoder's fingerprint, pooling,
-length, normalisation), how the index is searched, and the digests of the other files. Each is
+compressed); `index.json`, what the vectors depend on (the encoder's fingerprint, pooling,
+length, normalisation), how the index is searched, and the digests of the other two. Each is
 checked when read: an index of another encoder, a file cut short or edited, is refused in one
-line. Search is FAISS's (the `rank` extra): exact inner product, or the HNSW graph."""
+line. Search is FAISS's (the `rank` extra): exact inner product, or (`--hnsw M`) an HNSW graph of
+M links per ad, for large catalogues. The graph is built from the vectors where the index is
+searched, one thread, so every process builds the same one: a FAISS file is a program's memory
+laid out, whose sizes a file made by someone else could set to anything."""
 
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ from bert_lightning.inference import Finetuned, per_row
 from bert_lightning.model.heads import BertBiEncoder
 from bert_lightning.ort import OrtBiEncoder
 
-INDEX, VECTORS, ADS, HNSW = "index.json", "vectors.npy", "ads.jsonl", "hnsw.faiss"
+INDEX, VECTORS, ADS = "index.json", "vectors.npy", "ads.jsonl"
 RECORD = {  # index.json: key -> type
     "encoder": str,
     "pooling": str,
@@ -42,7 +44,7 @@ RECORD = {  # index.json: key -> type
     "width": int,
     "search": str,  # exact | hnsw
     "hnsw_m": int,  # the graph's links per ad (0: exact)
-    "ef_search": int,  # the candidates HNSW keeps while it searches (0: exact)
+    "ef_search": int,  # the candidates HNSW keeps while it searches, at least k (0: exact)
     "vectors_sha256": str,
     "ads_sha256": str,
 }
@@ -59,6 +61,16 @@ def faiss():
     return module
 
 
+def search_settings(hnsw_m: int, ef_search: int) -> str | None:
+    """Why an index cannot be searched with these settings (None: it can); exact search is
+    `hnsw_m` 0 with `ef_search` 0."""
+    if (hnsw_m, ef_search) == (0, 0) or (2 <= hnsw_m <= 128 and 1 <= ef_search <= 4096):
+        return None
+    return (
+        f"--hnsw {hnsw_m} --ef-search {ef_search}: expected --hnsw 2 to 128, --ef-search 1 to 4096"
+    )
+
+
 @dataclass(frozen=True)
 class Index:
     """A catalogue index as read (`read_index`): `vectors` (N, H) float32 unit rows; `ids` and
@@ -69,23 +81,34 @@ class Index:
     ids: list[str]
     ads: list[str]
     record: dict
-    graph: object = None  # the HNSW graph (faiss.IndexHNSWFlat) of an index searched by it
 
     @cached_property
     def searcher(self):
-        """FAISS over the vectors: the HNSW graph, or exact inner product (built here, once)."""
-        if self.graph is not None:
-            return self.graph
-        flat = faiss().IndexFlatIP(self.vectors.shape[1])
-        flat.add(self.vectors)
-        return flat
+        """FAISS over the vectors, built here once: exact inner product, or the HNSW graph (one
+        thread: the same graph in every process)."""
+        f, width, m = faiss(), self.vectors.shape[1], self.record["hnsw_m"]
+        if not m:
+            flat = f.IndexFlatIP(width)
+            flat.add(self.vectors)
+            return flat
+        graph, threads = f.IndexHNSWFlat(width, m, f.METRIC_INNER_PRODUCT), f.omp_get_max_threads()
+        f.omp_set_num_threads(1)
+        try:
+            graph.add(self.vectors)
+        finally:
+            f.omp_set_num_threads(threads)
+        return graph
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """(Q, k) the largest inner products of each query (Q, H) with the ads and their rows,
-        largest first; k at most the catalogue's size."""
-        inner, rows = self.searcher.search(np.ascontiguousarray(queries, np.float32), k)
+        largest first; k at most the catalogue's size. HNSW keeps at least k candidates."""
+        queries = np.ascontiguousarray(queries, np.float32)
+        if not self.record["hnsw_m"]:
+            return self.searcher.search(queries, k)
+        wide = faiss().SearchParametersHNSW(efSearch=max(k, self.record["ef_search"]))
+        inner, rows = self.searcher.search(queries, k, params=wide)
         if (rows < 0).any():  # a row -1 would name the last ad
-            raise RuntimeError(f"{self.folder}: HNSW found fewer than {k} ads; build it again")
+            raise RuntimeError(f"{self.folder}: HNSW found fewer than {k} ads")
         return inner, rows
 
     def rows_of(self, ids: list[str]) -> list[int]:
@@ -170,10 +193,11 @@ def write_index(
 ) -> Path:  # fmt: skip
     """The index folder `out` of the ads' `vectors` (N, H) as `text_vectors` gives them, of a
     catalogue `check_catalogue` passed (a temporary sibling, then renamed: never read
-    half-written). `hnsw_m` > 0: with an HNSW graph of that many links per ad, searched
+    half-written). `hnsw_m` > 0: searched by an HNSW graph of that many links per ad,
     `ef_search` wide."""
-    if hnsw_m < 0 or (hnsw_m and ef_search < 1):
-        raise UserError(f"--hnsw {hnsw_m} --ef-search {ef_search}: expected positive numbers")
+    ef_search = ef_search if hnsw_m else 0
+    if why := search_settings(hnsw_m, ef_search):
+        raise UserError(why)
     model = bi_encoder(ft, model_path)
     record = {
         "encoder": encoder_fingerprint(ft, model_path),
@@ -184,24 +208,17 @@ def write_index(
         "width": int(vectors.shape[1]),
         "search": "hnsw" if hnsw_m else "exact",
         "hnsw_m": hnsw_m,
-        "ef_search": ef_search if hnsw_m else 0,
+        "ef_search": ef_search,
     }
     lines = "".join(
         json.dumps({"id": i, "ad": a}, ensure_ascii=False) + "\n"
         for i, a in zip(ids, ads, strict=True)
     )
-    files = [(VECTORS, "vectors_sha256"), (ADS, "ads_sha256")]
     with atomic_path(out, folder=True) as tmp:
         with open(tmp / VECTORS, "wb") as f:
             np.save(f, vectors.numpy())
         (tmp / ADS).write_text(lines, encoding="utf-8")
-        if hnsw_m:
-            f = faiss()
-            graph = f.IndexHNSWFlat(record["width"], hnsw_m, f.METRIC_INNER_PRODUCT)
-            graph.add(vectors.numpy())
-            (tmp / HNSW).write_bytes(f.serialize_index(graph).tobytes())
-            files.append((HNSW, "hnsw_sha256"))
-        for name, key in files:
+        for name, key in ((VECTORS, "vectors_sha256"), (ADS, "ads_sha256")):
             record[key] = hashlib.sha256((tmp / name).read_bytes()).hexdigest()
         (tmp / INDEX).write_text(json.dumps(record, indent=2) + "\n")
     return Path(out)
@@ -217,50 +234,48 @@ def read_index(folder) -> Index:
                 f"{folder / name}: no such file (an index folder has {INDEX}, {VECTORS} and "
                 f"{ADS}: bert-lightning index writes them)"
             )
-    record = json_file(folder / INDEX, RECORD | {"hnsw_sha256": str})
+    record = json_file(folder / INDEX, RECORD)
     if missing := [k for k in RECORD if k not in record]:
         raise UserError(f"{folder / INDEX}: no {', '.join(missing)}")
-    if record["search"] not in ("exact", "hnsw"):
-        raise UserError(f"{folder / INDEX}: search {record['search']!r}; expected exact or hnsw")
-    files = [(VECTORS, "vectors_sha256"), (ADS, "ads_sha256")]
-    if record["search"] == "hnsw":
-        files.append((HNSW, "hnsw_sha256"))
-        if not (folder / HNSW).is_file() or "hnsw_sha256" not in record:
-            raise MissingFileError(
-                f"{folder / HNSW}: no such file or digest (index.json says the index is searched "
-                "by an HNSW graph): build the index again"
-            )
+    search = "hnsw" if record["hnsw_m"] else "exact"
+    if why := search_settings(record["hnsw_m"], record["ef_search"]) or (
+        None if record["search"] == search else f"search {record['search']!r}: expected {search}"
+    ):
+        raise UserError(f"{folder / INDEX}: {why}")
     raw = {}
-    for name, key in files:
+    for name, key in ((VECTORS, "vectors_sha256"), (ADS, "ads_sha256")):
         raw[name] = (folder / name).read_bytes()
         if hashlib.sha256(raw[name]).hexdigest() != record[key]:
             raise UserError(
                 f"{folder / name}: not the file this index wrote (its digest differs from "
                 f"{INDEX}'s: cut short or edited); build the index again"
             )
+    shape = (record["count"], record["width"])
+    stream = io.BytesIO(raw[VECTORS])
+    try:  # the header first: its shape, not the file's length, sizes what np.load allocates
+        version = np.lib.format.read_magic(stream)
+        header = np.lib.format.read_array_header_1_0 if version == (1, 0) else None
+        held, _, dtype = (header or np.lib.format.read_array_header_2_0)(stream)
+    except ValueError as e:
+        raise UserError(f"{folder / VECTORS}: not a .npy array ({e})") from None
+    if (
+        held != shape
+        or dtype != np.dtype("<f4")
+        or len(raw[VECTORS]) != stream.tell() + 4 * (shape[0] * shape[1])
+    ):
+        raise UserError(
+            f"{folder / VECTORS}: {len(raw[VECTORS])} bytes of {held} {dtype}; {INDEX} says "
+            f"{shape} float32"
+        )
     vectors = np.load(io.BytesIO(raw[VECTORS]), allow_pickle=False)
     lines = raw[ADS].decode("utf-8").split("\n")[:-1]  # not at U+2028 and kin: JSON keeps them
     rows = [json.loads(line) for line in lines]
-    ids, ads = [r["id"] for r in rows], [r["ad"] for r in rows]
-    shape = (record["count"], record["width"])
-    if vectors.shape != shape or vectors.dtype != np.float32 or len(ids) != shape[0]:
-        raise UserError(
-            f"{folder}: {VECTORS} holds {vectors.shape} {vectors.dtype}, {ADS} {len(ids)} rows; "
-            f"{INDEX} says {shape} float32"
-        )
-    graph = None
-    if HNSW in raw:
-        f = faiss()
-        graph = f.deserialize_index(np.frombuffer(raw[HNSW], np.uint8))
-        if not (
-            isinstance(graph, f.IndexHNSWFlat)
-            and graph.metric_type == f.METRIC_INNER_PRODUCT
-            and (graph.ntotal, graph.d) == shape
-            and np.array_equal(graph.reconstruct_n(0, graph.ntotal), vectors)
-        ):
-            raise UserError(f"{folder / HNSW}: not an HNSW graph over {VECTORS}'s vectors")
-        graph.hnsw.efSearch = record["ef_search"]
-    return Index(folder, vectors, ids, ads, record, graph)
+    if len(rows) != shape[0] or not all(
+        isinstance(r, dict) and isinstance(r.get("id"), str) and isinstance(r.get("ad"), str)
+        for r in rows
+    ):
+        raise UserError(f'{folder / ADS}: expected {shape[0]} lines of {{"id": .., "ad": ..}}')
+    return Index(folder, vectors, [r["id"] for r in rows], [r["ad"] for r in rows], record)
 
 
 def check_encoder(index: Index, ft: Finetuned, model_path) -> None:
@@ -309,10 +324,10 @@ def ranked(
     rows where the catalogue holds fewer). The head's score, `sigmoid(w cos + b)`, rises with the
     cosine where w > 0 and falls where w < 0: the index searches the largest cosines of the
     query, or of its opposite, and only the k found are scored, as `indexed_pair_scores` scores
-    given ids."""
+    given ids; equal scores in row order."""
     sign = -1.0 if float(ft.model.classifier.weight) < 0 else 1.0
     _, rows = index.search(sign * queries.numpy(), min(k, len(index.ids)))  # (Q, k)
-    rows = torch.from_numpy(rows)
+    rows = torch.from_numpy(rows).sort(dim=1).values  # (Q, k): equal scores then by row
     ads = torch.from_numpy(index.vectors)[rows]  # (Q, k, H)
     scores = head_scores(ft, (queries[:, None, :] * ads).sum(-1))  # (Q, k): as `ids` scores
     order = torch.argsort(scores, dim=1, descending=True, stable=True)

