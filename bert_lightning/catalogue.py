@@ -28,7 +28,7 @@ from tokenizers import Tokenizer
 
 from bert_lightning.atomic import atomic_path
 from bert_lightning.choices import EF_SEARCH, SCORE_BATCH
-from bert_lightning.errors import MissingFileError, UserError
+from bert_lightning.errors import MissingFileError, UserError, first_line
 from bert_lightning.fields import json_file
 from bert_lightning.inference import Finetuned, per_row
 from bert_lightning.model.heads import BertBiEncoder
@@ -83,14 +83,19 @@ class Index:
     record: dict
 
     @cached_property
+    def exact(self):
+        """FAISS's exact inner product over the vectors, built here once."""
+        flat = faiss().IndexFlatIP(self.vectors.shape[1])
+        flat.add(self.vectors)
+        return flat
+
+    @cached_property
     def searcher(self):
-        """FAISS over the vectors, built here once: exact inner product, or the HNSW graph (one
+        """What the index is searched by, built here once: exact search, or the HNSW graph (one
         thread: the same graph in every process)."""
         f, width, m = faiss(), self.vectors.shape[1], self.record["hnsw_m"]
         if not m:
-            flat = f.IndexFlatIP(width)
-            flat.add(self.vectors)
-            return flat
+            return self.exact
         graph, threads = f.IndexHNSWFlat(width, m, f.METRIC_INNER_PRODUCT), f.omp_get_max_threads()
         f.omp_set_num_threads(1)
         try:
@@ -101,14 +106,16 @@ class Index:
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """(Q, k) the largest inner products of each query (Q, H) with the ads and their rows,
-        largest first; k at most the catalogue's size. HNSW keeps at least k candidates."""
+        largest first; k from 1 to the catalogue's size. HNSW keeps at least k candidates; a
+        query it finds fewer than k ads for (many ads of one text share a vector, which its
+        links cannot all reach) is searched exactly."""
         queries = np.ascontiguousarray(queries, np.float32)
         if not self.record["hnsw_m"]:
-            return self.searcher.search(queries, k)
+            return self.exact.search(queries, k)
         wide = faiss().SearchParametersHNSW(efSearch=max(k, self.record["ef_search"]))
         inner, rows = self.searcher.search(queries, k, params=wide)
-        if (rows < 0).any():  # a row -1 would name the last ad
-            raise RuntimeError(f"{self.folder}: HNSW found fewer than {k} ads")
+        if (short := (rows < 0).any(axis=1)).any():  # a row -1 would name the last ad
+            inner[short], rows[short] = self.exact.search(queries[short], k)
         return inner, rows
 
     def rows_of(self, ids: list[str]) -> list[int]:
@@ -251,31 +258,54 @@ def read_index(folder) -> Index:
                 f"{INDEX}'s: cut short or edited); build the index again"
             )
     shape = (record["count"], record["width"])
-    stream = io.BytesIO(raw[VECTORS])
-    try:  # the header first: its shape, not the file's length, sizes what np.load allocates
+    if min(shape) < 1:
+        raise UserError(f"{folder / INDEX}: count {shape[0]}, width {shape[1]}: expected >= 1")
+    vectors = unit_rows(folder / VECTORS, raw[VECTORS], shape)
+    ids, ads = ads_of(folder / ADS, raw[ADS], shape[0])
+    return Index(folder, vectors, ids, ads, record)
+
+
+def unit_rows(path: Path, raw: bytes, shape: tuple[int, int]) -> np.ndarray:
+    """`shape` float32 rows of unit length from a .npy file's bytes; its header read first: its
+    shape, not the file's length, sizes what np.load allocates."""
+    stream = io.BytesIO(raw)
+    try:
         version = np.lib.format.read_magic(stream)
+        if version not in ((1, 0), (2, 0), (3, 0)):
+            raise ValueError(f"format version {version}")
         header = np.lib.format.read_array_header_1_0 if version == (1, 0) else None
         held, _, dtype = (header or np.lib.format.read_array_header_2_0)(stream)
+        if (
+            held != shape
+            or dtype != np.dtype("<f4")
+            or len(raw) != stream.tell() + 4 * held[0] * held[1]
+        ):
+            raise ValueError(f"{len(raw)} bytes of {held} {dtype}; {INDEX} says {shape} float32")
+        vectors = np.load(io.BytesIO(raw), allow_pickle=False)
     except ValueError as e:
-        raise UserError(f"{folder / VECTORS}: not a .npy array ({e})") from None
-    if (
-        held != shape
-        or dtype != np.dtype("<f4")
-        or len(raw[VECTORS]) != stream.tell() + 4 * (shape[0] * shape[1])
-    ):
-        raise UserError(
-            f"{folder / VECTORS}: {len(raw[VECTORS])} bytes of {held} {dtype}; {INDEX} says "
-            f"{shape} float32"
-        )
-    vectors = np.load(io.BytesIO(raw[VECTORS]), allow_pickle=False)
-    lines = raw[ADS].decode("utf-8").split("\n")[:-1]  # not at U+2028 and kin: JSON keeps them
-    rows = [json.loads(line) for line in lines]
-    if len(rows) != shape[0] or not all(
+        raise UserError(f"{path}: {e}") from None
+    norms = np.linalg.norm(vectors, axis=1)  # (N,)
+    if not (np.isfinite(norms).all() and np.abs(norms - 1).max() <= 1e-3):
+        raise UserError(f"{path}: rows not of unit length (or not finite): not an index's vectors")
+    return vectors
+
+
+def ads_of(path: Path, raw: bytes, count: int) -> tuple[list[str], list[str]]:
+    """The ids and ads of ads.jsonl's bytes: `count` lines of `{"id": .., "ad": ..}`, each id
+    once, no blank ad (`check_catalogue`)."""
+    try:
+        lines = raw.decode("utf-8").split("\n")[:-1]  # not at U+2028 and kin: JSON keeps them
+        rows = [json.loads(line) for line in lines]
+    except ValueError as e:  # bad UTF-8 or JSON
+        raise UserError(f"{path}: {first_line(e)}") from None
+    if len(rows) != count or not all(
         isinstance(r, dict) and isinstance(r.get("id"), str) and isinstance(r.get("ad"), str)
         for r in rows
     ):
-        raise UserError(f'{folder / ADS}: expected {shape[0]} lines of {{"id": .., "ad": ..}}')
-    return Index(folder, vectors, [r["id"] for r in rows], [r["ad"] for r in rows], record)
+        raise UserError(f'{path}: expected {count} lines of {{"id": .., "ad": ..}}')
+    ids, ads = [r["id"] for r in rows], [r["ad"] for r in rows]
+    check_catalogue(ids, ads, str(path))
+    return ids, ads
 
 
 def check_encoder(index: Index, ft: Finetuned, model_path) -> None:
@@ -324,7 +354,8 @@ def ranked(
     rows where the catalogue holds fewer). The head's score, `sigmoid(w cos + b)`, rises with the
     cosine where w > 0 and falls where w < 0: the index searches the largest cosines of the
     query, or of its opposite, and only the k found are scored, as `indexed_pair_scores` scores
-    given ids; equal scores in row order."""
+    given ids; equal scores in row order (of the ads found: HNSW may find others of the same
+    score than exact search)."""
     sign = -1.0 if float(ft.model.classifier.weight) < 0 else 1.0
     _, rows = index.search(sign * queries.numpy(), min(k, len(index.ids)))  # (Q, k)
     rows = torch.from_numpy(rows).sort(dim=1).values  # (Q, k): equal scores then by row

@@ -136,6 +136,28 @@ def edit_record(ix: Path, **values) -> None:
     (ix / "index.json").write_text(json.dumps(record | values))
 
 
+def read(ix: Path, name: str) -> bytes:
+    return (ix / name).read_bytes()
+
+
+def craft(ix: Path, name: str, data: bytes) -> None:
+    """`name` rewritten and its digest given back: a folder made by hand."""
+    (ix / name).write_bytes(data)
+    key = {"vectors.npy": "vectors_sha256", "ads.jsonl": "ads_sha256"}[name]
+    edit_record(ix, **{key: hashlib.sha256(data).hexdigest()})
+
+
+def npy(ix: Path, change) -> bytes:
+    """vectors.npy's array changed by `change`, as .npy bytes."""
+    import io
+
+    v = np.load(ix / "vectors.npy")
+    change(v)
+    out = io.BytesIO()
+    np.save(out, v)
+    return out.getvalue()
+
+
 def large_npy(ix: Path) -> str:
     """vectors.npy's header rewritten to claim 10^9 rows (what np.load would allocate), its
     digest given back: a folder made by hand."""
@@ -169,9 +191,24 @@ def large_npy(ix: Path) -> str:
         (lambda ix: edit_record(ix, count=10**9, vectors_sha256=large_npy(ix)),
          "vectors.npy: 2944 bytes of (1000000000, 32) float32; index.json says (1000000000, 32) "
          "float32"),
+        (lambda ix: craft(ix, "vectors.npy", npy(ix, lambda v: v.__setitem__((2, 0), np.nan))),
+         "vectors.npy: rows not of unit length (or not finite): not an index's vectors"),
+        (lambda ix: craft(ix, "vectors.npy", npy(ix, lambda v: v.__imul__(5))),
+         "vectors.npy: rows not of unit length (or not finite): not an index's vectors"),
+        (lambda ix: craft(ix, "vectors.npy", b"\x93NUMPY\x09\x00" + read(ix, "vectors.npy")[8:]),
+         "vectors.npy: format version (9, 0)"),
+        (lambda ix: craft(ix, "ads.jsonl", b'{"id": "a", "ad": "x"}\nnot json\n'),
+         "ads.jsonl: Expecting value: line 1 column 1 (char 0)"),
+        (lambda ix: craft(ix, "ads.jsonl", b'{"id": "a", "ad": "\xff"}\n'),
+         "ads.jsonl: 'utf-8' codec can't decode byte 0xff in position 19: invalid start byte"),
+        (lambda ix: craft(ix, "ads.jsonl", read(ix, "ads.jsonl").replace(b"sku-001", b"sku-000")),
+         "ads.jsonl: row 2: id 'sku-000' again (first at row 1)"),
+        (lambda ix: edit_record(ix, width=0), "index.json: count 22, width 0: expected >= 1"),
     ],
     ids=["vectors cut short", "ids given other vectors", "no record", "ef_search 0",
-         "a huge graph", "search not its settings'", "a huge array claimed"],
+         "a huge graph", "search not its settings'", "a huge array claimed", "a NaN vector",
+         "vectors not of unit length", "npy version 9", "not JSON", "not UTF-8", "an id twice",
+         "width 0"],
 )  # fmt: skip
 def test_a_spoilt_index_is_one_line(tmp_path, catalogue, capsys, spoil, says):
     ckpt, cat, _, rows = catalogue
@@ -309,6 +346,11 @@ def test_an_hnsw_index_from_the_command_line_and_its_settings(tmp_path, catalogu
         "error: --hnsw 8 --ef-search 0: expected --hnsw 2 to 128, --ef-search 1 to 4096\n"
     )
     with pytest.raises(SystemExit):
+        index(ckpt, cat, tmp_path / "new", "--ef-search", "64")
+    assert capsys.readouterr().err == (
+        "error: --ef-search 64: an HNSW graph's; give --hnsw M too\n"
+    )
+    with pytest.raises(SystemExit):
         index(ckpt, cat, tmp_path / "new", "--devices", "-1", "--accelerator", "cpu")
     assert capsys.readouterr().err == (
         "error: trainer: `devices` selected with `CPUAccelerator` should be an int > 0.\n"
@@ -339,6 +381,35 @@ def test_hnsw_keeps_k_candidates_and_equal_scores_come_by_row(tmp_path, tok):
     replies = api.predict([RankRequest(query="the film", k=2), RankRequest(query="a", k=60)])
     assert [r.status for r in replies] == [200, 200]
     assert [len(r.body["ads"]) for r in replies] == [2, 60]
+
+
+def test_hnsw_ranks_a_catalogue_of_many_equal_titles_as_exact_search(tmp_path, tok):
+    """60 ads of one text (one vector) beside 20 others: HNSW's links reach few of the 60, so
+    it finds fewer than k for some k; those queries are searched exactly. Every answer is k
+    distinct ads, best first, each with its own score (the whole catalogue's: exact search's);
+    a /rank batch of such a k beside a small one answers both."""
+    from bert_lightning.serving import Rank, RankRequest
+
+    ckpt = bi_encoder(tmp_path / "bi.ckpt", tok)
+    ft = load_finetuned(ckpt)
+    ads = unit(80, ft.model.config.hidden_size, 10)
+    ads[20:] = ads[19]
+    ids = [f"ad{n}" for n in range(80)]
+    write_index(ft, ckpt, ids, ids, ads, tmp_path / "exact")
+    write_index(ft, ckpt, ids, ids, ads, tmp_path / "hnsw", hnsw_m=4, ef_search=16)
+    exact, hnsw = read_index(tmp_path / "exact"), read_index(tmp_path / "hnsw")
+    queries = unit(6, ads.shape[1], 11)
+    every = torch.sigmoid(6.0 * queries @ ads.T - 2.0)  # (Q, N): the head (6, -2)
+    for k in (2, 20, 40, 80):
+        best, rows = ranked(ft, hnsw, queries, k)
+        assert all(len(set(r)) == k for r in rows.tolist())
+        torch.testing.assert_close(best, every.gather(1, rows), atol=1e-6, rtol=0)
+        assert (best[:, :-1] >= best[:, 1:]).all()
+    torch.testing.assert_close(best, ranked(ft, exact, queries, 80)[0], atol=1e-6, rtol=0)
+    api = Rank(str(ckpt), 8, 0.0, 1, index=str(tmp_path / "hnsw"))
+    api.setup("cpu")
+    replies = api.predict([RankRequest(query="the film", k=2), RankRequest(query="a", k=80)])
+    assert [(r.status, len(r.body["ads"])) for r in replies] == [(200, 2), (200, 80)]
 
 
 def test_the_same_hnsw_graph_in_every_process(tmp_path, tok):

@@ -54,7 +54,7 @@ def register(sub) -> None:
         "exactly",
     )
     p.add_argument(
-        "--ef-search", type=int, default=EF_SEARCH, help="HNSW's breadth of search (with --hnsw)"
+        "--ef-search", type=int, help=f"HNSW's breadth of search (with --hnsw; {EF_SEARCH})"
     )
     p.add_argument("--overwrite", action="store_true", help="build OUT again if it exists")
     p.set_defaults(func=_main)
@@ -74,7 +74,9 @@ def _main(args) -> None:
     from bert_lightning.commands.options import table_options
     from bert_lightning.inference import load_finetuned
 
-    ef_search = args.ef_search if args.hnsw else 0
+    if args.ef_search is not None and not args.hnsw:
+        raise UserError(f"--ef-search {args.ef_search}: an HNSW graph's; give --hnsw M too")
+    ef_search = (EF_SEARCH if args.ef_search is None else args.ef_search) if args.hnsw else 0
     if why := search_settings(args.hnsw, ef_search):
         raise UserError(why)
     named = columns(args.column, list(KEYS), "the catalogue's columns")
@@ -104,5 +106,5 @@ def _main(args) -> None:
     )
     if vectors is None:  # a process of rank > 0: rank 0 writes the index
         return
-    write_index(ft, args.model, ids, ads, vectors, out, args.hnsw, args.ef_search)
+    write_index(ft, args.model, ids, ads, vectors, out, args.hnsw, ef_search)
     print(f"wrote {out}: {len(ids)} ads")
