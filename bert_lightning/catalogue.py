@@ -90,32 +90,51 @@ class Index:
         return flat
 
     @cached_property
+    def groups(self) -> tuple[np.ndarray, list[np.ndarray]]:
+        """The distinct vectors (U, H) and the rows of each, ascending: ads of one text share a
+        vector, and HNSW's links reach few of many equal points, so its graph holds each once."""
+        distinct, inverse = np.unique(self.vectors, axis=0, return_inverse=True)
+        order = np.argsort(inverse.reshape(-1), kind="stable")  # (N,): rows by group
+        return distinct, np.split(order, np.cumsum(np.bincount(inverse.reshape(-1)))[:-1])
+
+    @cached_property
     def searcher(self):
-        """What the index is searched by, built here once: exact search, or the HNSW graph (one
-        thread: the same graph in every process)."""
+        """What the index is searched by, built here once: exact search, or the HNSW graph of the
+        distinct vectors (one thread: the same graph in every process)."""
         f, width, m = faiss(), self.vectors.shape[1], self.record["hnsw_m"]
         if not m:
             return self.exact
         graph, threads = f.IndexHNSWFlat(width, m, f.METRIC_INNER_PRODUCT), f.omp_get_max_threads()
         f.omp_set_num_threads(1)
         try:
-            graph.add(self.vectors)
+            graph.add(self.groups[0])
         finally:
             f.omp_set_num_threads(threads)
         return graph
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """(Q, k) the largest inner products of each query (Q, H) with the ads and their rows,
-        largest first; k from 1 to the catalogue's size. HNSW keeps at least k candidates; a
-        query it finds fewer than k ads for (many ads of one text share a vector, which its
-        links cannot all reach) is searched exactly."""
+        largest first; k from 1 to the catalogue's size. HNSW finds the best k distinct vectors
+        (at least k wide), each standing for its rows; a query it finds fewer for is searched
+        exactly."""
         queries = np.ascontiguousarray(queries, np.float32)
         if not self.record["hnsw_m"]:
-            return self.exact.search(queries, k)
-        wide = faiss().SearchParametersHNSW(efSearch=max(k, self.record["ef_search"]))
-        inner, rows = self.searcher.search(queries, k, params=wide)
-        if (short := (rows < 0).any(axis=1)).any():  # a row -1 would name the last ad
-            inner[short], rows[short] = self.exact.search(queries[short], k)
+            inner, rows = self.exact.search(queries, k)
+        else:
+            distinct, members = self.groups
+            u = min(k, len(distinct))
+            wide = faiss().SearchParametersHNSW(efSearch=max(u, self.record["ef_search"]))
+            near, found = self.searcher.search(queries, u, params=wide)  # (Q, u) each
+            inner, rows = np.empty((len(queries), k), np.float32), np.empty((len(queries), k), int)
+            for q in range(len(queries)):
+                if (found[q] < 0).any():
+                    inner[q : q + 1], rows[q : q + 1] = self.exact.search(queries[q : q + 1], k)
+                    continue
+                sizes = [len(members[g]) for g in found[q]]
+                rows[q] = np.concatenate([members[g] for g in found[q]])[:k]
+                inner[q] = np.repeat(near[q], sizes)[:k]
+        if (rows < 0).any():  # a row -1 would name the last ad
+            raise RuntimeError("a query's vector is not finite: FAISS found no ads for it")
         return inner, rows
 
     def rows_of(self, ids: list[str]) -> list[int]:

@@ -385,9 +385,10 @@ def test_hnsw_keeps_k_candidates_and_equal_scores_come_by_row(tmp_path, tok):
 
 def test_hnsw_ranks_a_catalogue_of_many_equal_titles_as_exact_search(tmp_path, tok):
     """60 ads of one text (one vector) beside 20 others: HNSW's links reach few of the 60, so
-    it finds fewer than k for some k; those queries are searched exactly. Every answer is k
-    distinct ads, best first, each with its own score (the whole catalogue's: exact search's);
-    a /rank batch of such a k beside a small one answers both."""
+    its graph holds each distinct vector once, standing for its rows. Every answer is the best k
+    ads, distinct, best first, each with its own score, as exact search finds them; a query
+    vector that is not finite is an error, not the last ad; a /rank batch of a large k beside a
+    small one answers both."""
     from bert_lightning.serving import Rank, RankRequest
 
     ckpt = bi_encoder(tmp_path / "bi.ckpt", tok)
@@ -398,14 +399,16 @@ def test_hnsw_ranks_a_catalogue_of_many_equal_titles_as_exact_search(tmp_path, t
     write_index(ft, ckpt, ids, ids, ads, tmp_path / "exact")
     write_index(ft, ckpt, ids, ids, ads, tmp_path / "hnsw", hnsw_m=4, ef_search=16)
     exact, hnsw = read_index(tmp_path / "exact"), read_index(tmp_path / "hnsw")
-    queries = unit(6, ads.shape[1], 11)
+    queries = unit(40, ads.shape[1], 11)
     every = torch.sigmoid(6.0 * queries @ ads.T - 2.0)  # (Q, N): the head (6, -2)
-    for k in (2, 20, 40, 80):
+    for k in (1, 2, 20, 40, 80):
         best, rows = ranked(ft, hnsw, queries, k)
         assert all(len(set(r)) == k for r in rows.tolist())
         torch.testing.assert_close(best, every.gather(1, rows), atol=1e-6, rtol=0)
-        assert (best[:, :-1] >= best[:, 1:]).all()
-    torch.testing.assert_close(best, ranked(ft, exact, queries, 80)[0], atol=1e-6, rtol=0)
+        torch.testing.assert_close(best, every.topk(k).values, atol=1e-6, rtol=0)  # the best k
+        torch.testing.assert_close(best, ranked(ft, exact, queries, k)[0], atol=1e-6, rtol=0)
+    with pytest.raises(RuntimeError, match="a query's vector is not finite"):
+        ranked(ft, hnsw, torch.full((1, ads.shape[1]), float("nan")), 3)
     api = Rank(str(ckpt), 8, 0.0, 1, index=str(tmp_path / "hnsw"))
     api.setup("cpu")
     replies = api.predict([RankRequest(query="the film", k=2), RankRequest(query="a", k=80)])
