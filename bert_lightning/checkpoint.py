@@ -159,11 +159,15 @@ def check_record(raw: dict, path) -> None:
         if str(key).startswith("ModelCheckpoint"):
             check_checkpoint_paths(state, f"callbacks.{key}", path)
         elif str(key).startswith("ValidationBudget"):
-            batches = (state or {}).get("batches")
-            if batches is not None and (type(batches) is not int or batches < 1):
-                raise UserError(
-                    f"{path}: callbacks.{key}.batches={batches!r}; expected null or >= 1"
-                )
+            for name in ("cost", "spent", "reserved"):  # seconds; a cost of null: none yet
+                v = (state or {}).get(name, 0.0)
+                number = isinstance(v, int | float) and not isinstance(v, bool)
+                if not (v is None and name == "cost") and not (
+                    number and math.isfinite(v) and v >= 0
+                ):
+                    raise UserError(
+                        f"{path}: callbacks.{key}.{name}={v!r}; expected a finite number >= 0"
+                    )
         elif str(key).startswith(("EarlyStopping", "Timer")):
             check_counts(state, f"callbacks.{key}", path)
         elif (

@@ -13,6 +13,7 @@ from lightning.pytorch.callbacks import timer as lightning_timer
 from run_matrix import DISTILL
 
 from bert_lightning.config import compose
+from bert_lightning.training import budget
 from bert_lightning.training.budget import ValidationBudget
 from bert_lightning.training.optim import budget_linear_decay
 from bert_lightning.training.pretrain import train
@@ -29,9 +30,30 @@ class Tick(L.Callback):
         CLOCK.now += 1.0
 
 
+SEEN: list[dict] = []  # each validation of a run: its batches, step, start and end
+
+
+class ValidationTick(L.Callback):
+    """Each validation batch takes half a second of the fake clock (SEEN records them)."""
+
+    def on_validation_start(self, trainer, pl_module):
+        SEEN.append({"start": CLOCK.now, "batches": 0, "step": trainer.global_step})
+
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
+        CLOCK.now += 0.5
+        SEEN[-1]["batches"] += 1
+
+    def on_validation_end(self, trainer, pl_module):
+        SEEN[-1]["end"] = CLOCK.now
+
+
 @pytest.fixture
 def fake_clock(monkeypatch):
-    monkeypatch.setattr(lightning_timer, "time", SimpleNamespace(monotonic=lambda: CLOCK.now))
+    """Lightning's Timer and the validation budget on the fake clock."""
+    CLOCK.now = 0.0
+    clock = SimpleNamespace(monotonic=lambda: CLOCK.now)
+    monkeypatch.setattr(lightning_timer, "time", clock)
+    monkeypatch.setattr(budget, "time", clock)
 
 
 def run(out_dir, *extra):
@@ -153,35 +175,72 @@ class ValidationTimes(L.Callback):
 @pytest.mark.slow
 def test_a_budgeted_distillation_validates_within_a_tenth_of_its_budget(tmp_path):
     """A 30-second distillation from all-MiniLM-L6-v2 on 80 held-out examples: a validation
-    costs ~0.6 s (the teacher's forward with the student's), so validating each tenth of the
-    budget on all of them spent over a fifth of it; the first one, before the fit, sets how
-    many batches the fit's validations score, and all of them take <= 10% of the budget."""
+    costs ~0.6 s idle (the teacher's forward with the student's), so validating each fifth of
+    the budget and at its end spent a fifth of it. The first one, before the fit, is timed, and
+    each of the fit's others begins only where it leaves room in the tenth for the last; the
+    callback's record (the checkpoint) counts what the validations took."""
     VALIDATIONS.clear()
     write_corpus(tmp_path / "corpus.jsonl", 200)
-    budget = 30
+    seconds = 30
     overrides = tiny_overrides(
         tmp_path,
         *DISTILL,
         "schedule=time_budget",
-        f"trainer.max_time=00:00:00:{budget}",
+        f"trainer.max_time=00:00:00:{seconds}",
         "trainer.max_steps=-1",  # debug=tiny's, after the schedule's: the schedule's again
-        "trainer.val_check_interval='${share_of_time:${trainer.max_time},"
-        "${callbacks.validation_budget.validations},1000}'",
+        "trainer.val_check_interval='${share_of_time:${trainer.max_time},5,1000}'",
         "data.val_docs=20",
         "data.max_eval_samples=80",
         "+callbacks.times._target_=test_budget.ValidationTimes",
     )
     train(compose(overrides=overrides))
-    assert len(VALIDATIONS) >= 3
-    assert sum(VALIDATIONS) <= 0.1 * budget, VALIDATIONS
+    state = torch.load(tmp_path / "checkpoints/last.ckpt", weights_only=True)["callbacks"]
+    state = state["ValidationBudget"]
+    assert state["spent"] == pytest.approx(sum(VALIDATIONS), rel=0.05)
+    assert state["cost"] == pytest.approx(VALIDATIONS[0], rel=0.05)
+    assert len(VALIDATIONS) >= 2  # the one before the fit, the last
+    for i in range(1, len(VALIDATIONS) - 1):  # the fit's others: room for them and the last
+        assert sum(VALIDATIONS[:i]) + 2 * state["cost"] <= 0.1 * seconds * 1.05, VALIDATIONS
 
 
-def test_a_resumed_run_keeps_the_validation_bound_of_the_run_it_continues():
-    """The bound is in the checkpoint (the callback's state): a resumed run, which validates
-    nothing before its fit, scores the same batches as the run it continues."""
-    first, resumed = ValidationBudget(0.1, 5), ValidationBudget(0.1, 5)
-    first.batches = 3
+def test_a_time_limit_holds_its_validations_whole_and_inside_it(tmp_path, fake_clock):
+    """A run of steps with a 20-second limit, validating every 2 steps, each validation 1 s
+    (2 batches at 0.5 s) on the fake clock: the validation before the fit and the last count in
+    the 20 s, the fit's others stop where a quarter of the budget is spent (share 0.25), and
+    every one scores every batch. Without the budget the run took 20 s of fit beside both
+    validations: 8 s of validation (8 of them) and the fit 20 s."""
+    SEEN.clear()
+    write_corpus(tmp_path / "corpus.jsonl", 60)
+    overrides = tiny_overrides(
+        tmp_path,
+        "trainer.max_steps=1000",
+        "trainer.max_time=00:00:00:20",
+        "trainer.val_check_interval=2",
+        "data.max_eval_samples=8",
+        "data.batch_size=4",
+        "callbacks.validation_budget.share=0.25",
+        "+callbacks.tick._target_=test_budget.Tick",
+        "+callbacks.vtick._target_=test_budget.ValidationTick",
+    )
+    train(compose(overrides=overrides))
+    seen = SEEN
+    assert [v["batches"] for v in seen] == [2] * len(seen)
+    assert seen[0]["step"] == 0  # the one before the fit
+    last = torch.load(tmp_path / "checkpoints/last.ckpt", weights_only=True)
+    assert seen[-1]["step"] == last["global_step"]  # the last, at the final step
+    spent = sum(v["end"] - v["start"] for v in seen)
+    assert spent == 0.25 * 20  # 5 s of 1-second validations: the first, 3 in the fit, the last
+    assert 20 - 2 <= seen[-1]["end"] <= 20  # the fit ends in the last second of its budget
+
+
+def test_a_resumed_run_keeps_the_end_and_the_share_of_the_run_it_continues():
+    """The budget's state is in the checkpoint: a resumed run, which validates nothing before
+    its fit, stops where the run it continues would, and counts what it spent validating."""
+    first, resumed = ValidationBudget(0.1), ValidationBudget(0.1)
+    first.cost, first.spent, first.reserved = 2.0, 5.0, 4.0
     resumed.load_state_dict(first.state_dict())
-    trainer = SimpleNamespace(limit_val_batches=1.0)
-    resumed.on_fit_start(trainer, None)
-    assert trainer.limit_val_batches == 3
+    timer = lightning_timer.Timer(duration="00:00:01:00")
+    trainer = SimpleNamespace(callbacks=[timer])
+    resumed.on_train_start(trainer, None)
+    assert timer.time_remaining() == 56
+    assert (resumed.cost, resumed.spent, resumed.budget) == (2.0, 5.0, 60)

@@ -519,6 +519,9 @@ def test_an_onnx_graph_of_operators_export_never_writes_is_refused(hf_folder, tm
         ("EarlyStopping{'monitor': 'val/loss'}", {"stopped_epoch": float("nan")}, "epoch=nan"),
         ("EarlyStopping{'monitor': 'val/loss'}", {"best_score": "low"}, "best_score='low'"),
         ("SaveOnInterrupt", {"save_waits": "yes"}, "save_waits true or false"),
+        ("ValidationBudget", {"reserved": -1e9}, "ValidationBudget.reserved=-1000000000.0;"),
+        ("ValidationBudget", {"spent": float("nan")}, "ValidationBudget.spent=nan;"),
+        ("ValidationBudget", {"cost": "1 s"}, "ValidationBudget.cost='1 s';"),
     ],
 )
 def test_resumed_callback_counts_are_finite_numbers(key, state, message):

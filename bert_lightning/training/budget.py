@@ -1,78 +1,110 @@
-"""`ValidationBudget`: a run on a time budget (`trainer.max_time`, conf/schedule/time_budget.yaml)
-spends at most a share of it validating, a distillation's teacher forward included: a
-validation set sized for a run of steps can otherwise eat a third of a short budget."""
+"""`ValidationBudget`: a run with a time budget (`trainer.max_time`) validates inside it, and for
+at most a share of it. Every validation scores the whole validation set, so that the figures of
+two runs (a sweep's jobs, on machines of any speed) compare: what the clock decides is when the
+training stops and how many of the fit's validations are made, never what one of them scores."""
 
 from __future__ import annotations
 
 import logging
-import math
 import time
 
 import lightning as L
 from lightning.pytorch.trainer.states import TrainerFn
 
-from bert_lightning.training.lightning_api import budget_seconds
+from bert_lightning.errors import UserError
+from bert_lightning.training.interrupt import fit_ends_after
+from bert_lightning.training.lightning_api import (
+    budget_seconds,
+    set_budget_seconds,
+    skip_this_validation,
+)
 from bert_lightning.training.optim import budget_timer
 
 log = logging.getLogger(__name__)
 
+MARGIN = 1.0  # seconds: this close to the budget's end, the fit ends rather than skip
+
 
 class ValidationBudget(L.Callback):
-    """Times the validation before the fit (`validate_before_fit`) and, if the `validations`
-    the schedule plans in the fit would take more than what is left of `share` of the budget
-    at that cost, validates each on its first N batches, as many as fit (`trainer.
-    limit_val_batches`, read when the fit's validation loop sets up: every validation of the
-    fit scores the same N batches; step 0's loss is of all of them). The bound is saved with
-    the run: a resumed run keeps it. Without a validation before the fit there is nothing to
-    measure, and nothing is bounded."""
+    """The first validation (the one before the fit, or else the fit's first) is timed: `cost`.
+    The budget keeps room for the validations outside Lightning's Timer, whose clock counts the
+    fit alone: the one before the fit and the last, at the fit's final step (`reserved`
+    seconds off the Timer's duration, which the rate's schedule follows, so the rate still
+    ends at 0 with the training). A validation of the fit's cadence is skipped when it would
+    leave too little of `share` of the budget for the last. Saved with the run: a resumed run
+    ends and validates as the run it continues would have."""
 
-    def __init__(self, share: float, validations: int):
+    def __init__(self, share: float):
         self.share = share
-        self.validations = validations
-        self.batches: int | None = None  # the bound, once one was needed
-        self.started = self.batch_started = self.in_batches = 0.0  # this validation's clock
+        self.cost: float | None = None  # seconds of a whole validation, the first one's
+        self.spent = 0.0  # seconds of validation so far, the one before the fit's included
+        self.reserved = 0.0  # seconds of the budget kept from the Timer for validations
+        self.budget: float | None = None  # trainer.max_time in seconds, once reserved from
+        self.started = 0.0
 
     def state_dict(self) -> dict:
-        return {"batches": self.batches}
+        return {"cost": self.cost, "spent": self.spent, "reserved": self.reserved}
 
     def load_state_dict(self, state_dict: dict) -> None:
-        self.batches = state_dict["batches"]
+        """An older run's state (a bound on its batches) restores nothing: whole validations."""
+        self.cost = state_dict.get("cost")
+        self.spent = state_dict.get("spent", 0.0)
+        self.reserved = state_dict.get("reserved", 0.0)
 
-    def on_fit_start(self, trainer, pl_module) -> None:
-        if self.batches is not None:  # a resumed run's
-            trainer.limit_val_batches = self.batches
+    def on_train_start(self, trainer, pl_module) -> None:
+        """A resumed run's Timer (max_time again) keeps the room the first run reserved."""
+        if self.budget is None and self.reserved:
+            self.reserve(trainer, self.reserved)
 
     def on_validation_start(self, trainer, pl_module) -> None:
-        self.started, self.in_batches = time.monotonic(), 0.0
-
-    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
-        self.batch_started = time.monotonic()
-
-    def on_validation_batch_end(
-        self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0
-    ) -> None:
-        self.in_batches += time.monotonic() - self.batch_started
+        self.started = time.monotonic()
 
     def on_validation_end(self, trainer, pl_module) -> None:
+        if trainer.sanity_checking or budget_timer(trainer) is None:
+            return
+        seconds = trainer.strategy.broadcast(time.monotonic() - self.started)  # rank 0's
+        self.spent += seconds
+        if self.cost is not None:
+            return
+        self.cost = seconds
+        before_fit = trainer.state.fn == TrainerFn.VALIDATING
+        self.reserve(trainer, seconds * (2 if before_fit else 1))
+        room = self.share * self.budget - self.spent - seconds  # the last one's kept
+        more = max(0, int(room // seconds)) if seconds > 0 else None
+        if more is not None and room < 0:
+            log.warning(
+                "validation: %.1f s each; with the last one it takes %.0f%% of the %.0f s "
+                "budget, over callbacks.validation_budget.share (%.0f%%): none other in the "
+                "fit (data.max_eval_samples or data.val_docs make it smaller)",
+                *(seconds, 100 * (self.spent + seconds) / self.budget, self.budget),
+                100 * self.share,
+            )
+        elif more is not None:
+            log.info(
+                "validation: %.1f s each; the fit makes at most %d before its last, within "
+                "%.0f%% of the %.0f s budget (callbacks.validation_budget.share)",
+                *(seconds, more, 100 * self.share, self.budget),
+            )
+
+    def reserve(self, trainer, seconds: float) -> None:
         timer = budget_timer(trainer)
-        if timer is None or trainer.state.fn != TrainerFn.VALIDATING:
+        self.budget, self.reserved = budget_seconds(timer), seconds
+        if seconds >= self.budget:
+            raise UserError(
+                f"trainer.max_time: {self.budget:.0f} s leave no time to train beside "
+                f"validation ({seconds:.1f} s); give more time, or validate on fewer examples "
+                "(data.max_eval_samples; fine-tuning: task.subsample.validation)"
+            )
+        set_budget_seconds(timer, self.budget - seconds)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        """Every decision from values all ranks share, or rank 0's clock."""
+        if self.cost is None or self.budget is None or fit_ends_after(trainer):
             return
-        seconds, in_batches = trainer.strategy.broadcast(
-            (time.monotonic() - self.started, self.in_batches)
-        )
-        batches = sum(trainer.num_val_batches)
-        budget = budget_seconds(timer)
-        # what is left of the share, for each validation of the fit and a spare (the cost of
-        # one varies, and the fit may end on one more); each costs what the first did outside
-        # its batches (model modes, loaders, logging), and a batch what one of the first did
-        each = (self.share * budget - seconds) / (self.validations + 1)
-        fit = max(1, math.floor((each - (seconds - in_batches)) / (in_batches / batches)))
-        if fit >= batches:
+        if self.spent + 2 * self.cost <= self.share * self.budget:
             return
-        self.batches = trainer.limit_val_batches = fit
-        log.info(
-            "validation: the first %d of %d batches from here on (the first validation took "
-            "%.1f s): %d more keep validation within %.0f%% of the %.0f s budget "
-            "(callbacks.validation_budget)",
-            *(fit, batches, seconds, self.validations, 100 * self.share, budget),
-        )
+        left = trainer.strategy.broadcast(budget_timer(trainer).time_remaining())
+        if left > MARGIN:
+            skip_this_validation(trainer)
+        else:  # the Timer may end the fit at this step or the next: its last validation now
+            trainer.should_stop = True

@@ -105,6 +105,19 @@ def budget_seconds(timer) -> float:
     return _private(timer, "_duration")
 
 
+def set_budget_seconds(timer, seconds: float) -> None:
+    """A Timer's duration, shortened: the time it leaves for what its clock does not count."""
+    _private(timer, "_duration")
+    timer._duration = seconds
+
+
+def skip_this_validation(trainer) -> None:
+    """No validation at this training batch, whatever the cadence says: the epoch loop's
+    private flag, which it reads once, right after the batch's end hooks, and clears."""
+    _private(trainer, "fit_loop", "epoch_loop", "_skip_next_val")
+    trainer.fit_loop.epoch_loop._skip_next_val = True
+
+
 def learning_rates(monitor, trainer) -> dict[str, float]:
     """The rates a LearningRateMonitor logs at a step, by its names: it computes them in a
     private method and writes them to the loggers itself."""

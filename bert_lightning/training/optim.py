@@ -210,8 +210,8 @@ def budget_progress(trainer) -> Callable[[], float] | None:
     timer = budget_timer(trainer)
     if timer is None:
         return None
-    duration = budget_seconds(timer)
-    return lambda: trainer.strategy.broadcast(timer.time_elapsed() / duration)
+    # the duration read at each step: a ValidationBudget shortens it (training/budget.py)
+    return lambda: trainer.strategy.broadcast(timer.time_elapsed() / budget_seconds(timer))
 
 
 def follow_schedule(trainer) -> None:
