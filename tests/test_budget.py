@@ -13,6 +13,7 @@ from lightning.pytorch.callbacks import timer as lightning_timer
 from run_matrix import DISTILL
 
 from bert_lightning.config import compose
+from bert_lightning.signals import Interrupted
 from bert_lightning.training import budget
 from bert_lightning.training.budget import ValidationBudget
 from bert_lightning.training.optim import budget_linear_decay
@@ -203,16 +204,12 @@ def test_a_budgeted_distillation_validates_within_a_tenth_of_its_budget(tmp_path
         assert sum(VALIDATIONS[:i]) + 2 * state["cost"] <= 0.1 * seconds * 1.05, VALIDATIONS
 
 
-def test_a_time_limit_holds_its_validations_whole_and_inside_it(tmp_path, fake_clock):
-    """A run of steps with a 20-second limit, validating every 2 steps, each validation 1 s
-    (2 batches at 0.5 s) on the fake clock: the validation before the fit and the last count in
-    the 20 s, the fit's others stop where a quarter of the budget is spent (share 0.25), and
-    every one scores every batch. Without the budget the run took 20 s of fit beside both
-    validations: 8 s of validation (8 of them) and the fit 20 s."""
-    SEEN.clear()
-    write_corpus(tmp_path / "corpus.jsonl", 60)
-    overrides = tiny_overrides(
-        tmp_path,
+def limited(out_dir, *extra) -> list[str]:
+    """A run of steps with a 20-second limit, validating every 2 steps, each validation 1 s (2
+    batches at 0.5 s of the fake clock), its validations within a quarter of the budget."""
+    write_corpus(out_dir / "corpus.jsonl", 60)
+    return tiny_overrides(
+        out_dir,
         "trainer.max_steps=1000",
         "trainer.max_time=00:00:00:20",
         "trainer.val_check_interval=2",
@@ -221,8 +218,16 @@ def test_a_time_limit_holds_its_validations_whole_and_inside_it(tmp_path, fake_c
         "callbacks.validation_budget.share=0.25",
         "+callbacks.tick._target_=test_budget.Tick",
         "+callbacks.vtick._target_=test_budget.ValidationTick",
+        *extra,
     )
-    train(compose(overrides=overrides))
+
+
+def test_a_time_limit_holds_its_validations_whole_and_inside_it(tmp_path, fake_clock):
+    """The validation before the fit and the last count in the 20 s, the fit's others stop where
+    a quarter of the budget is spent, and every one scores every batch. Without the budget:
+    8 s of validation (8 of them) and the fit 20 s."""
+    SEEN.clear()
+    train(compose(overrides=limited(tmp_path)))
     seen = SEEN
     assert [v["batches"] for v in seen] == [2] * len(seen)
     assert seen[0]["step"] == 0  # the one before the fit
@@ -233,6 +238,54 @@ def test_a_time_limit_holds_its_validations_whole_and_inside_it(tmp_path, fake_c
     assert 20 - 2 <= seen[-1]["end"] <= 20  # the fit ends in the last second of its budget
 
 
+@pytest.mark.parametrize("share", [0.25, 1.0])  # ended a second early by the share; the Timer
+def test_a_finished_budgeted_run_resumed_trains_and_validates_nothing(tmp_path, fake_clock, share):
+    """Its last.ckpt holds a budget spent: the Timer's clock against max_time less what the run
+    kept for its validations (before, it trained one more step and validated it)."""
+    SEEN.clear()
+    shared = f"callbacks.validation_budget.share={share}"
+    train(compose(overrides=limited(tmp_path / "whole", shared)))
+    clock, seen = CLOCK.now, len(SEEN)
+    last = tmp_path / "whole/checkpoints/last.ckpt"
+    train(compose(overrides=[*limited(tmp_path / "again", shared), f"ckpt_path={last}"]))
+    assert (CLOCK.now, len(SEEN)) == (clock, seen)
+
+
+@pytest.mark.parametrize("step", [6, 13])  # mid-fit; at the fit's last step
+def test_a_budgeted_run_stopped_and_resumed_is_the_run_never_stopped(tmp_path, fake_clock, step):
+    """SIGTERM at a step, then a resume: the same validations at the same steps, the same
+    final step and weights."""
+    SEEN.clear()
+    train(compose(overrides=limited(tmp_path / "whole")))
+    whole = [v["step"] for v in SEEN]
+    SEEN.clear()
+    CLOCK.now = 0.0
+    stop = ["+callbacks.stop._target_=probe.SignalRank", f"+callbacks.stop.step={step}"]
+    stop += ["+callbacks.stop.rank=0", "+callbacks.stop.sig=SIGTERM"]
+    with pytest.raises(Interrupted):
+        train(compose(overrides=limited(tmp_path / "stopped", *stop)))
+    last = tmp_path / "stopped/checkpoints/last.ckpt"
+    train(compose(overrides=[*limited(tmp_path / "resumed"), f"ckpt_path={last}"]))
+    assert [v["step"] for v in SEEN if "end" in v] == whole
+    final = tmp_path / "resumed/checkpoints/last.ckpt"
+    final = final if final.exists() else last  # nothing was left to train
+    got = torch.load(final, weights_only=True)
+    want = torch.load(tmp_path / "whole/checkpoints/last.ckpt", weights_only=True)
+    assert got["global_step"] == want["global_step"]
+    for name, tensor in want["state_dict"].items():
+        assert torch.equal(tensor, got["state_dict"][name]), name
+
+
+def test_a_budgeted_run_resumed_without_a_time_limit_goes_on_by_steps(tmp_path, fake_clock):
+    """`trainer.max_time=null` on resume: no budget to keep, the steps bound the run."""
+    train(compose(overrides=limited(tmp_path / "whole", "trainer.max_steps=-1")))
+    last = tmp_path / "whole/checkpoints/last.ckpt"
+    more = limited(tmp_path / "more", "trainer.max_time=null", "trainer.max_steps=18")
+    train(compose(overrides=[*more, f"ckpt_path={last}"]))
+    got = torch.load(tmp_path / "more/checkpoints/last.ckpt", weights_only=True)
+    assert got["global_step"] == 18
+
+
 def test_a_resumed_run_keeps_the_end_and_the_share_of_the_run_it_continues():
     """The budget's state is in the checkpoint: a resumed run, which validates nothing before
     its fit, stops where the run it continues would, and counts what it spent validating."""
@@ -241,6 +294,6 @@ def test_a_resumed_run_keeps_the_end_and_the_share_of_the_run_it_continues():
     resumed.load_state_dict(first.state_dict())
     timer = lightning_timer.Timer(duration="00:00:01:00")
     trainer = SimpleNamespace(callbacks=[timer])
-    resumed.on_train_start(trainer, None)
+    resumed.on_fit_start(trainer, None)
     assert timer.time_remaining() == 56
     assert (resumed.cost, resumed.spent, resumed.budget) == (2.0, 5.0, 60)

@@ -51,9 +51,11 @@ class ValidationBudget(L.Callback):
         self.spent = state_dict.get("spent", 0.0)
         self.reserved = state_dict.get("reserved", 0.0)
 
-    def on_train_start(self, trainer, pl_module) -> None:
-        """A resumed run's Timer (max_time again) keeps the room the first run reserved."""
-        if self.budget is None and self.reserved:
+    def on_fit_start(self, trainer, pl_module) -> None:
+        """A resumed run's Timer (max_time again) keeps the room the first run reserved, before
+        the Timer's own look at a fit already out of time (its hook comes after this one's).
+        Resumed without a time limit, a run has no budget to keep."""
+        if self.budget is None and self.reserved and budget_timer(trainer) is not None:
             self.reserve(trainer, self.reserved)
 
     def on_validation_start(self, trainer, pl_module) -> None:
@@ -88,7 +90,9 @@ class ValidationBudget(L.Callback):
 
     def reserve(self, trainer, seconds: float) -> None:
         timer = budget_timer(trainer)
-        self.budget, self.reserved = budget_seconds(timer), seconds
+        if self.budget is None:  # trainer.max_time, before any reservation
+            self.budget = budget_seconds(timer)
+        self.reserved = seconds
         if seconds >= self.budget:
             raise UserError(
                 f"trainer.max_time: {self.budget:.0f} s leave no time to train beside "
@@ -106,5 +110,7 @@ class ValidationBudget(L.Callback):
         left = trainer.strategy.broadcast(budget_timer(trainer).time_remaining())
         if left > MARGIN:
             skip_this_validation(trainer)
-        else:  # the Timer may end the fit at this step or the next: its last validation now
+        else:  # the Timer may end the fit at this step or the next: its last validation now,
+            # the budget spent as the Timer counts it (a resume from here trains nothing)
+            self.reserve(trainer, self.reserved + max(left, 0.0))
             trainer.should_stop = True
