@@ -13,6 +13,7 @@ from lightning.pytorch.callbacks import timer as lightning_timer
 from run_matrix import DISTILL
 
 from bert_lightning.config import compose
+from bert_lightning.errors import UserError
 from bert_lightning.signals import Interrupted
 from bert_lightning.training import budget
 from bert_lightning.training.budget import ValidationBudget
@@ -284,6 +285,41 @@ def test_a_budgeted_run_resumed_without_a_time_limit_goes_on_by_steps(tmp_path, 
     train(compose(overrides=[*more, f"ckpt_path={last}"]))
     got = torch.load(tmp_path / "more/checkpoints/last.ckpt", weights_only=True)
     assert got["global_step"] == 18
+
+
+def test_validation_over_its_share_is_said_and_the_training_keeps_half(
+    tmp_path, fake_clock, caplog
+):
+    """Validations of 4 s (8 batches) in 10 s: the one before the fit and the last alone take
+    80%, over the share; the fit validates no other, trains for half the budget, and one
+    warning says where the run ends and what makes validation smaller."""
+    SEEN.clear()
+    overrides = limited(tmp_path, "trainer.max_time=00:00:00:10", "data.max_eval_samples=32")
+    with caplog.at_level("INFO", logger=budget.__name__):
+        train(compose(overrides=overrides))
+    lines = [r.getMessage() for r in caplog.records if r.name == budget.__name__]
+    assert [v["step"] for v in SEEN] == [0, 4]  # 5 s to train, ended in its last second
+    assert SEEN[-1]["end"] == 4 + 4 + 4
+    assert lines == [
+        "validation: 4.0 s each; with the last one it takes 80% of the 10 s budget, over "
+        "callbacks.validation_budget.share (25%): none other in the fit; the run ends 3 s past "
+        "trainer.max_time (data.max_eval_samples, data.val_docs or task.subsample.validation "
+        "make it smaller)"
+    ]
+
+
+def test_a_crafted_reservation_of_the_whole_budget_is_one_line():
+    """A checkpoint's `reserved` at or over max_time would leave a resumed run no time,
+    silently: refused, naming the key."""
+    resumed = ValidationBudget(0.1)
+    resumed.load_state_dict({"cost": 1.0, "spent": 1.0, "reserved": 1e9})
+    trainer = SimpleNamespace(callbacks=[lightning_timer.Timer(duration="00:00:01:00")])
+    with pytest.raises(UserError) as e:
+        resumed.on_fit_start(trainer, None)
+    assert str(e.value) == (
+        "the checkpoint's callbacks.ValidationBudget.reserved=1000000000.0 s: expected less "
+        "than trainer.max_time (60 s)"
+    )
 
 
 def test_a_resumed_run_keeps_the_end_and_the_share_of_the_run_it_continues():

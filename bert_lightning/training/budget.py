@@ -55,7 +55,13 @@ class ValidationBudget(L.Callback):
         """A resumed run's Timer (max_time again) keeps the room the first run reserved, before
         the Timer's own look at a fit already out of time (its hook comes after this one's).
         Resumed without a time limit, a run has no budget to keep."""
-        if self.budget is None and self.reserved and budget_timer(trainer) is not None:
+        timer = budget_timer(trainer)
+        if self.budget is None and self.reserved and timer is not None:
+            if self.reserved >= budget_seconds(timer):
+                raise UserError(
+                    f"the checkpoint's callbacks.ValidationBudget.reserved={self.reserved:.1f} "
+                    f"s: expected less than trainer.max_time ({budget_seconds(timer):.0f} s)"
+                )
             self.reserve(trainer, self.reserved)
 
     def on_validation_start(self, trainer, pl_module) -> None:
@@ -69,23 +75,25 @@ class ValidationBudget(L.Callback):
         if self.cost is not None:
             return
         self.cost = seconds
-        before_fit = trainer.state.fn == TrainerFn.VALIDATING
-        self.reserve(trainer, seconds * (2 if before_fit else 1))
-        room = self.share * self.budget - self.spent - seconds  # the last one's kept
-        more = max(0, int(room // seconds)) if seconds > 0 else None
-        if more is not None and room < 0:
+        outside = seconds * (2 if trainer.state.fn == TrainerFn.VALIDATING else 1)
+        budget = self.budget or budget_seconds(budget_timer(trainer))
+        self.reserve(trainer, min(outside, budget / 2))  # the training keeps half, at least
+        room = self.share * budget - self.spent - seconds  # the last one's kept
+        if seconds > 0 and room < 0:
+            past = outside - budget / 2
             log.warning(
                 "validation: %.1f s each; with the last one it takes %.0f%% of the %.0f s "
                 "budget, over callbacks.validation_budget.share (%.0f%%): none other in the "
-                "fit (data.max_eval_samples or data.val_docs make it smaller)",
-                *(seconds, 100 * (self.spent + seconds) / self.budget, self.budget),
-                100 * self.share,
+                "fit%s (data.max_eval_samples, data.val_docs or task.subsample.validation "
+                "make it smaller)",
+                *(seconds, 100 * (self.spent + seconds) / budget, budget, 100 * self.share),
+                f"; the run ends {past:.0f} s past trainer.max_time" if past > 0 else "",
             )
-        elif more is not None:
+        elif seconds > 0:
             log.info(
                 "validation: %.1f s each; the fit makes at most %d before its last, within "
                 "%.0f%% of the %.0f s budget (callbacks.validation_budget.share)",
-                *(seconds, more, 100 * self.share, self.budget),
+                *(seconds, int(room // seconds), 100 * self.share, budget),
             )
 
     def reserve(self, trainer, seconds: float) -> None:
@@ -93,12 +101,6 @@ class ValidationBudget(L.Callback):
         if self.budget is None:  # trainer.max_time, before any reservation
             self.budget = budget_seconds(timer)
         self.reserved = seconds
-        if seconds >= self.budget:
-            raise UserError(
-                f"trainer.max_time: {self.budget:.0f} s leave no time to train beside "
-                f"validation ({seconds:.1f} s); give more time, or validate on fewer examples "
-                "(data.max_eval_samples; fine-tuning: task.subsample.validation)"
-            )
         set_budget_seconds(timer, self.budget - seconds)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
