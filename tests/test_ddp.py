@@ -133,3 +133,24 @@ def test_a_ddp_run_starts_through_the_console_script_and_the_package(tmp_path, s
     assert proc.returncode == 0, proc.stderr[-3000:]
     last = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
     assert last["global_step"] == 2
+
+
+@pytest.mark.slow
+def test_a_budgeted_ddp_run_skips_and_ends_on_both_ranks_alike(tmp_path):
+    """Two ranks, 8 s, a validation every 2 steps within a tenth: both take rank 0's skips and
+    end (a rank that validated alone would hang the other), the last validation at the final
+    step, the budget's line once."""
+    write_corpus(tmp_path / "corpus.jsonl", 60)
+    args = tiny_overrides(tmp_path, "trainer=ddp_sim", "trainer.max_steps=-1")
+    args += ["trainer.max_time=00:00:00:08", "trainer.val_check_interval=2"]
+    cmd = [sys.executable, str(Path(__file__).parents[1] / "train.py"), *args]
+    proc = run_in_session([*cmd, f"hydra.run.dir={tmp_path}"], subprocess_env(), 600, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (proc.stdout + proc.stderr).count("the fit makes at most") == 1
+    last = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
+    with open(tmp_path / "metrics.csv") as f:
+        validated = [int(r["step"]) for r in csv.DictReader(f) if r.get("val/loss")]
+    state = last["callbacks"]["ValidationBudget"]
+    assert validated[-1] == last["global_step"]
+    assert validated[-2] < validated[-1]  # once at the final step
+    assert state["spent"] <= 0.1 * 8 + state["cost"]  # the last may run past its estimate

@@ -79,7 +79,9 @@ class ValidationBudget(L.Callback):
         budget = self.budget or budget_seconds(budget_timer(trainer))
         self.reserve(trainer, min(outside, budget / 2))  # the training keeps half, at least
         room = self.share * budget - self.spent - seconds  # the last one's kept
-        if seconds > 0 and room < 0:
+        if seconds == 0 or not trainer.is_global_zero:
+            return
+        if room < 0:
             past = outside - budget / 2
             log.warning(
                 "validation: %.1f s each; with the last one it takes %.0f%% of the %.0f s "
@@ -89,7 +91,7 @@ class ValidationBudget(L.Callback):
                 *(seconds, 100 * (self.spent + seconds) / budget, budget, 100 * self.share),
                 f"; the run ends {past:.0f} s past trainer.max_time" if past > 0 else "",
             )
-        elif seconds > 0:
+        else:
             log.info(
                 "validation: %.1f s each; the fit makes at most %d before its last, within "
                 "%.0f%% of the %.0f s budget (callbacks.validation_budget.share)",
