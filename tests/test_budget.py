@@ -287,6 +287,28 @@ def test_a_budgeted_run_resumed_without_a_time_limit_goes_on_by_steps(tmp_path, 
     assert got["global_step"] == 18
 
 
+@pytest.mark.parametrize("before_fit", ["true", "false"])
+def test_the_budgets_line_counts_the_fits_validations(tmp_path, fake_clock, caplog, before_fit):
+    """40 s, a quarter of it for validation: the line's N is the fit's validations before its
+    last, with a validation before the fit or without one (the fit's first then is timed)."""
+    SEEN.clear()
+    extra = ["trainer.max_time=00:00:00:40", f"validate_before_fit={before_fit}"]
+    with caplog.at_level("INFO", logger=budget.__name__):
+        train(compose(overrides=limited(tmp_path, *extra)))
+    (line,) = [r.getMessage() for r in caplog.records if r.name == budget.__name__]
+    in_fit = [v for v in SEEN if v["step"] > 0][:-1]
+    assert f"the fit makes at most {len(in_fit)} before its last" in line
+
+
+def test_steps_ending_off_the_cadence_still_end_on_a_validation(tmp_path, fake_clock):
+    """13 steps, a validation every 2, the share spent after the one at step 2: the last
+    validation, kept room for, comes at step 13 (before, none came after step 2)."""
+    SEEN.clear()
+    extra = ["trainer.max_steps=13", "callbacks.validation_budget.share=0.15"]
+    train(compose(overrides=limited(tmp_path, *extra)))
+    assert [v["step"] for v in SEEN] == [0, 2, 13]
+
+
 def test_validation_over_its_share_is_said_and_the_training_keeps_half(
     tmp_path, fake_clock, caplog
 ):

@@ -75,7 +75,8 @@ class ValidationBudget(L.Callback):
         if self.cost is not None:
             return
         self.cost = seconds
-        outside = seconds * (2 if trainer.state.fn == TrainerFn.VALIDATING else 1)
+        before_fit = trainer.state.fn == TrainerFn.VALIDATING
+        outside = seconds * (2 if before_fit else 1)
         budget = self.budget or budget_seconds(budget_timer(trainer))
         self.reserve(trainer, min(outside, budget / 2))  # the training keeps half, at least
         room = self.share * budget - self.spent - seconds  # the last one's kept
@@ -95,7 +96,7 @@ class ValidationBudget(L.Callback):
             log.info(
                 "validation: %.1f s each; the fit makes at most %d before its last, within "
                 "%.0f%% of the %.0f s budget (callbacks.validation_budget.share)",
-                *(seconds, int(room // seconds), 100 * self.share, budget),
+                *(seconds, int(room // seconds) + (not before_fit), 100 * self.share, budget),
             )
 
     def reserve(self, trainer, seconds: float) -> None:
@@ -107,7 +108,10 @@ class ValidationBudget(L.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         """Every decision from values all ranks share, or rank 0's clock."""
-        if self.cost is None or self.budget is None or fit_ends_after(trainer):
+        if self.cost is None or self.budget is None:
+            return
+        if fit_ends_after(trainer):  # the last validation, the one the budget kept room for,
+            trainer.should_stop = True  # at the final step whatever the cadence
             return
         if self.spent + 2 * self.cost <= self.share * self.budget:
             return
