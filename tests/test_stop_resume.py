@@ -244,7 +244,8 @@ def outcome(run: Path) -> dict:
     fresh run does), nor the files' times in its data record (a resume does not compare them),
     nor ModelCheckpoint's `current_score` (the score of its last save by score, which Lightning
     writes and never reads nor restores: a resumed run's is None until it saves one), nor a
-    Timer's elapsed times, nor the loaders' counts (`uncounted`)."""
+    Timer's elapsed times or a validation budget's seconds, nor the loaders' counts
+    (`uncounted`)."""
     trained = dict(json.loads(line) for line in (run / SEEN).read_text().splitlines())
     with open(run / "metrics.csv", newline="") as f:
         rows = [{k: v for k, v in r.items() if not k.endswith(TIMING)} for r in csv.DictReader(f)]
@@ -259,6 +260,9 @@ def outcome(run: Path) -> dict:
     for key, state in last["callbacks"].items():
         if key.startswith("Timer"):
             del state["time_elapsed"]  # the clock's, not the run's
+        if key.startswith("ValidationBudget"):  # the clock's too: the seconds validations took
+            assert set(state) == {"cost", "spent", "reserved"}
+            last["callbacks"][key] = {}
     kept = next(v for k, v in last["callbacks"].items() if k.startswith("ModelCheckpoint"))
     del kept["current_score"]
     best = Path(kept["best_model_path"])
