@@ -52,7 +52,7 @@ class Ticks:
             self.start = self.last = now
         self.done += n
         if now - self.last >= self.seconds and not on_terminal():
-            self.last = now
+            self.last = _said[0] = now  # a `Waiting` around this one has spoken
             log.info(self.line(now))
 
     def line(self, now: float) -> str:

@@ -157,3 +157,18 @@ def test_a_downstream_cell_is_not_silent_while_it_runs(tmp_path, capsys, monkeyp
     assert [ln for ln in out.splitlines() if ln.startswith("[")][0].startswith(
         "[1/1] ours sst2 seed 1: acc 0.5000"
     )  # stdout: a line per cell, as before
+
+
+def test_building_the_examples_speaks_between_its_steps(tmp_path, monkeypatch, capsys):
+    """Reading, tokenizing and framing a corpus: `datasets`' maps count their documents in
+    their own processes; the build around them says it is under way whenever they do not."""
+    from bert_lightning.data.pretraining import PretrainDataModule
+    from helpers import data_module, write_corpus
+
+    slowed(monkeypatch, PretrainDataModule, "build")
+    corpus = write_corpus(tmp_path / "corpus.jsonl", 30)
+    files = {"train_files": str(corpus), "cache_dir": str(tmp_path / "cache"), "val_docs": 5}
+    data_module("corpus", **files).setup()
+    err = capsys.readouterr().err.splitlines()
+    assert "building the examples ..." in err
+    assert err.count("building the examples: 0m00s so far") >= 3

@@ -48,6 +48,7 @@ from bert_lightning.data.tokenizer import (
 from bert_lightning.errors import UserError
 from bert_lightning.fields import from_dict
 from bert_lightning.fingerprints import file_stamps, fingerprint
+from bert_lightning.progress import Waiting
 from bert_lightning.signals import ignore_stop_signals
 
 log = logging.getLogger(__name__)
@@ -231,8 +232,9 @@ class BertDataModule(KeepsTrainLoaderPosition, L.LightningDataModule):
         if self.val_set is None:
             if self.tokenizer is None:
                 self.build_tokenizer()
-            try:
-                self.train_set, self.val_set = self.build()
+            try:  # a line at least every SECONDS, between and within its steps' own
+                with Waiting("building the examples"):
+                    self.train_set, self.val_set = self.build()
             except UserError:
                 for path in self.derived:
                     if path.is_dir():
