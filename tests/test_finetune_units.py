@@ -272,6 +272,18 @@ def test_subsample_takes_exactly_n_rows_seeded(n_groups):
     assert grouped_subsample(groups, None, seed=0) == grouped_subsample(groups, 600, seed=0)
 
 
+@pytest.mark.parametrize("n", [-3, 0, 2.5])
+def test_a_subsample_of_no_rows_or_a_negative_count_is_one_line(tmp_path, n):
+    """`task.subsample.train=-3` kept 2 of 15 rows, silently (a slice from the end); 0 named
+    task.split as its fix."""
+    rows = [{"sentence": f"s{i}", "label": i % 2} for i in range(15)]
+    train = write_csv(tmp_path / "train.csv", rows)
+    cfg = cfg_for("seq_classification", train)
+    with pytest.raises(UserError) as e:
+        load_splits(make_task(cfg | {"subsample": {**cfg["subsample"], "train": n}}), 0)
+    assert str(e.value) == f"task.subsample.train={n!r}; expected a row count >= 1, or null"
+
+
 def test_heads_map_onto_transformers_by_key():
     transformers = pytest.importorskip("transformers")
     config = tiny_config(50)

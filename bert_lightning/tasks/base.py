@@ -358,7 +358,9 @@ def load_splits(task: Task, seed: int) -> tuple[Task, dict[str, dict]]:
             check_apart(task, tables[k], train)
     for k, n in c.subsample.items():
         if n is not None:
-            tables[k] = subset(tables[k], D.grouped_subsample(tables[k]["group"], int(n), seed))
+            if type(n) is not int or n < 1:
+                raise UserError(f"task.subsample.{k}={n!r}; expected a row count >= 1, or null")
+            tables[k] = subset(tables[k], D.grouped_subsample(tables[k]["group"], n, seed))
     for k, t in tables.items():
         if not t["group"]:
             raise D.DataError(f"{Path(c.train_file)}: the {k} part is empty; adjust task.split")
