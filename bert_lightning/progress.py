@@ -3,8 +3,8 @@ reading and tokenizing a corpus) count their work (`Ticks`, `progress`); the ste
 whose work is counted elsewhere or not at all (testing the best checkpoint, a baseline's scores,
 each alpha of `interpolate`, a cell of `downstream`) say what they wait on (`Waiting`). Off a
 terminal a plain line every `SECONDS` seconds, so that a log file tells work from a hang; on a
-terminal tqdm bars (`datasets`' own too). `SECONDS` is the run's cadence off a terminal,
-`callbacks.progress_bar.seconds` as shipped (conf/callbacks/_progress.yaml)."""
+terminal tqdm bars (`datasets`' own too). `SECONDS` is the cadence off a terminal: a run's
+`callbacks.progress_bar.seconds`, or as shipped (conf/callbacks/_progress.yaml)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import TypeVar
 
 from tqdm.auto import tqdm
@@ -22,6 +23,21 @@ from bert_lightning.shipped import group_defaults
 log = logging.getLogger(__name__)
 
 SECONDS = float(group_defaults("callbacks", "_progress")["progress_bar"]["seconds"])
+
+
+@contextmanager
+def cadence(seconds: float | None) -> Iterator[None]:
+    """A run's own `callbacks.progress_bar.seconds` for the waits and counts it starts, the
+    process's again after it (None: the process's)."""
+    global SECONDS
+    before = SECONDS
+    SECONDS = before if seconds is None else float(seconds)
+    try:
+        yield
+    finally:
+        SECONDS = before
+
+
 T = TypeVar("T")
 
 

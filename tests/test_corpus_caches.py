@@ -14,7 +14,6 @@ import pytest
 import tokenizers
 import torch
 
-from bert_lightning import progress
 from bert_lightning.config import compose
 from bert_lightning.data import pipeline, prepare, pretraining
 from bert_lightning.data.prepare import cache_folder
@@ -59,15 +58,13 @@ def test_the_tokenizer_is_cached_by_files_and_settings(tmp_path, caplog):
     assert len(list((cache / "bert_lightning_tokenizers").glob("wordpiece-*.json"))) == 3
 
 
-def test_a_second_run_reuses_the_tokenizer_and_lines_show_the_progress(
-    tmp_path, caplog, monkeypatch
-):
-    monkeypatch.setattr(progress, "SECONDS", 0.0)  # a line at every count, off a terminal
+def test_a_second_run_reuses_the_tokenizer_and_lines_show_the_progress(tmp_path, caplog):
     corpus, cache = write_corpus(tmp_path / "corpus.jsonl", 60), tmp_path / "cache"
 
     def run(name: str) -> str:
         caplog.clear()
         extra = [f"data.train_files={corpus}", f"data.cache_dir={cache}"]
+        extra += ["callbacks.progress_bar.seconds=0"]  # a line at every count, off a terminal
         extra += ["data.max_eval_samples=3", "data.val_docs=10"]
         with caplog.at_level(logging.INFO):
             train(compose(overrides=tiny_overrides(tmp_path / name, *extra)))

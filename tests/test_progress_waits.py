@@ -54,6 +54,7 @@ def run(tmp_path_factory):
     write_hf_folder(tmp / "hf", tok)
     data = write_dataset(tmp / "hd", "home_depot")
     extra = [f"data_dir={data}", f"init_from={tmp / 'hf'}", f"paths.output_dir={tmp / 'run'}"]
+    extra += [f"callbacks.progress_bar.seconds={BEAT}"]  # the run's cadence
     cfg = compose("finetune", overrides(tmp, "ad_relevance", "dataset=home_depot", *extra))
     logging.root.handlers[:] = handlers
     return tmp, cfg
@@ -172,3 +173,19 @@ def test_building_the_examples_speaks_between_its_steps(tmp_path, monkeypatch, c
     err = capsys.readouterr().err.splitlines()
     assert "building the examples ..." in err
     assert err.count("building the examples: 0m00s so far") >= 3
+
+
+def test_a_runs_cadence_is_its_own_progress_bar_seconds(tmp_path, monkeypatch, capsys):
+    """`callbacks.progress_bar.seconds` of the run sets the cadence of the waits it starts
+    too, not only its step and validation lines (the shipped value here made 1000 s)."""
+    from bert_lightning.data.pretraining import PretrainDataModule
+    from bert_lightning.training.pretrain import train
+    from helpers import tiny_overrides, write_corpus
+
+    monkeypatch.setattr(progress, "SECONDS", 1000.0)
+    slowed(monkeypatch, PretrainDataModule, "build")
+    write_corpus(tmp_path / "corpus.jsonl", 60)
+    seconds = f"callbacks.progress_bar.seconds={BEAT}"
+    train(compose(overrides=tiny_overrides(tmp_path, seconds, "trainer.max_steps=1")))
+    assert capsys.readouterr().err.count("building the examples: 0m00s so far") >= 3
+    assert progress.SECONDS == 1000.0  # the process's again after the run

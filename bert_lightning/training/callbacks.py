@@ -221,10 +221,10 @@ class StepProgressBar(ProgressBar):
 
     def __init__(self, *, every: int, refresh: int, seconds: float, tty: bool | None = None):
         super().__init__()
-        if every < 1 or refresh < 1 or seconds <= 0:
+        if every < 1 or refresh < 1 or seconds < 0:
             raise ValueError(
                 f"callbacks.progress_bar: every={every}, refresh={refresh}, seconds={seconds}; "
-                "expected every, refresh >= 1 and seconds > 0"
+                "expected every, refresh >= 1 and seconds >= 0"
             )
         self.every, self.refresh, self.seconds, self.tty = every, refresh, seconds, tty
         self.enabled, self.bar = True, None

@@ -12,10 +12,11 @@ from typing import Any
 
 import lightning as L
 from lightning.pytorch.utilities import rank_zero_only
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from bert_lightning.checkpoint import ResumePoint, resume_point
 from bert_lightning.errors import UserError
+from bert_lightning.progress import cadence
 from bert_lightning.run_folder import failure_marked, keep_metrics_through, own_checkpoints_expected
 from bert_lightning.shipped import GLOBAL, global_groups, global_keys, root_keys
 from bert_lightning.signals import stops_on_signals
@@ -95,6 +96,7 @@ def run(cfg: DictConfig, entry: Entry) -> Any:
     with (
         failure_marked(out_dir, bool(cfg.ckpt_path), rank_zero_only.rank) as state,
         stops_on_signals("before training began: nothing saved"),  # the fit defers them
+        cadence(OmegaConf.select(cfg, "callbacks.progress_bar.seconds")),
     ):
         required(cfg)
         resume = resume_point(cfg.ckpt_path, entry.checkpoint, entry.use) if cfg.ckpt_path else None
