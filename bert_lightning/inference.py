@@ -60,6 +60,11 @@ class Finetuned:
     def tokenizer(self, max_seq_length: int | None = None) -> Tokenizer:
         """Truncating to `max_seq_length` (None: as fine-tuned). Build it once per model, not
         per batch: copying a 30k-token vocabulary takes tens of ms."""
+        positions = self.model.bert.config.max_position_embeddings
+        if max_seq_length is not None and max_seq_length > positions:
+            raise UserError(
+                f"--max-seq-length {max_seq_length}: more than the model's {positions} positions"
+            )
         return truncating(
             Tokenizer.from_str(self.tokenizer_json), max_seq_length or self.max_seq_length
         )

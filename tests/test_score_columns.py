@@ -60,14 +60,37 @@ def test_a_column_key_the_task_has_not_is_one_line(tmp_path, tok, capsys):
     ckpt = str(relevance_ckpt(tmp_path, tok)[0])
     _, other = tables(tmp_path)
     err = cli_error(capsys, "score", ckpt, other, tmp_path / "x.csv", "--column", "text=x")
-    assert err.startswith("error: --column text=x: expected KEY=NAME with KEY one of ")
-    assert err.endswith(", query, ad, clicks, impressions (the columns of its ad_relevance task)")
+    assert err == (  # score reads the texts alone: a label column it would ignore is refused
+        "error: --column text=x: expected KEY=NAME with KEY one of query, ad (the columns of "
+        "its ad_relevance task)"
+    )
+    err = cli_error(capsys, "score", ckpt, other, tmp_path / "x.csv", "--column", "label=y")
+    assert err.startswith("error: --column label=y: expected KEY=NAME with KEY one of query, ad")
     err = cli_error(capsys, "score", ckpt, other, tmp_path / "x.csv", "--encoding", "latin-1")
     assert err.endswith(
         "other.csv: no column 'query'; the file has "
         + str(["search_term", "product_title", "relevant"])
         + ": --column query=NAME reads another"
     )
+
+
+@pytest.mark.parametrize(
+    "option, message",
+    [
+        (["--batch-size", "0"], "argument --batch-size: expected a whole number >= 1, got '0'"),
+        (["--max-seq-length", "-5"], "argument --max-seq-length: expected a whole number >= 1"),
+        (["--max-seq-length", "100000"], "--max-seq-length 100000: more than the model's "),
+    ],
+)
+def test_a_refused_value_names_its_option(tmp_path, tok, capsys, option, message):
+    """`--batch-size 0` was a traceback (range() arg 3 must not be zero); a length past the
+    model's positions failed on the first long row without naming the option."""
+    ckpt = str(relevance_ckpt(tmp_path, tok)[0])
+    pairs, _ = tables(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        main(["score", ckpt, pairs, str(tmp_path / "x.csv"), *option])
+    assert e.value.code == 2
+    assert message in capsys.readouterr().err
 
 
 def test_evaluate_reads_columns_named_otherwise(tmp_path, tok, capsys):

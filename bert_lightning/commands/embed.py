@@ -12,6 +12,7 @@ from bert_lightning.choices import EMBED_BATCH, EMBED_LENGTH, EMBED_POOLING, POO
 from bert_lightning.commands.options import (
     add_column_argument,
     add_table_arguments,
+    at_least_one,
     columns,
     table_options,
 )
@@ -76,10 +77,10 @@ def register(sub) -> None:
         "with, or a sentence-transformers folder declares (then unit length if it says so)",
     )
     p.add_argument("--jsonl", help="also write {text, embedding} lines here")
-    p.add_argument("--batch-size", type=int, default=EMBED_BATCH)
+    p.add_argument("--batch-size", type=at_least_one, default=EMBED_BATCH)
     p.add_argument(
         "--max-seq-length",
-        type=int,
+        type=at_least_one,
         help=f"default: {EMBED_LENGTH}, or the length an export-onnx folder was exported with, "
         "or a sentence-transformers folder's (sentence_bert_config.json)",
     )

@@ -17,6 +17,7 @@ from bert_lightning.choices import PACKINGS, SCORE_BATCH
 from bert_lightning.commands.options import (
     add_column_argument,
     add_table_arguments,
+    at_least_one,
     table_options,
     task_options,
 )
@@ -126,12 +127,12 @@ def register(sub) -> None:
     p.add_argument("--json", metavar="OUT", help="also write the metrics as JSON to OUT")
     p.add_argument(
         "--batch-size",
-        type=int,
+        type=at_least_one,
         help=f"default: {SCORE_BATCH} (fine-tuned); the run's (pretrained)",
     )
     p.add_argument(
         "--max-seq-length",
-        type=int,
+        type=at_least_one,
         help="default: the fine-tuning length (fine-tuned); the run's (pretrained)",
     )
     add_table_arguments(p)

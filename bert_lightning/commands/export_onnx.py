@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 from bert_lightning.choices import EMBED_LENGTH, EXPORT_POOLING, POOLINGS
+from bert_lightning.commands.options import at_least_one
 
 
 def register(sub) -> None:
@@ -35,7 +36,7 @@ def register(sub) -> None:
         f"folder's declared one, of unit length if it normalizes; else {EXPORT_POOLING})",
     )
     p.add_argument(
-        "--max-seq-length", type=int, help=f"an embedding model's (default {EMBED_LENGTH})"
+        "--max-seq-length", type=at_least_one, help=f"an embedding model's (default {EMBED_LENGTH})"
     )
     p.add_argument("--overwrite", action="store_true", help="replace OUT_DIR if it exists")
     p.set_defaults(func=_main)

@@ -9,7 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from bert_lightning.choices import EF_SEARCH, SCORE_BATCH
-from bert_lightning.commands.options import add_column_argument, add_table_arguments, columns
+from bert_lightning.commands.options import (
+    add_column_argument,
+    add_table_arguments,
+    at_least_one,
+    columns,
+)
 from bert_lightning.errors import UserError
 
 KEYS = {"id": "id", "ad": "ad"}  # --column KEY: its default column name
@@ -37,7 +42,7 @@ def register(sub) -> None:
     p.add_argument("out", help="the index folder to write")
     add_table_arguments(p)
     add_column_argument(p, "id, ad; default: id, ad")
-    p.add_argument("--batch-size", type=int, default=SCORE_BATCH)
+    p.add_argument("--batch-size", type=at_least_one, default=SCORE_BATCH)
     p.add_argument(
         "--devices",
         type=int,

@@ -15,6 +15,18 @@ from bert_lightning.errors import UserError
 TABLE_HELP = "default: as the model's task read its files (else by extension / utf-8 / a header)"
 
 
+def at_least_one(text: str) -> int:
+    """An argparse type: a count or a length (`--batch-size`, `--max-seq-length`), >= 1;
+    argparse names the option in its one line."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return n
+
+
 def add_table_arguments(p) -> None:
     """How to read the input table; by default as the checkpoint's task read its files."""
     p.add_argument("--format", choices=["csv", "tsv", "jsonl", "parquet"], help=TABLE_HELP)
@@ -74,10 +86,15 @@ def columns(given: list[str], known: list[str], whose: str) -> dict[str, str]:
     return out
 
 
-def column_options(given: list[str], task) -> dict:
+NOT_SCORED = ("label", "group", "clicks", "impressions")  # columns a score reads none of
+
+
+def column_options(given: list[str], task, scored_only: bool = False) -> dict:
     """The task config keys (`query_column`, ...) of the `--column` options: a file whose
-    columns are named otherwise than the one the model was fine-tuned on."""
+    columns are named otherwise than the one the model was fine-tuned on. `scored_only`: the
+    columns of the texts alone (`score`), not those that label or group them."""
     known = [k.removesuffix("_column") for k in asdict(task.cfg) if k.endswith("_column")]
+    known = [k for k in known if not (scored_only and k in NOT_SCORED)]
     named = columns(given, known, f"the columns of its {task.cfg.kind} task")
     return {f"{key}_column": name for key, name in named.items()}
 

@@ -13,6 +13,7 @@ from bert_lightning.choices import SCORE_BATCH
 from bert_lightning.commands.options import (
     add_column_argument,
     add_table_arguments,
+    at_least_one,
     column_options,
     table_options,
 )
@@ -51,9 +52,11 @@ def register(sub) -> None:
     p.add_argument("model", help="a .ckpt written by finetune.py")
     p.add_argument("input", help="CSV/TSV/JSONL/Parquet with the query and ad columns")
     p.add_argument("output", help="the input with a `score` column (format by extension)")
-    p.add_argument("--batch-size", type=int, default=SCORE_BATCH)
+    p.add_argument("--batch-size", type=at_least_one, default=SCORE_BATCH)
     p.add_argument(
-        "--max-seq-length", type=int, help="default: the length the model was fine-tuned with"
+        "--max-seq-length",
+        type=at_least_one,
+        help="default: the length the model was fine-tuned with",
     )
     add_table_arguments(p)
     add_column_argument(
@@ -75,7 +78,7 @@ def _main(args) -> None:
     finetuned = load_finetuned(args.model)
     if args.index:
         return _from_index(args, finetuned)
-    options = table_options(args) | column_options(args.column, finetuned.task)
+    options = table_options(args) | column_options(args.column, finetuned.task, scored_only=True)
     finetuned = finetuned.with_table_options(options)
     rows = finetuned.task.read_rows(args.input)
     rows["score"] = score(
