@@ -238,3 +238,20 @@ def test_a_start_that_is_not_known_or_not_the_start_is_one_line(runs, tmp_path, 
         "bert.encoder.layer.1.attention.self.qkv.weight is none, the fine-tuned one (96, 32)"
     )
     assert not (tmp_path / "o.ckpt").exists()
+
+
+def test_a_validation_file_with_a_column_named_otherwise_names_the_fix(runs, tmp_path, capsys):
+    """interpolate maps no column: the message named `task.query_column=NAME`, which it does
+    not take."""
+    import pandas as pd
+
+    tmp, ckpts = runs
+    ads = tmp_path / "ads.csv"
+    pd.DataFrame(ad_rows(2)).rename(columns={"query": "q"}).to_csv(ads, index=False)
+    err = cli_error(
+        capsys, "interpolate", ckpts["bi_encoder"], tmp_path / "o.ckpt", "--validation", ads
+    )
+    assert err == (  # the run's Home Depot columns
+        f"error: {ads}: no column 'search_term'; the file has ['q', 'ad', 'label']: rename its "
+        "column to 'search_term', as the run read it"
+    )

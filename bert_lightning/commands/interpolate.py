@@ -64,7 +64,12 @@ def validation_table(ckpt_path, task, cfg, validation: str | None) -> dict:
     from bert_lightning.tasks.kinds import stored_task
 
     if validation:
-        return task.with_labels(task.read(validation))
+        from bert_lightning.data.tables import MissingColumn
+
+        try:
+            return task.with_labels(task.read(validation))
+        except MissingColumn as e:  # no option maps a column here
+            raise e.fixed_by(f"rename its column to {e.name!r}, as the run read it") from None
     if cfg is None:
         raise MissingFileError(
             f"{ckpt_path}: no config_resolved.yaml in its run folder to draw the run's "
