@@ -133,6 +133,13 @@ def test_a_fresh_run_prints_step_lines_and_no_warnings(tmp_path, capsys, caplog)
     assert all(re.search(r" ppl \S+ \(\d+\.\d s\)$", line) for line in validations), validations
     assert not any("Epoch" in line for line in printed)
 
+    # the start line's size, against the count of the encoder's weights in its checkpoint
+    state = torch.load(out / "checkpoints/last.ckpt", weights_only=True)["state_dict"]
+    n = sum(t.numel() for k, t in state.items() if k.startswith("model.bert."))
+    (start,) = [r.getMessage() for r in caplog.records if "the run starts from" in r.getMessage()]
+    assert start.endswith(f"(2 layers, hidden 32, 2 heads, {n / 1e6:.3g}M encoder parameters)")
+    assert f"{n / 1e6:.3g}" != f"{n / 1e6:.1f}"  # 0.1M: twice the tiny model's count
+
     summary = [r.getMessage() for r in caplog.records if "Trainable params" in r.getMessage()]
     assert len(summary) == 1 and "flops" not in summary[0].lower()
     assert "nsp_acc" not in summary[0]  # an MLM-only run has no NSP metrics

@@ -263,7 +263,7 @@ def origins(
     c = config
     size = (
         f"{c.num_hidden_layers} layers, hidden {c.hidden_size}, {c.num_attention_heads} heads, "
-        f"{encoder_parameter_formula(c) / 1e6:.1f}M encoder parameters"
+        f"{encoder_parameter_formula(c) / 1e6:.3g}M encoder parameters"  # 0.0539M, 1.55M, 110M
     )
     shape = begin.source if begin else (f"model={preset}" if preset else "the model config")
     return dict(
