@@ -179,13 +179,13 @@ def train_wordpiece(
     norm, pre = probe.normalizer, probe.pre_tokenizer
     log.info(
         "training a WordPiece tokenizer of %d tokens on %s documents, in two passes",
-        vocab_size, f"the first {max_docs:,}" if max_docs else "all",
+        vocab_size, f"up to the first {max_docs:,}" if max_docs else "all",
     )  # fmt: skip
     start = time.monotonic()
     chars = ContinuationChars(norm)
     docs = 0
     with Waiting("tokenizer, pass 1 of 2") as wait:
-        for text in counted(texts, max_docs, wait, max_docs):
+        for text in counted(texts, max_docs, wait, None):  # how many: known after it
             docs += 1
             chars.add(text)
     if not docs:  # it would hold the special tokens only
