@@ -727,3 +727,40 @@ def test_rank_catalogue_measures_the_index_the_endpoints_and_retrieval(tmp_path,
     assert set(got["load"]) == {f"{name}_{c}_clients" for name in names for c in (1, 16)}
     assert got["hnsw"]["recall@10_of_exact"] == 1.0  # a tiny catalogue: HNSW finds them all
     assert all(v["errors"] == 0 and v["requests"] > 0 for v in got["load"].values())
+
+
+@pytest.mark.slow
+def test_silences_times_the_longest_gap_of_each_command(tmp_path, bench):
+    """bench/silences.py --tiny on two guide commands: `python train.py` kept training (a step
+    budget it cannot spend) is cut by SIGTERM and stops with its checkpoint, exit 143; `score`
+    (its checkpoint made first by a tiny fine-tuning run) ends by itself. Each command's longest
+    silence is the largest of its gaps, from the start through every line to its exit, and the
+    lines around it are its output's."""
+    import itertools
+    import tempfile
+
+    out = tmp_path / "silences.json"
+    args = ["--tiny", "--only", "get-started,score", "--seconds", "40", "--out", str(out)]
+    printed = bench(str(ROOT / "bench/silences.py"), *args, "--extra", "trainer.max_steps=100000",
+                    cwd=tmp_path)  # fmt: skip
+    got = {r["name"]: r for r in json.loads(out.read_text())["commands"]}
+    assert list(got) == ["get-started", "score"]
+    for r in got.values():
+        times = [t for t, _ in r["timeline"]]
+        edges = [0.0, *times, r["seconds"]]
+        gaps = [b - a for a, b in itertools.pairwise(edges)]
+        assert r["lines"] == len(times) > 0 and min(gaps) >= 0
+        assert r["longest_silence_s"] == pytest.approx(max(gaps), abs=0.02)
+        at = max(range(len(gaps)), key=gaps.__getitem__)
+        assert r["before"] == (r["timeline"][at - 1][1] if at else None)
+        assert r["after"] == (r["timeline"][at][1] if at < len(times) else None)
+        assert f"| {r['name']} | {r['longest_silence_s']:.1f} |" in printed
+        assert tempfile.gettempdir() not in json.dumps(r)  # no machine's paths
+    cut, score = got["get-started"], got["score"]
+    assert cut["ended"] == "cut" and cut["exit_code"] == 143 and not cut["killed"]
+    assert 40 <= cut["seconds"] < 40 + 60 and "step" in cut["phases"]
+    assert "stopped on request" in cut["timeline"][-1][1]  # its last line, then the exit
+    assert cut["ran"] == "train.py debug=tiny trainer.max_steps=100000"
+    assert score["ended"] == "itself" and score["exit_code"] == 0 and score["seconds"] < 40
+    assert score["setup"]["command"].endswith("debug=tiny") and "score" in score["phases"]
+    assert score["timeline"][-1][1] == "wrote 36 scored rows to scored.csv"

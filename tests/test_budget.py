@@ -323,7 +323,7 @@ def test_validation_over_its_share_is_said_and_the_training_keeps_half(
     assert [v["step"] for v in SEEN] == [0, 4]  # 5 s to train, ended in its last second
     assert SEEN[-1]["end"] == 4 + 4 + 4
     assert lines == [
-        "validation: 4.0 s each; with the last one it takes 80% of the 10 s budget, over "
+        "validation: 4.0 s each; with the last one it takes 80.0% of the 10 s budget, over "
         "callbacks.validation_budget.share (25%): none other in the fit; the run ends 3 s past "
         "trainer.max_time (data.max_eval_samples, data.val_docs or task.subsample.validation "
         "make it smaller)"

@@ -85,7 +85,7 @@ class ValidationBudget(L.Callback):
         if room < 0:
             past = outside - budget / 2
             log.warning(
-                "validation: %.1f s each; with the last one it takes %.0f%% of the %.0f s "
+                "validation: %.1f s each; with the last one it takes %.1f%% of the %.0f s "
                 "budget, over callbacks.validation_budget.share (%.0f%%): none other in the "
                 "fit%s (data.max_eval_samples, data.val_docs or task.subsample.validation "
                 "make it smaller)",
