@@ -60,8 +60,9 @@ class Finetuned:
     def tokenizer(self, max_seq_length: int | None = None) -> Tokenizer:
         """Truncating to `max_seq_length` (None: as fine-tuned). Build it once per model, not
         per batch: copying a 30k-token vocabulary takes tens of ms."""
-        positions = self.model.bert.config.max_position_embeddings
-        if max_seq_length is not None and max_seq_length > positions:
+        bert = getattr(self.model, "bert", None)  # an ONNX export's graph has its own check
+        positions = bert.config.max_position_embeddings if bert is not None else None
+        if max_seq_length is not None and positions is not None and max_seq_length > positions:
             raise UserError(
                 f"--max-seq-length {max_seq_length}: more than the model's {positions} positions"
             )

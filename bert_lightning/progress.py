@@ -18,11 +18,13 @@ from typing import TypeVar
 
 from tqdm.auto import tqdm
 
+from bert_lightning.errors import UserError
 from bert_lightning.shipped import group_defaults
 
 log = logging.getLogger(__name__)
 
 SECONDS = float(group_defaults("callbacks", "_progress")["progress_bar"]["seconds"])
+POLL = 0.05  # seconds: the waits' shortest cadence
 
 
 @contextmanager
@@ -31,6 +33,10 @@ def cadence(seconds: float | None) -> Iterator[None]:
     process's again after it (None: the process's)."""
     global SECONDS
     before = SECONDS
+    if seconds is not None and (
+        isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0
+    ):
+        raise UserError(f"callbacks.progress_bar.seconds={seconds!r}; expected a number >= 0")
     SECONDS = before if seconds is None else float(seconds)
     try:
         yield
@@ -132,11 +138,12 @@ class Waiting:
         return self
 
     def beat(self) -> None:
-        while not self.done.wait(min(self.seconds, 1.0)):
+        every = min(max(self.seconds, POLL), 1.0)  # a cadence of 0: a line each POLL, no spin
+        while not self.done.wait(every):
             now = time.monotonic()
             if self.bar is not None:
                 self.bar.refresh()
-            elif _waits[0] is self and now - _said[0] >= self.seconds:
+            elif _waits[0] is self and now - _said[0] >= max(self.seconds, POLL):
                 inner = _waits[-1].what
                 step = f" (now: {inner})" if inner != self.what else ""
                 say(f"{self.what}: {eta_text(now - self.start)} so far{step}")

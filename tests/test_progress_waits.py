@@ -13,6 +13,7 @@ from bert_lightning import progress
 from bert_lightning.cli import main
 from bert_lightning.commands import interpolate
 from bert_lightning.config import compose
+from bert_lightning.errors import UserError
 from bert_lightning.experiments import downstream
 from bert_lightning.tasks import ad_relevance
 from bert_lightning.training.finetune import finetune
@@ -189,3 +190,18 @@ def test_a_runs_cadence_is_its_own_progress_bar_seconds(tmp_path, monkeypatch, c
     train(compose(overrides=tiny_overrides(tmp_path, seconds, "trainer.max_steps=1")))
     assert capsys.readouterr().err.count("building the examples: 0m00s so far") >= 3
     assert progress.SECONDS == 1000.0  # the process's again after the run
+
+
+def test_a_cadence_of_zero_speaks_at_most_each_poll_and_a_negative_is_one_line():
+    """`callbacks.progress_bar.seconds=0` (a line at every count): the waits' thread spun on
+    `wait(0)`, 35,488 lines in 0.3 s; a negative value spun until the bar refused it."""
+    import contextlib
+    import io
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), progress.cadence(0), progress.Waiting("building"):
+        time.sleep(0.3)
+    assert 2 <= err.getvalue().count("building: 0m00s so far") <= 0.3 / progress.POLL + 1
+    refused = r"^callbacks.progress_bar.seconds=-1; expected a number >= 0$"
+    with pytest.raises(UserError, match=refused), progress.cadence(-1):
+        pass
